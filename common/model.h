@@ -1,0 +1,42 @@
+/* The model description every process agrees on: parsed from text such as
+ * "mlp:784,256,128,10", turned into the parameter layout (fc1.weight (out,in),
+ * fc1.bias (out), ...), hashed, and initialized deterministically from a seed.
+ * The compute (forward, backward) is the trainer's, not here. */
+#ifndef PSTRAIN_COMMON_MODEL_H
+#define PSTRAIN_COMMON_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/error.h"
+#include "common/tensor.h"
+
+#define MODEL_MAX_LAYERS 16
+#define MODEL_MAX_WIDTH 65536
+
+typedef struct model_desc {
+  int num_layers;                     /* fully connected layers */
+  int sizes[MODEL_MAX_LAYERS + 1];    /* sizes[0] inputs ... sizes[num_layers] outputs */
+} model_desc;
+
+/* Parses "mlp:IN,H1,...,OUT" (at least one layer). */
+ps_err model_parse(const char *text, model_desc *desc, ps_error *err);
+
+/* Writes the canonical text form, e.g. "mlp:784,256,128,10". */
+void model_format(const model_desc *desc, char *buf, size_t len);
+
+/* Fills an initialized, empty layout with fcK.weight (out, in) and fcK.bias
+ * (out) for K = 1..num_layers, in that order. */
+ps_err model_build_layout(const model_desc *desc, tensor_layout *layout, ps_error *err);
+
+/* FNV-1a hash of the canonical text: equal models hash alike everywhere. */
+uint64_t model_hash(const model_desc *desc);
+
+/* Writes the initial values of the flat parameter range [begin, begin+count)
+ * of the layout to out: weights uniform in +-sqrt(6/in) (He) before a ReLU and
+ * +-sqrt(3/in) for the output layer, biases zero. Any range gives the same
+ * values as the whole, so each pserver can initialize only its blocks. */
+void model_init_params(const model_desc *desc, const tensor_layout *layout, uint64_t seed,
+                       size_t begin, size_t count, float *out);
+
+#endif

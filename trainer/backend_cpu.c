@@ -1,0 +1,129 @@
+/* The CPU backend: GEMMs through OpenBLAS's CBLAS, layer kernels as plain
+ * loops over the shared per-element math. Memory is ordinary host memory. */
+#define _POSIX_C_SOURCE 200809L
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trainer/backend.h"
+#include "trainer/kernel_math.h"
+
+static void cpu_destroy(backend *b) { free(b); }
+
+static void *cpu_alloc(backend *b, size_t bytes, ps_error *err) {
+  (void)b;
+  void *ptr = NULL;
+  size_t rounded = (bytes + 63) / 64 * 64;
+  int rc = posix_memalign(&ptr, 64, rounded > 0 ? rounded : 64);
+  if (rc != 0) {
+    ps_error_set(err, PS_ERR_NO_MEMORY, "cpu backend: allocating %zu bytes: %s", bytes,
+                 strerror(rc));
+    return NULL;
+  }
+  memset(ptr, 0, rounded);
+  return ptr;
+}
+
+static void cpu_free(backend *b, void *ptr) {
+  (void)b;
+  free(ptr);
+}
+
+static ps_err cpu_copy(backend *b, void *dst, const void *src, size_t bytes, ps_error *err) {
+  (void)b;
+  (void)err;
+  if (dst != src) memcpy(dst, src, bytes);
+  return PS_ERR_OK;
+}
+
+static ps_err cpu_gemm(backend *b, const gemm_call *c, ps_error *err) {
+  (void)b;
+  (void)err;
+  cblas_sgemm(CblasColMajor, c->trans_a ? CblasTrans : CblasNoTrans,
+              c->trans_b ? CblasTrans : CblasNoTrans, c->m, c->n, c->k, c->alpha, c->a, c->lda,
+              c->b, c->ldb, c->beta, c->c, c->ldc);
+  return PS_ERR_OK;
+}
+
+static ps_err cpu_bias_act(backend *b, float *y, const float *bias, int rows, int cols, int relu,
+                           ps_error *err) {
+  (void)b;
+  (void)err;
+  for (int r = 0; r < rows; r++) {
+    float *row = y + (size_t)r * cols;
+    for (int j = 0; j < cols; j++) row[j] = kernel_bias_act(row[j], bias[j], relu);
+  }
+  return PS_ERR_OK;
+}
+
+static ps_err cpu_act_bias_backward(backend *b, float *dy, const float *y, float *dbias, int rows,
+                                    int cols, int relu, ps_error *err) {
+  (void)b;
+  (void)err;
+  memset(dbias, 0, (size_t)cols * sizeof *dbias);
+  for (int r = 0; r < rows; r++) {
+    float *drow = dy + (size_t)r * cols;
+    const float *yrow = y + (size_t)r * cols;
+    if (relu) {
+      for (int j = 0; j < cols; j++) drow[j] = kernel_relu_grad(drow[j], yrow[j]);
+    }
+    for (int j = 0; j < cols; j++) dbias[j] += drow[j];
+  }
+  return PS_ERR_OK;
+}
+
+static ps_err cpu_softmax_xent(backend *b, const float *logits, const int32_t *labels, int rows,
+                               int cols, float scale, float *dlogits, double *host_loss_sum,
+                               long *host_correct, ps_error *err) {
+  (void)b;
+  double loss = 0.0;
+  long correct = 0;
+  for (int r = 0; r < rows; r++) {
+    if (labels[r] < 0 || labels[r] >= cols) {
+      return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "label %d of row %d is not a class 0..%d",
+                          labels[r], r, cols - 1);
+    }
+    int hit;
+    loss += kernel_softmax_xent_row(logits + (size_t)r * cols, cols, labels[r], scale,
+                                    dlogits != NULL ? dlogits + (size_t)r * cols : NULL, &hit);
+    correct += hit;
+  }
+  *host_loss_sum += loss;
+  *host_correct += correct;
+  return PS_ERR_OK;
+}
+
+static ps_err cpu_optimizer_step(backend *b, const optimizer_config *cfg, long step, float *params,
+                                 const float *grads, float *state1, float *state2, size_t n,
+                                 ps_error *err) {
+  (void)b;
+  (void)err;
+  optimizer_apply(cfg, step, params, grads, state1, state2, n);
+  return PS_ERR_OK;
+}
+
+static const backend_ops cpu_ops = {
+    .destroy = cpu_destroy,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .gemm = cpu_gemm,
+    .bias_act = cpu_bias_act,
+    .act_bias_backward = cpu_act_bias_backward,
+    .softmax_xent = cpu_softmax_xent,
+    .optimizer_step = cpu_optimizer_step,
+};
+
+ps_err backend_cpu_create(backend **out, int threads, ps_error *err) {
+  backend *b = calloc(1, sizeof *b);
+  if (b == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "creating the cpu backend: out of memory");
+  b->ops = &cpu_ops;
+  b->name = "cpu";
+  if (threads > 0) openblas_set_num_threads(threads);
+  snprintf(b->description, sizeof b->description, "%s; kernel core %s; %d thread(s)",
+           openblas_get_config(), openblas_get_corename(), openblas_get_num_threads());
+  *out = b;
+  return PS_ERR_OK;
+}

@@ -1,0 +1,52 @@
+/* Per-element and per-row math of the model's layers, shared by the CPU
+ * backend's loops and the CUDA kernels so the CPU tests check what the GPU
+ * computes. Row-major throughout. */
+#ifndef PSTRAIN_TRAINER_KERNEL_MATH_H
+#define PSTRAIN_TRAINER_KERNEL_MATH_H
+
+#include <math.h>
+#include <stdint.h>
+
+#include "common/host_device.h"
+
+/* y = x + bias, then ReLU when relu != 0. */
+static inline PS_HOST_DEVICE float kernel_bias_act(float x, float bias, int relu) {
+  float y = x + bias;
+  return relu && y < 0.0f ? 0.0f : y;
+}
+
+/* Gradient through ReLU given its output y: dy where y > 0, else 0. */
+static inline PS_HOST_DEVICE float kernel_relu_grad(float dy, float y) {
+  return y > 0.0f ? dy : 0.0f;
+}
+
+/* Softmax cross-entropy of one row of logits against `label`. Returns the
+ * row's loss, sets *correct to 1 when the arg-max is the label, and, when
+ * dlogits is not NULL, writes scale * (softmax - onehot) there. Subtracting
+ * the row maximum keeps exp() finite. */
+static inline PS_HOST_DEVICE float kernel_softmax_xent_row(const float *logits, int cols,
+                                                           int32_t label, float scale,
+                                                           float *dlogits, int *correct) {
+  float max = logits[0];
+  int arg_max = 0;
+  for (int j = 1; j < cols; j++) {
+    if (logits[j] > max) {
+      max = logits[j];
+      arg_max = j;
+    }
+  }
+  float sum = 0.0f;
+  for (int j = 0; j < cols; j++) sum += expf(logits[j] - max);
+  float log_sum = logf(sum);
+  if (dlogits != 0) {
+    float inv = 1.0f / sum;
+    for (int j = 0; j < cols; j++) {
+      float p = expf(logits[j] - max) * inv;
+      dlogits[j] = scale * (p - (j == label ? 1.0f : 0.0f));
+    }
+  }
+  *correct = arg_max == label;
+  return log_sum - (logits[label] - max);
+}
+
+#endif

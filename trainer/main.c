@@ -1,0 +1,59 @@
+/* The trainer daemon's start-up sequence: options, checks, data and model,
+ * training, exit status (0 done, 1 failed while training, 2 bad input). */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "common/log.h"
+#include "trainer/train.h"
+#include "trainer/trainer_config.h"
+
+/* Errors that a user's input caused exit 2, the others 1. */
+static int exit_status(ps_err code) {
+  switch (code) {
+  case PS_ERR_INVALID_ARGUMENT:
+  case PS_ERR_CORRUPT_DATA:
+  case PS_ERR_IO:
+  case PS_ERR_UNSUPPORTED:
+    return 2;
+  default:
+    return 1;
+  }
+}
+
+int main(int argc, char **argv) {
+  trainer_settings settings;
+  ps_error err;
+  ps_error_clear(&err);
+  log_set_role("trainer");
+
+  switch (trainer_settings_load(&settings, argc, argv, &err)) {
+  case OPTIONS_HELP:
+    trainer_print_help(stdout);
+    return 0;
+  case OPTIONS_ERROR:
+    LOG_ERROR("%s", err.msg);
+    return 2;
+  case OPTIONS_OK:
+    break;
+  }
+  log_set_level(settings.level);
+  char effective[2048];
+  trainer_settings_format(&settings, effective, sizeof effective);
+  LOG_INFO("starting: %s", effective);
+
+  trainer t;
+  if (trainer_init(&t, &settings, &err) != PS_ERR_OK) {
+    LOG_ERROR("%s", err.msg);
+    return exit_status(err.code);
+  }
+  train_summary summary;
+  ps_err rc = trainer_run(&t, &summary, &err);
+  trainer_free(&t);
+  if (rc != PS_ERR_OK) {
+    LOG_ERROR("training failed: %s", err.msg);
+    return 1;
+  }
+  LOG_INFO("done: %ld epochs, test accuracy %.4f, train loss %.4f, %.0f samples/s", summary.epochs,
+           summary.test_accuracy, summary.train_loss, summary.samples_per_s);
+  return 0;
+}

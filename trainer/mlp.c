@@ -1,0 +1,171 @@
+/* MLP forward and backward as backend GEMMs and kernels.
+ *
+ * Shapes, with B the batch and layer l mapping in = sizes[l-1] to out = sizes[l]:
+ *   X_{l-1} (B, in), W_l (out, in), b_l (out), Y_l (B, out), all row-major.
+ *   forward:  Y_l = act(X_{l-1} W_l^T + b_l), act = ReLU except for the last layer
+ *   backward: dY_l (B, out) given; through ReLU; db_l = sum over rows of dY_l;
+ *             dW_l = dY_l^T X_{l-1}; dX_{l-1} = dY_l W_l (not needed for l = 1). */
+#include "trainer/mlp.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define TRY(expr)                                 \
+  do {                                            \
+    if ((expr) != PS_ERR_OK) return err->code;    \
+  } while (0)
+
+static float *param(const mlp *m, float *base, int layer, int bias) {
+  return base + m->layout.tensors[2 * (layer - 1) + bias].offset;
+}
+
+static float *activation(const mlp *m, int layer) { return m->acts + m->act_offsets[layer]; }
+
+static void *alloc_or_fail(mlp *m, size_t bytes, ps_error *err) {
+  return m->be->ops->alloc(m->be, bytes, err);
+}
+
+ps_err mlp_create(mlp **out, const model_desc *desc, backend *be, int max_batch, uint64_t seed,
+                  ps_error *err) {
+  if (max_batch < 1) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "mlp: batch %d must be >= 1", max_batch);
+  }
+  mlp *m = calloc(1, sizeof *m);
+  if (m == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "mlp: out of memory");
+  m->desc = *desc;
+  m->be = be;
+  m->max_batch = max_batch;
+  tensor_layout_init(&m->layout);
+  if (model_build_layout(desc, &m->layout, err) != PS_ERR_OK) goto fail;
+
+  size_t acts_total = 0;
+  m->max_width = 0;
+  for (int l = 0; l <= desc->num_layers; l++) {
+    m->act_offsets[l] = acts_total;
+    acts_total += (size_t)max_batch * (size_t)desc->sizes[l];
+    if (l > 0 && desc->sizes[l] > m->max_width) m->max_width = desc->sizes[l];
+  }
+  size_t n = m->layout.total;
+  size_t grad_buf = (size_t)max_batch * (size_t)m->max_width;
+  if ((m->params = alloc_or_fail(m, n * sizeof(float), err)) == NULL ||
+      (m->grads = alloc_or_fail(m, n * sizeof(float), err)) == NULL ||
+      (m->acts = alloc_or_fail(m, acts_total * sizeof(float), err)) == NULL ||
+      (m->grad_bufs = alloc_or_fail(m, 2 * grad_buf * sizeof(float), err)) == NULL ||
+      (m->labels = alloc_or_fail(m, (size_t)max_batch * sizeof(int32_t), err)) == NULL) {
+    goto fail;
+  }
+  m->host_inputs = malloc((size_t)max_batch * (size_t)desc->sizes[0] * sizeof(float));
+  m->host_labels = malloc((size_t)max_batch * sizeof(int32_t));
+  float *init = malloc(n * sizeof(float));
+  if (m->host_inputs == NULL || m->host_labels == NULL || init == NULL) {
+    free(init);
+    ps_error_set(err, PS_ERR_NO_MEMORY, "mlp: out of host memory for staging buffers");
+    goto fail;
+  }
+  model_init_params(desc, &m->layout, seed, 0, n, init);
+  ps_err rc = mlp_set_params(m, init, err);
+  free(init);
+  if (rc != PS_ERR_OK) goto fail;
+  *out = m;
+  return PS_ERR_OK;
+fail:
+  mlp_destroy(m);
+  return err->code;
+}
+
+void mlp_destroy(mlp *m) {
+  if (m == NULL) return;
+  backend *be = m->be;
+  be->ops->free(be, m->params);
+  be->ops->free(be, m->grads);
+  be->ops->free(be, m->opt_state);
+  be->ops->free(be, m->acts);
+  be->ops->free(be, m->grad_bufs);
+  be->ops->free(be, m->labels);
+  free(m->host_inputs);
+  free(m->host_labels);
+  tensor_layout_free(&m->layout);
+  free(m);
+}
+
+ps_err mlp_load_batch(mlp *m, int batch, ps_error *err) {
+  if (batch < 1 || batch > m->max_batch) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "mlp: batch %d is outside 1..%d", batch,
+                        m->max_batch);
+  }
+  const backend_ops *ops = m->be->ops;
+  TRY(ops->upload(m->be, activation(m, 0), m->host_inputs,
+                  (size_t)batch * (size_t)m->desc.sizes[0] * sizeof(float), err));
+  TRY(ops->upload(m->be, m->labels, m->host_labels, (size_t)batch * sizeof(int32_t), err));
+  return PS_ERR_OK;
+}
+
+ps_err mlp_forward(mlp *m, int batch, int want_grad, double *loss_sum, long *correct,
+                   ps_error *err) {
+  const backend_ops *ops = m->be->ops;
+  const int layers = m->desc.num_layers;
+  for (int l = 1; l <= layers; l++) {
+    int in = m->desc.sizes[l - 1], out = m->desc.sizes[l];
+    /* Y (B, out) = X (B, in) * W^T, W stored (out, in). */
+    gemm_call call = gemm_row_major(false, true, batch, out, in, 1.0f, activation(m, l - 1), in,
+                                    param(m, m->params, l, 0), in, 0.0f, activation(m, l), out);
+    TRY(ops->gemm(m->be, &call, err));
+    TRY(ops->bias_act(m->be, activation(m, l), param(m, m->params, l, 1), batch, out, l < layers,
+                      err));
+  }
+  /* The loss is the batch mean, so each row's gradient is scaled by 1/B. */
+  float *dlogits = want_grad ? m->grad_bufs : NULL;
+  return ops->softmax_xent(m->be, activation(m, layers), m->labels, batch, m->desc.sizes[layers],
+                           1.0f / (float)batch, dlogits, loss_sum, correct, err);
+}
+
+ps_err mlp_backward(mlp *m, int batch, ps_error *err) {
+  const backend_ops *ops = m->be->ops;
+  const int layers = m->desc.num_layers;
+  size_t buf_floats = (size_t)m->max_batch * (size_t)m->max_width;
+  float *dy = m->grad_bufs; /* holds dlogits from mlp_forward */
+  float *dx = m->grad_bufs + buf_floats;
+  for (int l = layers; l >= 1; l--) {
+    int in = m->desc.sizes[l - 1], out = m->desc.sizes[l];
+    TRY(ops->act_bias_backward(m->be, dy, activation(m, l), param(m, m->grads, l, 1), batch, out,
+                               l < layers, err));
+    /* dW (out, in) = dY^T (out, B) * X (B, in). */
+    gemm_call dw = gemm_row_major(true, false, out, in, batch, 1.0f, dy, out, activation(m, l - 1),
+                                  in, 0.0f, param(m, m->grads, l, 0), in);
+    TRY(ops->gemm(m->be, &dw, err));
+    if (l > 1) {
+      /* dX (B, in) = dY (B, out) * W (out, in). */
+      gemm_call dxc = gemm_row_major(false, false, batch, in, out, 1.0f, dy, out,
+                                     param(m, m->params, l, 0), in, 0.0f, dx, in);
+      TRY(ops->gemm(m->be, &dxc, err));
+      float *t = dy;
+      dy = dx;
+      dx = t;
+    }
+  }
+  return PS_ERR_OK;
+}
+
+ps_err mlp_apply_optimizer(mlp *m, const optimizer_config *cfg, long step, ps_error *err) {
+  size_t n = m->layout.total;
+  int states = optimizer_state_per_param(cfg->kind);
+  if (states > 0 && m->opt_state == NULL) {
+    m->opt_state = m->be->ops->alloc(m->be, 2 * n * sizeof(float), err);
+    if (m->opt_state == NULL) return err->code;
+  }
+  float *s1 = states >= 1 ? m->opt_state : NULL;
+  float *s2 = states >= 2 ? m->opt_state + n : NULL;
+  return m->be->ops->optimizer_step(m->be, cfg, step, m->params, m->grads, s1, s2, n, err);
+}
+
+ps_err mlp_get_params(mlp *m, float *host, ps_error *err) {
+  return m->be->ops->download(m->be, host, m->params, m->layout.total * sizeof(float), err);
+}
+
+ps_err mlp_set_params(mlp *m, const float *host, ps_error *err) {
+  return m->be->ops->upload(m->be, m->params, host, m->layout.total * sizeof(float), err);
+}
+
+ps_err mlp_get_grads(mlp *m, float *host, ps_error *err) {
+  return m->be->ops->download(m->be, host, m->grads, m->layout.total * sizeof(float), err);
+}

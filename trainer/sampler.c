@@ -1,0 +1,62 @@
+/* Per-epoch permutations, data shares and batch gathering. */
+#include "trainer/sampler.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/rng.h"
+
+ps_err sampler_init(sampler *s, uint64_t seed, long total, int id, int trainers, ps_error *err) {
+  memset(s, 0, sizeof *s);
+  if (trainers < 1 || id < 0 || id >= trainers || total < 1) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                        "sampler: trainer %d of %d over %ld samples is not a valid share", id,
+                        trainers, total);
+  }
+  s->seed = seed;
+  s->total = total;
+  s->id = id;
+  s->trainers = trainers;
+  s->share = (total - id + trainers - 1) / trainers;
+  s->perm = malloc((size_t)total * sizeof *s->perm);
+  s->order = malloc((size_t)(s->share > 0 ? s->share : 1) * sizeof *s->order);
+  if (s->perm == NULL || s->order == NULL) {
+    sampler_free(s);
+    return ps_error_set(err, PS_ERR_NO_MEMORY, "sampler: cannot allocate indices for %ld samples",
+                        total);
+  }
+  return PS_ERR_OK;
+}
+
+void sampler_free(sampler *s) {
+  free(s->perm);
+  free(s->order);
+  memset(s, 0, sizeof *s);
+}
+
+void sampler_start_epoch(sampler *s, long epoch) {
+  /* Every trainer runs the same Fisher-Yates shuffle, so shares are disjoint. */
+  rng r;
+  rng_seed(&r, s->seed, 0x5eed0000ULL + (uint64_t)epoch);
+  for (long i = 0; i < s->total; i++) s->perm[i] = i;
+  for (long i = s->total - 1; i > 0; i--) {
+    long j = (long)rng_below(&r, (uint64_t)i + 1);
+    long t = s->perm[i];
+    s->perm[i] = s->perm[j];
+    s->perm[j] = t;
+  }
+  long k = 0;
+  for (long i = s->id; i < s->total; i += s->trainers) s->order[k++] = s->perm[i];
+}
+
+void sampler_gather(const dataset *ds, const long *indices, int count, float *images,
+                    int32_t *labels) {
+  const size_t pixels = (size_t)ds->rows * (size_t)ds->cols;
+  const float scale = 1.0f / 255.0f;
+  for (int b = 0; b < count; b++) {
+    const uint8_t *src = ds->pixels + (size_t)indices[b] * pixels;
+    float *dst = images + (size_t)b * pixels;
+    for (size_t i = 0; i < pixels; i++) dst[i] = (float)src[i] * scale;
+    labels[b] = ds->labels[indices[b]];
+  }
+}

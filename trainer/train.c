@@ -1,0 +1,199 @@
+/* The local training loop, evaluation and metrics. */
+#define _POSIX_C_SOURCE 200809L
+#include "trainer/train.h"
+
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/log.h"
+
+/* Evaluation batches are larger than training ones: no backward pass. */
+#define EVAL_BATCH 256
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static ps_err check_model_fits_data(const model_desc *m, const dataset *ds, const char *model_text,
+                                    ps_error *err) {
+  int pixels = ds->rows * ds->cols;
+  if (m->sizes[0] != pixels) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                        "--model %s: first layer takes %d inputs but the images have %d x %d = %d "
+                        "pixels",
+                        model_text, m->sizes[0], ds->rows, ds->cols, pixels);
+  }
+  if (m->sizes[m->num_layers] != DATASET_CLASSES) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                        "--model %s: last layer has %d outputs but the data has %d classes",
+                        model_text, m->sizes[m->num_layers], DATASET_CLASSES);
+  }
+  return PS_ERR_OK;
+}
+
+ps_err trainer_init(trainer *t, const trainer_settings *settings, ps_error *err) {
+  memset(t, 0, sizeof *t);
+  t->settings = *settings;
+  t->mode_label = "local";
+  const trainer_options *o = &settings->opt;
+
+  if (dataset_load(o->data, "train", o->train_samples, &t->train, err) != PS_ERR_OK ||
+      dataset_load(o->data, "t10k", o->test_samples, &t->test, err) != PS_ERR_OK) {
+    goto fail;
+  }
+  if (t->train.rows != t->test.rows || t->train.cols != t->test.cols) {
+    ps_error_set(err, PS_ERR_CORRUPT_DATA, "%s: training images are %dx%d but test images %dx%d",
+                 o->data, t->train.rows, t->train.cols, t->test.rows, t->test.cols);
+    goto fail;
+  }
+  if (check_model_fits_data(&settings->model, &t->train, o->model, err) != PS_ERR_OK) goto fail;
+
+  if (sampler_init(&t->order, (uint64_t)o->seed, t->train.count, 0, 1, err) != PS_ERR_OK) goto fail;
+  t->steps_per_epoch = (t->order.share + o->batch - 1) / o->batch;
+  t->settings.optimizer.total_steps = t->steps_per_epoch * o->epochs;
+
+  if (o->metrics[0] != '\0') {
+    t->metrics = fopen(o->metrics, "a");
+    if (t->metrics == NULL) {
+      ps_error_set(err, PS_ERR_IO, "--metrics %s: cannot open for appending: %s", o->metrics,
+                   strerror(errno));
+      goto fail;
+    }
+  }
+  if (backend_open(&t->be, o->device, (int)o->threads, err) != PS_ERR_OK) goto fail;
+  int max_batch = o->batch > EVAL_BATCH ? (int)o->batch : EVAL_BATCH;
+  if (mlp_create(&t->model, &settings->model, t->be, max_batch, (uint64_t)o->seed, err) !=
+      PS_ERR_OK) {
+    goto fail;
+  }
+  return PS_ERR_OK;
+fail:
+  trainer_free(t);
+  return err->code;
+}
+
+void trainer_free(trainer *t) {
+  mlp_destroy(t->model);
+  backend_destroy(t->be);
+  if (t->metrics != NULL && fclose(t->metrics) != 0) {
+    LOG_ERROR("closing the metrics file: %s", strerror(errno));
+  }
+  sampler_free(&t->order);
+  dataset_free(&t->train);
+  dataset_free(&t->test);
+  memset(t, 0, sizeof *t);
+}
+
+ps_err trainer_evaluate(trainer *t, double *accuracy, double *mean_loss, ps_error *err) {
+  double loss = 0.0;
+  long correct = 0;
+  long total = t->test.count;
+  long indices[EVAL_BATCH];
+  for (long start = 0; start < total; start += EVAL_BATCH) {
+    int count = (int)(total - start < EVAL_BATCH ? total - start : EVAL_BATCH);
+    for (int i = 0; i < count; i++) indices[i] = start + i;
+    sampler_gather(&t->test, indices, count, mlp_host_inputs(t->model), mlp_host_labels(t->model));
+    if (mlp_load_batch(t->model, count, err) != PS_ERR_OK ||
+        mlp_forward(t->model, count, 0, &loss, &correct, err) != PS_ERR_OK) {
+      return err->code;
+    }
+  }
+  *accuracy = (double)correct / (double)total;
+  *mean_loss = loss / (double)total;
+  return PS_ERR_OK;
+}
+
+static ps_err write_metrics(trainer *t, long epoch, double train_loss, double accuracy,
+                            double samples_per_s, double wall_s, ps_error *err) {
+  if (t->metrics == NULL) return PS_ERR_OK;
+  if (fprintf(t->metrics,
+              "{\"epoch\":%ld,\"train_loss\":%.6f,\"test_accuracy\":%.6f,\"samples_per_s\":%.1f,"
+              "\"wall_s\":%.3f,\"mode\":\"%s\"}\n",
+              epoch, train_loss, accuracy, samples_per_s, wall_s, t->mode_label) < 0 ||
+      fflush(t->metrics) != 0) {
+    return ps_error_set(err, PS_ERR_IO, "writing --metrics %s: %s", t->settings.opt.metrics,
+                        strerror(errno));
+  }
+  return PS_ERR_OK;
+}
+
+/* One epoch of training; returns the mean loss and the training throughput. */
+static ps_err train_epoch(trainer *t, long epoch, long *global_step, double *mean_loss,
+                          double *samples_per_s, ps_error *err) {
+  const trainer_options *o = &t->settings.opt;
+  sampler_start_epoch(&t->order, epoch);
+  double loss_sum = 0.0;
+  long correct = 0, seen = 0;
+  double start = now_s(), next_progress = start + o->progress_interval;
+
+  for (long step = 0; step < t->steps_per_epoch; step++) {
+    long first = step * o->batch;
+    int count = (int)(t->order.share - first < o->batch ? t->order.share - first : o->batch);
+    sampler_gather(&t->train, t->order.order + first, count, mlp_host_inputs(t->model),
+                   mlp_host_labels(t->model));
+    double batch_loss = 0.0;
+    if (mlp_load_batch(t->model, count, err) != PS_ERR_OK ||
+        mlp_forward(t->model, count, 1, &batch_loss, &correct, err) != PS_ERR_OK ||
+        mlp_backward(t->model, count, err) != PS_ERR_OK ||
+        mlp_apply_optimizer(t->model, &t->settings.optimizer, *global_step, err) != PS_ERR_OK) {
+      return err->code;
+    }
+    if (!isfinite(batch_loss)) {
+      return ps_error_set(err, PS_ERR_FAILED_PRECONDITION,
+                          "training diverged: the loss is %g at epoch %ld step %ld; try a smaller "
+                          "--lr (now %g)",
+                          batch_loss, epoch + 1, step + 1, o->lr);
+    }
+    loss_sum += batch_loss;
+    seen += count;
+    (*global_step)++;
+
+    if (o->progress_interval > 0) {
+      double now = now_s();
+      if (now >= next_progress) {
+        double rate = (double)seen / (now - start);
+        double eta = (double)(t->order.share - seen) / rate;
+        LOG_INFO("epoch %ld/%ld step %ld/%ld loss %.4f %.0f samples/s ETA %.0fs", epoch + 1,
+                 o->epochs, step + 1, t->steps_per_epoch, loss_sum / (double)seen, rate, eta);
+        next_progress = now + o->progress_interval;
+      }
+    }
+  }
+  double elapsed = now_s() - start;
+  *mean_loss = loss_sum / (double)seen;
+  *samples_per_s = (double)seen / elapsed;
+  return PS_ERR_OK;
+}
+
+ps_err trainer_run(trainer *t, train_summary *summary, ps_error *err) {
+  const trainer_options *o = &t->settings.opt;
+  double run_start = now_s();
+  long global_step = 0;
+  memset(summary, 0, sizeof *summary);
+  LOG_INFO("training %s on %ld samples (%ld steps of %ld per epoch), testing on %ld, backend %s: %s",
+           o->model, t->train.count, t->steps_per_epoch, o->batch, t->test.count, t->be->name,
+           t->be->description);
+  for (long epoch = 0; epoch < o->epochs; epoch++) {
+    double mean_loss = 0.0, rate = 0.0, accuracy = 0.0, test_loss = 0.0;
+    if (train_epoch(t, epoch, &global_step, &mean_loss, &rate, err) != PS_ERR_OK ||
+        trainer_evaluate(t, &accuracy, &test_loss, err) != PS_ERR_OK) {
+      return err->code;
+    }
+    double wall = now_s() - run_start;
+    LOG_INFO("epoch %ld/%ld done: train loss %.4f, test loss %.4f, test accuracy %.4f, %.0f "
+             "samples/s, %.1fs elapsed",
+             epoch + 1, o->epochs, mean_loss, test_loss, accuracy, rate, wall);
+    if (write_metrics(t, epoch + 1, mean_loss, accuracy, rate, wall, err) != PS_ERR_OK) {
+      return err->code;
+    }
+    summary->epochs = epoch + 1;
+    summary->test_accuracy = accuracy;
+    summary->train_loss = mean_loss;
+    summary->samples_per_s = rate;
+  }
+  return PS_ERR_OK;
+}

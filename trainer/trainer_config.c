@@ -1,0 +1,104 @@
+/* The trainer's option table and the checks that run before any work. */
+#include "trainer/trainer_config.h"
+
+#include <stddef.h>
+#include <string.h>
+
+#define OFF(field) offsetof(trainer_options, field)
+#define NUM(lo, hi) .min = (lo), .max = (hi)
+#define ANY .min = 1, .max = 0
+
+static const option_def trainer_option_table[] = {
+    {"mode", NULL, OPT_CHOICE, OFF(mode), "local", "how replicas stay in step", "local", ANY},
+    {"data", NULL, OPT_STRING, OFF(data), "/usr/share/datasets/fashion-mnist",
+     "folder of the IDX files (train-* and t10k-*, gzip'd or plain)", NULL, ANY},
+    {"model", NULL, OPT_STRING, OFF(model), "mlp:784,256,128,10",
+     "model: mlp:INPUTS,HIDDEN...,CLASSES (ReLU hidden layers)", NULL, ANY},
+    {"epochs", NULL, OPT_INT, OFF(epochs), "12", "passes over the training data", NULL,
+     NUM(1, 100000)},
+    {"batch", NULL, OPT_INT, OFF(batch), "64", "mini-batch size per trainer", NULL,
+     NUM(1, 65536)},
+    {"optimizer", NULL, OPT_CHOICE, OFF(optimizer), "adam", "update rule", OPTIMIZER_CHOICES, ANY},
+    {"lr", NULL, OPT_DOUBLE, OFF(lr), "0.001", "learning rate", NULL, NUM(1e-12, 1e6)},
+    {"weight-decay", NULL, OPT_DOUBLE, OFF(weight_decay), "0",
+     "weight decay (L2 for sgd and momentum, decoupled for adam)", NULL, NUM(0, 1e6)},
+    {"momentum", NULL, OPT_DOUBLE, OFF(momentum), "0.9", "momentum of --optimizer momentum", NULL,
+     NUM(0, 0.999999)},
+    {"beta1", NULL, OPT_DOUBLE, OFF(beta1), "0.9", "Adam's first-moment decay", NULL,
+     NUM(0, 0.999999)},
+    {"beta2", NULL, OPT_DOUBLE, OFF(beta2), "0.999", "Adam's second-moment decay", NULL,
+     NUM(0, 0.999999)},
+    {"epsilon", NULL, OPT_DOUBLE, OFF(epsilon), "1e-8", "Adam's epsilon", NULL, NUM(1e-30, 1)},
+    {"lr-schedule", NULL, OPT_CHOICE, OFF(lr_schedule), "constant",
+     "learning-rate schedule (cosine decays to --min-lr over all steps)", LR_SCHEDULE_CHOICES, ANY},
+    {"lr-step-size", NULL, OPT_INT, OFF(lr_step_size), "1000",
+     "step schedule: steps between decays", NULL, NUM(1, 1e12)},
+    {"lr-gamma", NULL, OPT_DOUBLE, OFF(lr_gamma), "0.5", "step schedule: decay factor", NULL,
+     NUM(1e-12, 1)},
+    {"min-lr", NULL, OPT_DOUBLE, OFF(min_lr), "0", "cosine schedule: final learning rate", NULL,
+     NUM(0, 1e6)},
+    {"seed", NULL, OPT_INT, OFF(seed), "1", "seed of initialization and data order", NULL,
+     NUM(0, 9.2e18)},
+    {"threads", NULL, OPT_INT, OFF(threads), "1", "BLAS threads (0: the BLAS default)", NULL,
+     NUM(0, 1024)},
+    {"device", NULL, OPT_CHOICE, OFF(device), "auto", "compute device (auto: GPU if visible)",
+     "auto|cpu|cuda", ANY},
+    {"metrics", NULL, OPT_STRING, OFF(metrics), "",
+     "append one JSON object per epoch to this file", NULL, ANY},
+    {"train-samples", NULL, OPT_INT, OFF(train_samples), "0",
+     "use only the first N training samples (0: all)", NULL, NUM(0, 1e12)},
+    {"test-samples", NULL, OPT_INT, OFF(test_samples), "0",
+     "evaluate on only the first N test samples (0: all)", NULL, NUM(0, 1e12)},
+    {"progress-interval", NULL, OPT_DOUBLE, OFF(progress_interval), "1",
+     "seconds between progress lines (0: none)", NULL, NUM(0, 86400)},
+    {"log-level", NULL, OPT_CHOICE, OFF(log_level), "info", "logging detail",
+     "error|warn|info|debug", ANY},
+};
+
+#define TRAINER_OPTION_COUNT (sizeof trainer_option_table / sizeof trainer_option_table[0])
+
+options_result trainer_settings_load(trainer_settings *s, int argc, char **argv, ps_error *err) {
+  memset(s, 0, sizeof *s);
+  options_result r =
+      options_parse(trainer_option_table, TRAINER_OPTION_COUNT, &s->opt, argc, argv, err);
+  if (r != OPTIONS_OK) return r;
+
+  const trainer_options *o = &s->opt;
+  if (model_parse(o->model, &s->model, err) != PS_ERR_OK) return OPTIONS_ERROR;
+  if (log_level_parse(o->log_level, &s->level) != 0) {
+    ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "--log-level '%s' is unknown", o->log_level);
+    return OPTIONS_ERROR;
+  }
+  optimizer_config *c = &s->optimizer;
+  if (optimizer_kind_parse(o->optimizer, &c->kind, err) != PS_ERR_OK ||
+      lr_schedule_parse(o->lr_schedule, &c->schedule, err) != PS_ERR_OK) {
+    return OPTIONS_ERROR;
+  }
+  c->lr = o->lr;
+  c->weight_decay = o->weight_decay;
+  c->momentum = o->momentum;
+  c->beta1 = o->beta1;
+  c->beta2 = o->beta2;
+  c->epsilon = o->epsilon;
+  c->step_size = o->lr_step_size;
+  c->gamma = o->lr_gamma;
+  c->min_lr = o->min_lr;
+  c->total_steps = 1; /* the trainer sets it from the data size */
+  if (optimizer_config_check(c, err) != PS_ERR_OK) return OPTIONS_ERROR;
+  if (c->schedule == LR_COSINE && c->min_lr > c->lr) {
+    ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "--min-lr %g is above --lr %g", c->min_lr, c->lr);
+    return OPTIONS_ERROR;
+  }
+  return OPTIONS_OK;
+}
+
+void trainer_print_help(FILE *out) {
+  options_print_help(out,
+                     "Usage: trainer [--mode local] [--OPTION VALUE]...\n"
+                     "Trains a model on Fashion-MNIST/MNIST IDX data and reports test accuracy.",
+                     trainer_option_table, TRAINER_OPTION_COUNT);
+}
+
+void trainer_settings_format(const trainer_settings *s, char *buf, size_t len) {
+  options_format(trainer_option_table, TRAINER_OPTION_COUNT, &s->opt, buf, len);
+}

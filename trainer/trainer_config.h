@@ -1,0 +1,58 @@
+/* The trainer's configuration: its option table (flags, environment
+ * variables, --help) and the checked, parsed settings the rest of the
+ * trainer reads. */
+#ifndef PSTRAIN_TRAINER_TRAINER_CONFIG_H
+#define PSTRAIN_TRAINER_TRAINER_CONFIG_H
+
+#include <stdio.h>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "common/model.h"
+#include "common/optimizer.h"
+#include "common/options.h"
+
+/* Raw option values, as the table fills them. */
+typedef struct trainer_options {
+  const char *mode;
+  const char *data;
+  const char *model;
+  long epochs;
+  long batch;
+  const char *optimizer;
+  double lr;
+  double weight_decay;
+  double momentum;
+  double beta1, beta2, epsilon;
+  const char *lr_schedule;
+  long lr_step_size;
+  double lr_gamma;
+  double min_lr;
+  long seed;
+  long threads;
+  const char *device;
+  const char *metrics;
+  long train_samples;
+  long test_samples;
+  double progress_interval;
+  const char *log_level;
+} trainer_options;
+
+/* Options plus what was parsed out of them. */
+typedef struct trainer_settings {
+  trainer_options opt;
+  model_desc model;
+  optimizer_config optimizer; /* total_steps is set once the data size is known */
+  log_level level;
+} trainer_settings;
+
+/* Fills settings from defaults, environment and argv, and checks them. On
+ * OPTIONS_ERROR err says which flag or variable and why. */
+options_result trainer_settings_load(trainer_settings *s, int argc, char **argv, ps_error *err);
+
+void trainer_print_help(FILE *out);
+
+/* "name=value ..." of every option, for the start-up log line. */
+void trainer_settings_format(const trainer_settings *s, char *buf, size_t len);
+
+#endif
