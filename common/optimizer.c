@@ -91,14 +91,17 @@ optimizer_scalars optimizer_scalars_at(const optimizer_config *cfg, long step) {
   s.momentum = (float)cfg->momentum;
   s.beta1 = (float)cfg->beta1;
   s.beta2 = (float)cfg->beta2;
+  s.one_minus_beta1 = (float)(1.0 - cfg->beta1);
+  s.one_minus_beta2 = (float)(1.0 - cfg->beta2);
   s.epsilon = (float)cfg->epsilon;
   s.bias_correction1 = (float)(1.0 - pow(cfg->beta1, t));
   s.bias_correction2 = (float)(1.0 - pow(cfg->beta2, t));
   return s;
 }
 
-void optimizer_apply(const optimizer_config *cfg, long step, float *params, const float *grads,
-                     float *state1, float *state2, size_t n) {
+void optimizer_apply(const optimizer_config *cfg, long step, float *restrict params,
+                     const float *restrict grads, float *restrict state1, float *restrict state2,
+                     size_t n) {
   optimizer_scalars s = optimizer_scalars_at(cfg, step);
   switch (cfg->kind) {
   case OPTIMIZER_SGD:

@@ -49,8 +49,9 @@ optimizer_scalars optimizer_scalars_at(const optimizer_config *cfg, long step);
 
 /* Applies one update to n parameters from their gradients. state1 and state2
  * hold the optimizer's state vectors (NULL where the kind needs fewer); they
- * must start zeroed. */
-void optimizer_apply(const optimizer_config *cfg, long step, float *params, const float *grads,
-                     float *state1, float *state2, size_t n);
+ * must start zeroed. The four arrays must not overlap. */
+void optimizer_apply(const optimizer_config *cfg, long step, float *restrict params,
+                     const float *restrict grads, float *restrict state1, float *restrict state2,
+                     size_t n);
 
 #endif

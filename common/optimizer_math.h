@@ -14,6 +14,7 @@ typedef struct optimizer_scalars {
   float weight_decay;
   float momentum;     /* momentum SGD */
   float beta1, beta2; /* Adam */
+  float one_minus_beta1, one_minus_beta2; /* in double first: 1 - 0.999f loses digits */
   float epsilon;
   float bias_correction1; /* 1 - beta1^t, t = step + 1 */
   float bias_correction2; /* 1 - beta2^t */
@@ -37,8 +38,8 @@ static inline PS_HOST_DEVICE void optimizer_momentum_elem(float *w, float *v, fl
  * the moment estimates. */
 static inline PS_HOST_DEVICE void optimizer_adam_elem(float *w, float *m, float *v, float g,
                                                       const optimizer_scalars *s) {
-  *m = s->beta1 * *m + (1.0f - s->beta1) * g;
-  *v = s->beta2 * *v + (1.0f - s->beta2) * g * g;
+  *m = s->beta1 * *m + s->one_minus_beta1 * g;
+  *v = s->beta2 * *v + s->one_minus_beta2 * g * g;
   float m_hat = *m / s->bias_correction1;
   float v_hat = *v / s->bias_correction2;
   *w -= s->lr * (m_hat / (sqrtf(v_hat) + s->epsilon) + s->weight_decay * *w);

@@ -58,19 +58,21 @@ static uint32_t be32(const uint8_t *p) {
   return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
 }
 
-/* Reads the magic and `ndims` dimensions, checking the magic. */
+/* Reads and checks the magic, then `ndims` dimensions. */
 static ps_err read_header(gzFile f, const char *path, uint32_t magic, int ndims, long *dims,
                           ps_error *err) {
-  uint8_t header[16];
-  size_t len = 4 + 4 * (size_t)ndims;
-  if (read_exact(f, path, header, len, "the header", err) != PS_ERR_OK) return err->code;
+  uint8_t header[12];
+  if (read_exact(f, path, header, 4, "the header", err) != PS_ERR_OK) return err->code;
   uint32_t got = be32(header);
   if (got != magic) {
     return ps_error_set(err, PS_ERR_CORRUPT_DATA,
                         "%s: wrong magic number 0x%08x (expected 0x%08x, an IDX %s file)", path, got,
                         magic, magic == IDX_IMAGES_MAGIC ? "image" : "label");
   }
-  for (int i = 0; i < ndims; i++) dims[i] = (long)be32(header + 4 + 4 * i);
+  if (read_exact(f, path, header, 4 * (size_t)ndims, "the header", err) != PS_ERR_OK) {
+    return err->code;
+  }
+  for (int i = 0; i < ndims; i++) dims[i] = (long)be32(header + 4 * i);
   return PS_ERR_OK;
 }
 

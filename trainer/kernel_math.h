@@ -9,11 +9,8 @@
 
 #include "common/host_device.h"
 
-/* y = x + bias, then ReLU when relu != 0. */
-static inline PS_HOST_DEVICE float kernel_bias_act(float x, float bias, int relu) {
-  float y = x + bias;
-  return relu && y < 0.0f ? 0.0f : y;
-}
+/* ReLU as a max, not a branch: signs are random, branches mispredict. */
+static inline PS_HOST_DEVICE float kernel_relu(float y) { return y > 0.0f ? y : 0.0f; }
 
 /* Gradient through ReLU given its output y: dy where y > 0, else 0. */
 static inline PS_HOST_DEVICE float kernel_relu_grad(float dy, float y) {

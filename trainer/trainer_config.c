@@ -29,7 +29,7 @@ static const option_def trainer_option_table[] = {
     {"beta2", NULL, OPT_DOUBLE, OFF(beta2), "0.999", "Adam's second-moment decay", NULL,
      NUM(0, 0.999999)},
     {"epsilon", NULL, OPT_DOUBLE, OFF(epsilon), "1e-8", "Adam's epsilon", NULL, NUM(1e-30, 1)},
-    {"lr-schedule", NULL, OPT_CHOICE, OFF(lr_schedule), "constant",
+    {"lr-schedule", NULL, OPT_CHOICE, OFF(lr_schedule), "cosine",
      "learning-rate schedule (cosine decays to --min-lr over all steps)", LR_SCHEDULE_CHOICES, ANY},
     {"lr-step-size", NULL, OPT_INT, OFF(lr_step_size), "1000",
      "step schedule: steps between decays", NULL, NUM(1, 1e12)},

@@ -1,0 +1,93 @@
+/* Model descriptions: parsing, the parameter layout, the hash, deterministic
+ * initialization of any range, and single-allocation tensor groups. */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "common/model.h"
+#include "common/tensor.h"
+#include "tests/check.h"
+
+int main(void) {
+  ps_error err;
+  model_desc d;
+  REQUIRE(model_parse("mlp:784,256,128,10", &d, &err) == PS_ERR_OK);
+  CHECK_EQ_INT(d.num_layers, 3);
+  CHECK_EQ_INT(d.sizes[0], 784);
+  CHECK_EQ_INT(d.sizes[3], 10);
+  char text[128];
+  model_format(&d, text, sizeof text);
+  CHECK_EQ_STR(text, "mlp:784,256,128,10");
+
+  tensor_layout layout;
+  tensor_layout_init(&layout);
+  REQUIRE(model_build_layout(&d, &layout, &err) == PS_ERR_OK);
+  CHECK_EQ_INT(layout.count, 6);
+  CHECK_EQ_STR(layout.tensors[0].name, "fc1.weight");
+  CHECK_EQ_INT(layout.tensors[0].shape[0], 256);
+  CHECK_EQ_INT(layout.tensors[0].shape[1], 784);
+  CHECK_EQ_STR(layout.tensors[1].name, "fc1.bias");
+  CHECK_EQ_INT(layout.tensors[1].offset, 200704);
+  CHECK_EQ_INT(layout.tensors[5].offset + layout.tensors[5].count, 235146);
+  CHECK_EQ_INT(layout.total, 235146); /* the reference MLP's parameter count */
+  CHECK_EQ_INT(tensor_layout_find(&layout, "fc3.weight"), 4);
+  CHECK_EQ_INT(tensor_layout_find(&layout, "fc4.weight"), -1);
+
+  /* Equal models hash alike; different ones do not. */
+  model_desc same, other;
+  REQUIRE(model_parse("mlp:784,256,128,10", &same, &err) == PS_ERR_OK);
+  REQUIRE(model_parse("mlp:784,256,64,10", &other, &err) == PS_ERR_OK);
+  CHECK(model_hash(&d) == model_hash(&same));
+  CHECK(model_hash(&d) != model_hash(&other));
+
+  /* Any range initializes to the same values as the whole. */
+  size_t n = layout.total;
+  float *all = malloc(n * sizeof *all), *part = malloc(5000 * sizeof *part);
+  REQUIRE(all != NULL && part != NULL);
+  model_init_params(&d, &layout, 42, 0, n, all);
+  model_init_params(&d, &layout, 42, 200000, 5000, part); /* spans fc1.weight, fc1.bias, fc2.weight */
+  int range_mismatch = 0;
+  for (size_t i = 0; i < 5000; i++) range_mismatch += part[i] != all[200000 + i];
+  CHECK_EQ_INT(range_mismatch, 0);
+  /* Biases are zero, weights within the He bound and not all alike. */
+  double bound1 = 0.0874817; /* sqrt(6/784) */
+  double sum = 0.0, max_abs = 0.0;
+  for (size_t i = 0; i < layout.tensors[0].count; i++) {
+    sum += all[i];
+    if (all[i] < 0 ? -all[i] > max_abs : all[i] > max_abs) max_abs = all[i] < 0 ? -all[i] : all[i];
+  }
+  CHECK(max_abs <= bound1);
+  CHECK(max_abs > 0.9 * bound1);
+  CHECK_NEAR(sum / (double)layout.tensors[0].count, 0.0, 0.002);
+  int nonzero_bias = 0;
+  for (size_t i = 0; i < layout.tensors[1].count; i++) nonzero_bias += all[layout.tensors[1].offset + i] != 0;
+  CHECK_EQ_INT(nonzero_bias, 0);
+  /* Another seed gives other weights. */
+  model_init_params(&d, &layout, 43, 0, 100, part);
+  int same_count = 0;
+  for (int i = 0; i < 100; i++) same_count += part[i] == all[i];
+  CHECK(same_count < 5);
+  free(all);
+  free(part);
+
+  /* A tensor group is one aligned, zeroed block with tensors at their offsets. */
+  tensor_group group;
+  REQUIRE(tensor_group_init(&group, &layout, 2, &err) == PS_ERR_OK);
+  CHECK_EQ_INT((uintptr_t)group.data % 64, 0);
+  CHECK(tensor_group_tensor(&group, 0, 1) == group.data + 200704);
+  CHECK(tensor_group_tensor(&group, 1, 0) == group.data + layout.total);
+  CHECK(group.data[2 * layout.total - 1] == 0.0f);
+  tensor_group_free(&group);
+  tensor_layout_free(&layout);
+
+  /* Bad descriptions. */
+  CHECK_EQ_INT(model_parse("cnn:784,10", &d, &err), PS_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(model_parse("mlp:784", &d, &err), PS_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(model_parse("mlp:784,10,", &d, &err), PS_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(model_parse("mlp:784;10", &d, &err), PS_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(err.msg, "unexpected ';'");
+  CHECK_EQ_INT(model_parse("mlp:784,99999999999999999999,10", &d, &err), PS_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(model_parse("mlp:1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18", &d, &err),
+               PS_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(err.msg, "more than 16 layers");
+  return check_report("test_model");
+}
