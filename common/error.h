@@ -16,9 +16,13 @@
   X(UNSUPPORTED, "not supported by this build")                        \
   X(BACKEND, "compute backend failure")                                \
   X(FAILED_PRECONDITION, "failed precondition")                        \
+  X(OUT_OF_RANGE, "out of range")                                      \
   X(UNAVAILABLE, "peer unavailable")                                   \
   X(TIMEOUT, "deadline exceeded")                                      \
+  X(CANCELLED, "cancelled")                                            \
+  X(ABORTED, "aborted")                                                \
   X(UNAUTHENTICATED, "unauthenticated")                                \
+  X(PERMISSION_DENIED, "permission denied")                            \
   X(INTERNAL, "internal error")
 
 typedef enum {

@@ -47,6 +47,7 @@ typedef struct backend_ops {
 struct backend {
   const backend_ops *ops;
   const char *name; /* "cpu" or "cuda" */
+  int host_memory;  /* its memory is host memory: pointers may be read directly */
   char description[128]; /* e.g. the BLAS and its kernel core, or the GPU's name */
 };
 

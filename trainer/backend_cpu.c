@@ -129,6 +129,7 @@ ps_err backend_cpu_create(backend **out, int threads, ps_error *err) {
   if (b == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "creating the cpu backend: out of memory");
   b->ops = &cpu_ops;
   b->name = "cpu";
+  b->host_memory = 1;
 #if defined(__SSE__)
   /* Flush denormals to zero, as GPUs do: Adam's moments of never-lit pixels
    * decay into denormals, and x86 runs those many times slower. The setting

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "common/log.h"
+#include "common/rpc.h"
 #include "trainer/train.h"
 #include "trainer/trainer_config.h"
 
@@ -41,19 +42,31 @@ int main(int argc, char **argv) {
   trainer_settings_format(&settings, effective, sizeof effective);
   LOG_INFO("starting: %s", effective);
 
+  /* The trainer keeps the default signal actions: Ctrl-C stops it at once,
+   * and its pservers notice the missing trainer. */
+  rpc_global_init();
   trainer t;
   if (trainer_init(&t, &settings, &err) != PS_ERR_OK) {
     LOG_ERROR("%s", err.msg);
+    rpc_global_shutdown();
     return exit_status(err.code);
   }
   train_summary summary;
   ps_err rc = trainer_run(&t, &summary, &err);
+  int t_evaluated = t.evaluates;
   trainer_free(&t);
+  rpc_global_shutdown();
   if (rc != PS_ERR_OK) {
     LOG_ERROR("training failed: %s", err.msg);
     return 1;
   }
-  LOG_INFO("done: %ld epochs, test accuracy %.4f, train loss %.4f, %.0f samples/s", summary.epochs,
-           summary.test_accuracy, summary.train_loss, summary.samples_per_s);
+  if (t_evaluated) {
+    LOG_INFO("done: %ld epochs (%ld steps), test accuracy %.4f, train loss %.4f, %.0f samples/s",
+             summary.epochs, summary.steps, summary.test_accuracy, summary.train_loss,
+             summary.samples_per_s);
+  } else {
+    LOG_INFO("done: %ld epochs (%ld steps), train loss %.4f, %.0f samples/s", summary.epochs,
+             summary.steps, summary.train_loss, summary.samples_per_s);
+  }
   return 0;
 }

@@ -4,10 +4,12 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "common/log.h"
+#include "common/safetensors.h"
 
 /* Evaluation batches are larger than training ones: no backward pass. */
 #define EVAL_BATCH 256
@@ -35,6 +37,36 @@ static ps_err check_model_fits_data(const model_desc *m, const dataset *ds, cons
   return PS_ERR_OK;
 }
 
+/* Registers with the pservers and takes their initial parameters. */
+static ps_err connect_pservers(trainer *t, ps_error *err) {
+  const trainer_settings *s = &t->settings;
+  job_config job = {.model = s->model, .optimizer = s->optimizer, .update = s->update,
+                    .trainers = t->trainers, .pservers = s->pservers.count,
+                    .block_size = (size_t)s->opt.block_size, .seed = (uint64_t)s->opt.seed};
+  t->ps = calloc(1, sizeof *t->ps);
+  if (t->ps == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "out of memory");
+  if (ps_client_connect(t->ps, &s->pservers, &job, t->id, s->opt.connect_timeout,
+                        s->opt.rpc_timeout, err) != PS_ERR_OK) {
+    free(t->ps);
+    t->ps = NULL;
+    return err->code;
+  }
+  if (ps_client_pull(t->ps, t->host_params, err) != PS_ERR_OK) return err->code;
+  if (t->staged) return mlp_set_params(t->model, t->host_params, err);
+  return PS_ERR_OK;
+}
+
+/* The step's update: the local optimizer, or a push-pull with the pservers. */
+static ps_err apply_update(trainer *t, long step, ps_error *err) {
+  if (t->ps == NULL) return mlp_apply_optimizer(t->model, &t->settings.optimizer, step, err);
+  if (t->staged && mlp_get_grads(t->model, t->host_grads, err) != PS_ERR_OK) return err->code;
+  if (ps_client_push_pull(t->ps, step, t->host_grads, t->host_params, err) != PS_ERR_OK) {
+    return err->code;
+  }
+  if (t->staged) return mlp_set_params(t->model, t->host_params, err);
+  return PS_ERR_OK;
+}
+
 ps_err trainer_init(trainer *t, const trainer_settings *settings, ps_error *err) {
   memset(t, 0, sizeof *t);
   t->settings = *settings;
@@ -52,11 +84,26 @@ ps_err trainer_init(trainer *t, const trainer_settings *settings, ps_error *err)
   }
   if (check_model_fits_data(&settings->model, &t->train, o->model, err) != PS_ERR_OK) goto fail;
 
-  if (sampler_init(&t->order, (uint64_t)o->seed, t->train.count, 0, 1, err) != PS_ERR_OK) goto fail;
-  t->steps_per_epoch = (t->order.share + o->batch - 1) / o->batch;
+  t->id = settings->pserver_mode ? (int)o->id : 0;
+  t->trainers = settings->pserver_mode ? (int)o->trainers : 1;
+  t->evaluates = t->id == 0;
+  if (settings->pserver_mode) {
+    t->mode_label = settings->update == UPDATE_ASYNC ? "pserver-async" : "pserver-sync";
+  }
+  if (t->train.count < t->trainers) {
+    ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "%ld training samples cannot be shared by %d trainers",
+                 t->train.count, t->trainers);
+    goto fail;
+  }
+  if (sampler_init(&t->order, (uint64_t)o->seed, t->train.count, t->id, t->trainers, err) !=
+      PS_ERR_OK) {
+    goto fail;
+  }
+  t->samples_per_epoch = t->train.count / t->trainers;
+  t->steps_per_epoch = (t->samples_per_epoch + o->batch - 1) / o->batch;
   t->settings.optimizer.total_steps = t->steps_per_epoch * o->epochs;
 
-  if (o->metrics[0] != '\0') {
+  if (o->metrics[0] != '\0' && t->evaluates) {
     t->metrics = fopen(o->metrics, "a");
     if (t->metrics == NULL) {
       ps_error_set(err, PS_ERR_IO, "--metrics %s: cannot open for appending: %s", o->metrics,
@@ -70,6 +117,20 @@ ps_err trainer_init(trainer *t, const trainer_settings *settings, ps_error *err)
       PS_ERR_OK) {
     goto fail;
   }
+  size_t n = t->model->layout.total;
+  t->staged = !t->be->host_memory;
+  if (t->staged) {
+    t->host_params = malloc(n * sizeof(float));
+    t->host_grads = malloc(n * sizeof(float));
+    if (t->host_params == NULL || t->host_grads == NULL) {
+      ps_error_set(err, PS_ERR_NO_MEMORY, "out of memory for %zu parameters' staging", n);
+      goto fail;
+    }
+  } else {
+    t->host_params = t->model->params;
+    t->host_grads = t->model->grads;
+  }
+  if (settings->pserver_mode && connect_pservers(t, err) != PS_ERR_OK) goto fail;
   return PS_ERR_OK;
 fail:
   trainer_free(t);
@@ -77,6 +138,14 @@ fail:
 }
 
 void trainer_free(trainer *t) {
+  if (t->ps != NULL) {
+    ps_client_close(t->ps);
+    free(t->ps);
+  }
+  if (t->staged) {
+    free(t->host_params);
+    free(t->host_grads);
+  }
   mlp_destroy(t->model);
   backend_destroy(t->be);
   if (t->metrics != NULL && fclose(t->metrics) != 0) {
@@ -121,7 +190,8 @@ static ps_err write_metrics(trainer *t, long epoch, double train_loss, double ac
   return PS_ERR_OK;
 }
 
-/* One epoch of training; returns the mean loss and the training throughput. */
+/* One epoch of training, or its first part when --max-steps ends it;
+ * returns the mean loss and the training throughput. */
 static ps_err train_epoch(trainer *t, long epoch, long *global_step, double *mean_loss,
                           double *samples_per_s, ps_error *err) {
   const trainer_options *o = &t->settings.opt;
@@ -131,15 +201,17 @@ static ps_err train_epoch(trainer *t, long epoch, long *global_step, double *mea
   double start = now_s(), next_progress = start + o->progress_interval;
 
   for (long step = 0; step < t->steps_per_epoch; step++) {
+    if (o->max_steps > 0 && *global_step >= o->max_steps) break;
     long first = step * o->batch;
-    int count = (int)(t->order.share - first < o->batch ? t->order.share - first : o->batch);
+    long left = t->samples_per_epoch - first;
+    int count = (int)(left < o->batch ? left : o->batch);
     sampler_gather(&t->train, t->order.order + first, count, mlp_host_inputs(t->model),
                    mlp_host_labels(t->model));
     double batch_loss = 0.0;
     if (mlp_load_batch(t->model, count, err) != PS_ERR_OK ||
         mlp_forward(t->model, count, 1, &batch_loss, &correct, err) != PS_ERR_OK ||
         mlp_backward(t->model, count, err) != PS_ERR_OK ||
-        mlp_apply_optimizer(t->model, &t->settings.optimizer, *global_step, err) != PS_ERR_OK) {
+        apply_update(t, *global_step, err) != PS_ERR_OK) {
       return err->code;
     }
     if (!isfinite(batch_loss)) {
@@ -156,7 +228,7 @@ static ps_err train_epoch(trainer *t, long epoch, long *global_step, double *mea
       double now = now_s();
       if (now >= next_progress) {
         double rate = (double)seen / (now - start);
-        double eta = (double)(t->order.share - seen) / rate;
+        double eta = (double)(t->samples_per_epoch - seen) / rate;
         LOG_INFO("epoch %ld/%ld step %ld/%ld loss %.4f %.0f samples/s ETA %.0fs", epoch + 1,
                  o->epochs, step + 1, t->steps_per_epoch, loss_sum / (double)seen, rate, eta);
         next_progress = now + o->progress_interval;
@@ -164,8 +236,21 @@ static ps_err train_epoch(trainer *t, long epoch, long *global_step, double *mea
     }
   }
   double elapsed = now_s() - start;
-  *mean_loss = loss_sum / (double)seen;
-  *samples_per_s = (double)seen / elapsed;
+  *mean_loss = seen > 0 ? loss_sum / (double)seen : 0.0;
+  *samples_per_s = seen > 0 ? (double)seen / elapsed : 0.0;
+  return PS_ERR_OK;
+}
+
+static ps_err export_model(trainer *t, ps_error *err) {
+  const char *path = t->settings.opt.export_path;
+  if (t->staged && mlp_get_params(t->model, t->host_params, err) != PS_ERR_OK) return err->code;
+  char model[256];
+  model_format(&t->settings.model, model, sizeof model);
+  const char *metadata[] = {"format", "pt", "model", model, "producer", "pstrain", NULL};
+  if (safetensors_write(path, &t->model->layout, t->host_params, metadata, err) != PS_ERR_OK) {
+    return err->code;
+  }
+  LOG_INFO("exported the model to %s", path);
   return PS_ERR_OK;
 }
 
@@ -174,26 +259,43 @@ ps_err trainer_run(trainer *t, train_summary *summary, ps_error *err) {
   double run_start = now_s();
   long global_step = 0;
   memset(summary, 0, sizeof *summary);
-  LOG_INFO("training %s on %ld samples (%ld steps of %ld per epoch), testing on %ld, backend %s: %s",
-           o->model, t->train.count, t->steps_per_epoch, o->batch, t->test.count, t->be->name,
-           t->be->description);
+  LOG_INFO("training %s on %ld of %ld samples per epoch (trainer %d of %d; %ld steps of %ld), "
+           "testing on %ld; backend %s: %s",
+           o->model, t->samples_per_epoch, t->train.count, t->id, t->trainers, t->steps_per_epoch,
+           o->batch, t->test.count, t->be->name, t->be->description);
   for (long epoch = 0; epoch < o->epochs; epoch++) {
+    if (o->max_steps > 0 && global_step >= o->max_steps) break;
     double mean_loss = 0.0, rate = 0.0, accuracy = 0.0, test_loss = 0.0;
-    if (train_epoch(t, epoch, &global_step, &mean_loss, &rate, err) != PS_ERR_OK ||
-        trainer_evaluate(t, &accuracy, &test_loss, err) != PS_ERR_OK) {
+    if (train_epoch(t, epoch, &global_step, &mean_loss, &rate, err) != PS_ERR_OK) {
       return err->code;
     }
     double wall = now_s() - run_start;
-    LOG_INFO("epoch %ld/%ld done: train loss %.4f, test loss %.4f, test accuracy %.4f, %.0f "
-             "samples/s, %.1fs elapsed",
-             epoch + 1, o->epochs, mean_loss, test_loss, accuracy, rate, wall);
-    if (write_metrics(t, epoch + 1, mean_loss, accuracy, rate, wall, err) != PS_ERR_OK) {
-      return err->code;
+    if (t->evaluates) {
+      if (trainer_evaluate(t, &accuracy, &test_loss, err) != PS_ERR_OK) return err->code;
+      wall = now_s() - run_start;
+      LOG_INFO("epoch %ld/%ld done: train loss %.4f, test loss %.4f, test accuracy %.4f, %.0f "
+               "samples/s, %.1fs elapsed",
+               epoch + 1, o->epochs, mean_loss, test_loss, accuracy, rate, wall);
+      if (write_metrics(t, epoch + 1, mean_loss, accuracy, rate, wall, err) != PS_ERR_OK) {
+        return err->code;
+      }
+    } else {
+      LOG_INFO("epoch %ld/%ld done: train loss %.4f, %.0f samples/s, %.1fs elapsed (trainer 0 "
+               "evaluates)",
+               epoch + 1, o->epochs, mean_loss, rate, wall);
     }
     summary->epochs = epoch + 1;
     summary->test_accuracy = accuracy;
     summary->train_loss = mean_loss;
     summary->samples_per_s = rate;
   }
+  summary->steps = global_step;
+  if (t->ps != NULL) {
+    LOG_INFO("communication: %.1f MB sent, %.1f MB received, %.1f s in push-pull",
+             (double)t->ps->bytes_sent / 1e6, (double)t->ps->bytes_received / 1e6,
+             t->ps->comm_seconds);
+    if (ps_client_done(t->ps, global_step, err) != PS_ERR_OK) return err->code;
+  }
+  if (o->export_path[0] != '\0' && export_model(t, err) != PS_ERR_OK) return err->code;
   return PS_ERR_OK;
 }

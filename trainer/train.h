@@ -1,7 +1,7 @@
 /* The training loop of one trainer: data share, mini-batches, the model's
  * forward and backward, the update, progress lines, evaluation on the test
- * set after each epoch and the metrics file. In local mode the update is the
- * optimizer applied in-process. */
+ * set after each epoch and the metrics file. The update is the optimizer
+ * applied in-process (local mode) or a push-pull to the pservers. */
 #ifndef PSTRAIN_TRAINER_TRAIN_H
 #define PSTRAIN_TRAINER_TRAIN_H
 
@@ -11,6 +11,7 @@
 #include "trainer/backend.h"
 #include "trainer/idx.h"
 #include "trainer/mlp.h"
+#include "trainer/ps_client.h"
 #include "trainer/sampler.h"
 #include "trainer/trainer_config.h"
 
@@ -21,12 +22,20 @@ typedef struct trainer {
   backend *be;
   mlp *model;
   sampler order;
+  long samples_per_epoch; /* equal on every trainer, so sync steps line up */
   long steps_per_epoch;
-  FILE *metrics; /* NULL without --metrics */
+  int id, trainers;
+  int evaluates;       /* trainer 0 evaluates and writes metrics */
+  FILE *metrics;       /* NULL without --metrics */
+  ps_client *ps;       /* pserver mode */
+  float *host_params;  /* the model's parameters and gradients as host memory: */
+  float *host_grads;   /* the backend's own, or staging copies */
+  int staged;
 } trainer;
 
 typedef struct train_summary {
   long epochs;
+  long steps;
   double test_accuracy;   /* after the last epoch */
   double train_loss;      /* mean over the last epoch */
   double samples_per_s;   /* of the last epoch's training */

@@ -9,7 +9,30 @@
 #define ANY .min = 1, .max = 0
 
 static const option_def trainer_option_table[] = {
-    {"mode", NULL, OPT_CHOICE, OFF(mode), "local", "how replicas stay in step", "local", ANY},
+    {"mode", NULL, OPT_CHOICE, OFF(mode), "local",
+     "local: one process; pserver: push gradients to and pull weights from --pservers",
+     "local|pserver", ANY},
+    {"update", NULL, OPT_CHOICE, OFF(update), "sync",
+     "pserver mode: sync (every step waits for all trainers) or async", "sync|async", ANY},
+    {"pservers", "PADDLE_PSERVERS_IP_PORT_LIST", OPT_STRING, OFF(pservers), "",
+     "pserver mode: every pserver's HOST:PORT, comma-separated, in the same order everywhere",
+     NULL, ANY},
+    {"trainers", "PADDLE_TRAINERS_NUM", OPT_INT, OFF(trainers), "1",
+     "pserver mode: trainers in the job", NULL, NUM(1, 4096)},
+    {"id", "PADDLE_TRAINER_ID", OPT_INT, OFF(id), "0", "pserver mode: this trainer's id, 0..N-1",
+     NULL, NUM(0, 4095)},
+    {"block-size", NULL, OPT_INT, OFF(block_size), "32768",
+     "pserver mode: most floats per block of the shard map", NULL, NUM(1, 1 << 26)},
+    {"connect-timeout", NULL, OPT_DOUBLE, OFF(connect_timeout), "60",
+     "pserver mode: seconds to wait for every pserver to come up", NULL, NUM(0.1, 1e7)},
+    {"rpc-timeout", NULL, OPT_DOUBLE, OFF(rpc_timeout), "300",
+     "pserver mode: seconds one push-pull may take (a sync step waits for every trainer)", NULL,
+     NUM(0.1, 1e7)},
+    {"max-steps", NULL, OPT_INT, OFF(max_steps), "0",
+     "stop after this many steps (0: run all epochs)", NULL, NUM(0, 1e15)},
+    {"export", NULL, OPT_STRING, OFF(export_path), "",
+     "write the trained model to this safetensors file (fc1.weight (out, in), fc1.bias, ...)",
+     NULL, ANY},
     {"data", NULL, OPT_STRING, OFF(data), "/usr/share/datasets/fashion-mnist",
      "folder of the IDX files (train-* and t10k-*, gzip'd or plain)", NULL, ANY},
     {"model", NULL, OPT_STRING, OFF(model), "mlp:784,256,128,10",
@@ -65,6 +88,19 @@ options_result trainer_settings_load(trainer_settings *s, int argc, char **argv,
 
   const trainer_options *o = &s->opt;
   if (model_parse(o->model, &s->model, err) != PS_ERR_OK) return OPTIONS_ERROR;
+  s->pserver_mode = strcmp(o->mode, "pserver") == 0;
+  s->update = strcmp(o->update, "async") == 0 ? UPDATE_ASYNC : UPDATE_SYNC;
+  if (s->pserver_mode) {
+    if (endpoints_check_role("TRAINER", err) != PS_ERR_OK ||
+        endpoints_parse(o->pservers, "--pservers", &s->pservers, err) != PS_ERR_OK) {
+      return OPTIONS_ERROR;
+    }
+    if (o->id >= o->trainers) {
+      ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "--id %ld is not 0..%ld (--trainers %ld)", o->id,
+                   o->trainers - 1, o->trainers);
+      return OPTIONS_ERROR;
+    }
+  }
   if (log_level_parse(o->log_level, &s->level) != 0) {
     ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "--log-level '%s' is unknown", o->log_level);
     return OPTIONS_ERROR;

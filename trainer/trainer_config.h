@@ -6,7 +6,9 @@
 
 #include <stdio.h>
 
+#include "common/endpoints.h"
 #include "common/error.h"
+#include "common/job.h"
 #include "common/log.h"
 #include "common/model.h"
 #include "common/optimizer.h"
@@ -15,6 +17,15 @@
 /* Raw option values, as the table fills them. */
 typedef struct trainer_options {
   const char *mode;
+  const char *update;
+  const char *pservers;
+  long trainers;
+  long id;
+  long block_size;
+  double connect_timeout;
+  double rpc_timeout;
+  long max_steps;
+  const char *export_path;
   const char *data;
   const char *model;
   long epochs;
@@ -42,6 +53,9 @@ typedef struct trainer_options {
 typedef struct trainer_settings {
   trainer_options opt;
   model_desc model;
+  int pserver_mode;
+  update_mode update;
+  endpoint_list pservers; /* pserver mode */
   optimizer_config optimizer; /* total_steps is set once the data size is known */
   log_level level;
 } trainer_settings;

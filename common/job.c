@@ -1,0 +1,70 @@
+/* Job description text, hash and differences. */
+#include "common/job.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char *const schedule_names[] = {"constant", "step", "cosine"};
+
+const char *update_mode_name(update_mode mode) { return mode == UPDATE_ASYNC ? "async" : "sync"; }
+
+static void optimizer_text(const optimizer_config *o, char *buf, size_t len) {
+  snprintf(buf, len, "%s lr=%.17g wd=%.17g momentum=%.17g betas=%.17g,%.17g eps=%.17g %s "
+           "step_size=%ld gamma=%.17g total_steps=%ld min_lr=%.17g",
+           optimizer_kind_name(o->kind), o->lr, o->weight_decay, o->momentum, o->beta1, o->beta2,
+           o->epsilon, schedule_names[o->schedule], o->step_size, o->gamma, o->total_steps,
+           o->min_lr);
+}
+
+void job_config_format(const job_config *job, char *buf, size_t len) {
+  char model[256], opt[512];
+  model_format(&job->model, model, sizeof model);
+  optimizer_text(&job->optimizer, opt, sizeof opt);
+  snprintf(buf, len, "model=%s optimizer=[%s] update=%s trainers=%d pservers=%d block_size=%zu "
+           "seed=%llu",
+           model, opt, update_mode_name(job->update), job->trainers, job->pservers,
+           job->block_size, (unsigned long long)job->seed);
+}
+
+uint64_t job_config_hash(const job_config *job) {
+  char text[1024];
+  job_config_format(job, text, sizeof text);
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (const char *p = text; *p != '\0'; p++) {
+    h ^= (unsigned char)*p;
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
+static void append(char *buf, size_t len, size_t *used, const char *field, const char *a,
+                   const char *b) {
+  if (strcmp(a, b) == 0 || *used >= len) return;
+  int n = snprintf(buf + *used, len - *used, "%s%s %s vs %s", *used > 0 ? "; " : "", field, a, b);
+  if (n > 0) *used += (size_t)n;
+}
+
+void job_config_diff(const job_config *a, const job_config *b, char *buf, size_t len) {
+  char x[512], y[512];
+  size_t used = 0;
+  buf[0] = '\0';
+  model_format(&a->model, x, sizeof x);
+  model_format(&b->model, y, sizeof y);
+  append(buf, len, &used, "model", x, y);
+  optimizer_text(&a->optimizer, x, sizeof x);
+  optimizer_text(&b->optimizer, y, sizeof y);
+  append(buf, len, &used, "optimizer", x, y);
+  append(buf, len, &used, "update", update_mode_name(a->update), update_mode_name(b->update));
+  snprintf(x, sizeof x, "%d", a->trainers);
+  snprintf(y, sizeof y, "%d", b->trainers);
+  append(buf, len, &used, "trainers", x, y);
+  snprintf(x, sizeof x, "%d", a->pservers);
+  snprintf(y, sizeof y, "%d", b->pservers);
+  append(buf, len, &used, "pservers", x, y);
+  snprintf(x, sizeof x, "%zu", a->block_size);
+  snprintf(y, sizeof y, "%zu", b->block_size);
+  append(buf, len, &used, "block size", x, y);
+  snprintf(x, sizeof x, "%llu", (unsigned long long)a->seed);
+  snprintf(y, sizeof y, "%llu", (unsigned long long)b->seed);
+  append(buf, len, &used, "seed", x, y);
+}

@@ -1,0 +1,132 @@
+/* pstrain's RPC layer: the only module that calls gRPC's C core. A server
+ * with worker threads that hands each request to one handler and lets it
+ * reply at once or later (a sync step answers when every trainer has
+ * pushed); a client that runs several calls at once with deadlines. Messages
+ * travel as lists of parts so tensor data is sent from where it lies, and
+ * arrive as lists of segments so it can be read in place. gRPC status codes
+ * map to ps_err here and nowhere else. Not for message encoding (wire.h). */
+#ifndef PSTRAIN_COMMON_RPC_H
+#define PSTRAIN_COMMON_RPC_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/error.h"
+
+/* Starts and stops gRPC for the process; call once each, from main, after
+ * blocking the signals the process handles itself (gRPC starts threads). */
+void rpc_global_init(void);
+void rpc_global_shutdown(void);
+
+/* A received message: a view of its bytes in one or more segments. */
+typedef struct rpc_segment {
+  const uint8_t *data;
+  size_t len;
+} rpc_segment;
+
+typedef struct rpc_message {
+  const rpc_segment *segments;
+  size_t count;
+  size_t total; /* bytes over all segments */
+} rpc_message;
+
+/* Counts the gRPC slices still pointing at borrowed memory, so its owner can
+ * wait before changing or freeing it. Zero-initialize; never copy. */
+typedef struct rpc_lease {
+  atomic_int refs;
+} rpc_lease;
+
+/* Waits (sleeping in short steps) until no slice references lease's memory. */
+void rpc_lease_wait(rpc_lease *lease);
+
+/* One piece of an outgoing message. With a lease, data is borrowed: sent from
+ * where it lies and left untouched until rpc_lease_wait returns. Without one,
+ * it is copied when the call starts. */
+typedef struct rpc_part {
+  const void *data;
+  size_t len;
+  rpc_lease *lease;
+} rpc_part;
+
+/* --- server -------------------------------------------------------------- */
+
+typedef struct rpc_server rpc_server;
+typedef struct rpc_call rpc_call;
+
+/* Called on a worker thread for each request. `request` is valid only until
+ * the handler returns. The handler must call rpc_call_reply exactly once for
+ * the call, then or later, from any thread. */
+typedef void (*rpc_handler)(void *ctx, rpc_call *call, int method, const rpc_message *request);
+
+typedef struct rpc_server_config {
+  const char *listen;          /* "HOST:PORT"; port 0 picks a free one */
+  const char *const *methods;  /* full paths, e.g. "/pstrain.PServer/PushPull" */
+  int method_count;
+  rpc_handler handler;
+  void *handler_ctx;
+  int threads;                 /* worker threads, >= 1 */
+  size_t max_message_bytes;    /* both directions */
+} rpc_server_config;
+
+/* Binds and starts serving. *bound_port receives the port actually bound. */
+ps_err rpc_server_start(rpc_server **out, const rpc_server_config *cfg, int *bound_port,
+                        ps_error *err);
+
+/* Answers a call. code PS_ERR_OK sends the parts as the reply message; any
+ * other code sends that status with message (parts are ignored). Thread-safe. */
+void rpc_call_reply(rpc_call *call, ps_err code, const char *message, const rpc_part *parts,
+                    int part_count);
+
+/* The peer's address, e.g. "ipv4:127.0.0.1:51234". Valid until the reply. */
+const char *rpc_call_peer(const rpc_call *call);
+
+/* Stops accepting calls, cancels those still open, waits for the workers and
+ * frees the server. Every deferred call must have been answered before. */
+void rpc_server_stop(rpc_server *srv);
+
+/* --- client -------------------------------------------------------------- */
+
+typedef struct rpc_client rpc_client;
+typedef struct rpc_channel rpc_channel;
+
+/* A client owns one completion queue and is used by one thread at a time. */
+ps_err rpc_client_create(rpc_client **out, ps_error *err);
+void rpc_client_destroy(rpc_client *client);
+
+/* A channel to target ("HOST:PORT"), reconnecting at most every
+ * max_reconnect_ms while the peer is away. Owned by the client. */
+ps_err rpc_channel_open(rpc_client *client, const char *target, size_t max_message_bytes,
+                        int max_reconnect_ms, rpc_channel **out, ps_error *err);
+
+/* A received reply; free with rpc_reply_free. */
+typedef struct rpc_reply {
+  rpc_message message;
+  void *internal; /* the byte buffer and its slices */
+} rpc_reply;
+
+void rpc_reply_free(rpc_reply *reply);
+
+/* One call of a batch. Fill the inputs; rpc_client_call_all fills the rest. */
+typedef struct rpc_op {
+  rpc_channel *channel;
+  const char *method;     /* full path; must outlive the call */
+  const rpc_part *parts;
+  int part_count;
+  double timeout_s;
+  int wait_for_ready;     /* wait (until the deadline) for the peer to come up */
+  /* results */
+  ps_err code;
+  char message[384];      /* the peer's status message, or why the call failed */
+  rpc_reply reply;        /* when code == PS_ERR_OK */
+} rpc_op;
+
+/* Starts every op at once and waits for all of them. Returns PS_ERR_OK when
+ * every op succeeded; otherwise the first failing op's code, with err naming
+ * its target. Each op's own result is in the op. */
+ps_err rpc_client_call_all(rpc_client *client, rpc_op *ops, int count, ps_error *err);
+
+/* The target a channel was opened to. */
+const char *rpc_channel_target(const rpc_channel *channel);
+
+#endif

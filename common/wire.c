@@ -1,0 +1,407 @@
+/* protobuf-c for small messages; the protobuf wire format by hand for the
+ * block messages (tag = field << 3 | wire type; varints; length-delimited). */
+#include "common/wire.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { WT_VARINT = 0, WT_FIXED64 = 1, WT_LEN = 2, WT_FIXED32 = 5 };
+
+/* Longest field header of a block: tag, length, id tag, id, data tag, length. */
+#define BLOCK_HEADER_MAX (1 + 10 + 1 + 5 + 1 + 10)
+#define MESSAGE_HEADER_MAX 64
+
+/* --- protobuf-c ------------------------------------------------------------- */
+
+ProtobufCMessage *wire_unpack(const ProtobufCMessageDescriptor *desc, const rpc_message *msg,
+                              ps_error *err) {
+  uint8_t *flat = malloc(msg->total > 0 ? msg->total : 1);
+  if (flat == NULL) {
+    ps_error_set(err, PS_ERR_NO_MEMORY, "out of memory unpacking a %s", desc->name);
+    return NULL;
+  }
+  size_t at = 0;
+  for (size_t i = 0; i < msg->count; i++) {
+    memcpy(flat + at, msg->segments[i].data, msg->segments[i].len);
+    at += msg->segments[i].len;
+  }
+  ProtobufCMessage *m = protobuf_c_message_unpack(desc, NULL, msg->total, flat);
+  free(flat);
+  if (m == NULL) {
+    ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "malformed %s (%zu bytes)", desc->name, msg->total);
+  }
+  return m;
+}
+
+ps_err wire_pack(const ProtobufCMessage *m, uint8_t **out, size_t *len, ps_error *err) {
+  size_t size = protobuf_c_message_get_packed_size(m);
+  uint8_t *buf = malloc(size > 0 ? size : 1);
+  if (buf == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "out of memory packing a message");
+  *len = protobuf_c_message_pack(m, buf);
+  *out = buf;
+  return PS_ERR_OK;
+}
+
+static const char *const schedule_names[] = {"constant", "step", "cosine"};
+
+void wire_job_to_proto(const job_config *job, Pstrain__JobConfig *out,
+                       Pstrain__OptimizerConfig *opt, char *text, size_t text_len) {
+  pstrain__job_config__init(out);
+  pstrain__optimizer_config__init(opt);
+  model_format(&job->model, text, text_len);
+  const optimizer_config *o = &job->optimizer;
+  opt->kind = (char *)optimizer_kind_name(o->kind);
+  opt->lr = o->lr;
+  opt->weight_decay = o->weight_decay;
+  opt->momentum = o->momentum;
+  opt->beta1 = o->beta1;
+  opt->beta2 = o->beta2;
+  opt->epsilon = o->epsilon;
+  opt->schedule = (char *)schedule_names[o->schedule];
+  opt->step_size = o->step_size;
+  opt->gamma = o->gamma;
+  opt->total_steps = o->total_steps;
+  opt->min_lr = o->min_lr;
+  out->model = text;
+  out->optimizer = opt;
+  out->update = (char *)update_mode_name(job->update);
+  out->trainers = (uint32_t)job->trainers;
+  out->pservers = (uint32_t)job->pservers;
+  out->block_size = job->block_size;
+  out->seed = job->seed;
+}
+
+ps_err wire_job_from_proto(const Pstrain__JobConfig *in, job_config *job, ps_error *err) {
+  memset(job, 0, sizeof *job);
+  if (in->optimizer == NULL) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "job description without an optimizer");
+  }
+  if (model_parse(in->model, &job->model, err) != PS_ERR_OK) return err->code;
+  const Pstrain__OptimizerConfig *o = in->optimizer;
+  optimizer_config *c = &job->optimizer;
+  if (optimizer_kind_parse(o->kind, &c->kind, err) != PS_ERR_OK ||
+      lr_schedule_parse(o->schedule, &c->schedule, err) != PS_ERR_OK) {
+    return err->code;
+  }
+  c->lr = o->lr;
+  c->weight_decay = o->weight_decay;
+  c->momentum = o->momentum;
+  c->beta1 = o->beta1;
+  c->beta2 = o->beta2;
+  c->epsilon = o->epsilon;
+  c->step_size = (long)o->step_size;
+  c->gamma = o->gamma;
+  c->total_steps = (long)o->total_steps;
+  c->min_lr = o->min_lr;
+  if (optimizer_config_check(c, err) != PS_ERR_OK) return err->code;
+  if (strcmp(in->update, "sync") == 0) {
+    job->update = UPDATE_SYNC;
+  } else if (strcmp(in->update, "async") == 0) {
+    job->update = UPDATE_ASYNC;
+  } else {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "update mode '%s' is not sync or async",
+                        in->update);
+  }
+  if (in->trainers < 1 || in->trainers > 4096 || in->pservers < 1 || in->pservers > 4096) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "%u trainers and %u pservers: not 1..4096",
+                        in->trainers, in->pservers);
+  }
+  if (in->block_size < 1 || in->block_size > (1u << 26)) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "block size %llu is not 1..%u",
+                        (unsigned long long)in->block_size, 1u << 26);
+  }
+  job->trainers = (int)in->trainers;
+  job->pservers = (int)in->pservers;
+  job->block_size = (size_t)in->block_size;
+  job->seed = in->seed;
+  return PS_ERR_OK;
+}
+
+/* --- writing block messages ------------------------------------------------- */
+
+static size_t put_varint(uint8_t *p, uint64_t v) {
+  size_t n = 0;
+  while (v >= 0x80) {
+    p[n++] = (uint8_t)(v | 0x80);
+    v >>= 7;
+  }
+  p[n++] = (uint8_t)v;
+  return n;
+}
+
+static size_t varint_size(uint64_t v) {
+  size_t n = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    n++;
+  }
+  return n;
+}
+
+static uint8_t tag(unsigned field, unsigned wire_type) { return (uint8_t)(field << 3 | wire_type); }
+
+ps_err wire_writer_begin(wire_writer *w, size_t max_blocks, ps_error *err) {
+  size_t bytes = MESSAGE_HEADER_MAX + max_blocks * BLOCK_HEADER_MAX;
+  int parts = (int)(2 * max_blocks + 2);
+  if (bytes > w->bytes_cap) {
+    uint8_t *grown = realloc(w->bytes, bytes);
+    if (grown == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "out of memory for a message");
+    w->bytes = grown;
+    w->bytes_cap = bytes;
+  }
+  if (parts > w->part_cap) {
+    rpc_part *grown = realloc(w->parts, (size_t)parts * sizeof *grown);
+    if (grown == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "out of memory for a message");
+    w->parts = grown;
+    w->part_cap = parts;
+  }
+  w->bytes_used = 0;
+  w->part_count = 0;
+  return PS_ERR_OK;
+}
+
+void wire_writer_free(wire_writer *w) {
+  free(w->bytes);
+  free(w->parts);
+  memset(w, 0, sizeof *w);
+}
+
+/* Appends header bytes, extending the last part when it is header bytes too. */
+static void add_bytes(wire_writer *w, const uint8_t *src, size_t len) {
+  uint8_t *dst = w->bytes + w->bytes_used;
+  memcpy(dst, src, len);
+  w->bytes_used += len;
+  rpc_part *last = w->part_count > 0 ? &w->parts[w->part_count - 1] : NULL;
+  if (last != NULL && last->lease == NULL && (const uint8_t *)last->data + last->len == dst) {
+    last->len += len;
+  } else {
+    w->parts[w->part_count++] = (rpc_part){dst, len, NULL};
+  }
+}
+
+void wire_writer_push_header(wire_writer *w, const wire_key *key, uint64_t config_hash) {
+  uint8_t sub[32], buf[MESSAGE_HEADER_MAX];
+  size_t s = 0, n = 0;
+  sub[s++] = tag(1, WT_VARINT);
+  s += put_varint(sub + s, key->trainer_id);
+  sub[s++] = tag(2, WT_VARINT);
+  s += put_varint(sub + s, key->incarnation);
+  sub[s++] = tag(3, WT_VARINT);
+  s += put_varint(sub + s, key->step);
+  buf[n++] = tag(1, WT_LEN);
+  n += put_varint(buf + n, s);
+  memcpy(buf + n, sub, s);
+  n += s;
+  buf[n++] = tag(2, WT_VARINT);
+  n += put_varint(buf + n, config_hash);
+  add_bytes(w, buf, n);
+}
+
+void wire_writer_params_header(wire_writer *w, uint64_t incarnation, uint64_t step) {
+  uint8_t buf[MESSAGE_HEADER_MAX];
+  size_t n = 0;
+  buf[n++] = tag(1, WT_VARINT);
+  n += put_varint(buf + n, incarnation);
+  buf[n++] = tag(2, WT_VARINT);
+  n += put_varint(buf + n, step);
+  add_bytes(w, buf, n);
+}
+
+void wire_writer_block(wire_writer *w, uint32_t id, const float *data, size_t count,
+                       rpc_lease *lease) {
+  size_t data_len = count * sizeof(float);
+  size_t inner = 1 + varint_size(id) + 1 + varint_size(data_len) + data_len;
+  uint8_t buf[BLOCK_HEADER_MAX];
+  size_t n = 0;
+  buf[n++] = tag(3, WT_LEN);
+  n += put_varint(buf + n, inner);
+  buf[n++] = tag(1, WT_VARINT);
+  n += put_varint(buf + n, id);
+  buf[n++] = tag(2, WT_LEN);
+  n += put_varint(buf + n, data_len);
+  add_bytes(w, buf, n);
+  if (data_len > 0) w->parts[w->part_count++] = (rpc_part){data, data_len, lease};
+}
+
+/* --- reading block messages ------------------------------------------------- */
+
+/* A read position over the segments of a message, bounded by `end` bytes
+ * from the message start (the end of the enclosing field). */
+typedef struct cursor {
+  const rpc_message *msg;
+  size_t segment, offset; /* next byte */
+  size_t at, end;         /* bytes consumed from the message start; limit */
+} cursor;
+
+static int cursor_byte(cursor *c, uint8_t *out) {
+  if (c->at >= c->end) return 0;
+  while (c->offset >= c->msg->segments[c->segment].len) {
+    c->segment++;
+    c->offset = 0;
+  }
+  *out = c->msg->segments[c->segment].data[c->offset++];
+  c->at++;
+  return 1;
+}
+
+static int cursor_skip(cursor *c, size_t n) {
+  if (n > c->end - c->at) return 0;
+  c->at += n;
+  while (n > 0) {
+    size_t left = c->msg->segments[c->segment].len - c->offset;
+    if (left == 0) {
+      c->segment++;
+      c->offset = 0;
+      continue;
+    }
+    size_t step = n < left ? n : left;
+    c->offset += step;
+    n -= step;
+  }
+  return 1;
+}
+
+static int read_varint(cursor *c, uint64_t *out) {
+  uint64_t v = 0;
+  for (int shift = 0; shift < 64; shift += 7) {
+    uint8_t b;
+    if (!cursor_byte(c, &b)) return 0;
+    v |= (uint64_t)(b & 0x7f) << shift;
+    if ((b & 0x80) == 0) {
+      *out = v;
+      return 1;
+    }
+  }
+  return 0; /* more than 10 bytes */
+}
+
+/* Skips a field of the given wire type whose tag was read. */
+static int skip_field(cursor *c, unsigned wire_type) {
+  uint64_t v;
+  switch (wire_type) {
+  case WT_VARINT: return read_varint(c, &v);
+  case WT_FIXED64: return cursor_skip(c, 8);
+  case WT_FIXED32: return cursor_skip(c, 4);
+  case WT_LEN: return read_varint(c, &v) && cursor_skip(c, v);
+  default: return 0; /* groups are not used by proto3 */
+  }
+}
+
+/* Reads a length prefix and returns the end of the field, or 0 if it overruns. */
+static int read_len(cursor *c, size_t *field_end) {
+  uint64_t len;
+  if (!read_varint(c, &len) || len > c->end - c->at) return 0;
+  *field_end = c->at + (size_t)len;
+  return 1;
+}
+
+static int parse_key(cursor *c, wire_key *key) {
+  size_t end, outer = c->end;
+  if (!read_len(c, &end)) return 0;
+  c->end = end;
+  while (c->at < c->end) {
+    uint64_t t, v;
+    if (!read_varint(c, &t)) return 0;
+    unsigned field = (unsigned)(t >> 3), wt = (unsigned)(t & 7);
+    if (wt == WT_VARINT && field >= 1 && field <= 3) {
+      if (!read_varint(c, &v)) return 0;
+      if (field == 1) {
+        if (v > UINT32_MAX) return 0;
+        key->trainer_id = (uint32_t)v;
+      } else if (field == 2) {
+        key->incarnation = v;
+      } else {
+        key->step = v;
+      }
+    } else if (!skip_field(c, wt)) {
+      return 0;
+    }
+  }
+  c->end = outer;
+  return 1;
+}
+
+static int parse_block(cursor *c, wire_block_ref *ref) {
+  size_t end, outer = c->end;
+  int has_id = 0;
+  if (!read_len(c, &end)) return 0;
+  c->end = end;
+  memset(ref, 0, sizeof *ref);
+  while (c->at < c->end) {
+    uint64_t t, v;
+    if (!read_varint(c, &t)) return 0;
+    unsigned field = (unsigned)(t >> 3), wt = (unsigned)(t & 7);
+    if (field == 1 && wt == WT_VARINT) {
+      if (!read_varint(c, &v) || v > UINT32_MAX) return 0;
+      ref->id = (uint32_t)v;
+      has_id = 1;
+    } else if (field == 2 && wt == WT_LEN) {
+      size_t data_end;
+      if (!read_len(c, &data_end)) return 0;
+      ref->len = data_end - c->at;
+      /* Normalize the position so it points into a segment with bytes left. */
+      while (c->segment < c->msg->count && c->offset >= c->msg->segments[c->segment].len &&
+             ref->len > 0) {
+        c->segment++;
+        c->offset = 0;
+      }
+      ref->segment = c->segment;
+      ref->offset = c->offset;
+      if (!cursor_skip(c, ref->len)) return 0;
+    } else if (!skip_field(c, wt)) {
+      return 0;
+    }
+  }
+  c->end = outer;
+  (void)has_id; /* proto3: an absent id is block 0 */
+  return 1;
+}
+
+ps_err wire_parse_blocks(const rpc_message *msg, wire_blocks_msg *out, ps_error *err) {
+  cursor c = {msg, 0, 0, 0, msg->total};
+  out->has_key = 0;
+  memset(&out->key, 0, sizeof out->key);
+  out->field1 = out->field2 = 0;
+  out->block_count = 0;
+  while (c.at < c.end) {
+    uint64_t t;
+    if (!read_varint(&c, &t)) goto malformed;
+    unsigned field = (unsigned)(t >> 3), wt = (unsigned)(t & 7);
+    if (field == 1 && wt == WT_LEN) {
+      if (!parse_key(&c, &out->key)) goto malformed;
+      out->has_key = 1;
+    } else if (field == 1 && wt == WT_VARINT) {
+      if (!read_varint(&c, &out->field1)) goto malformed;
+    } else if (field == 2 && wt == WT_VARINT) {
+      if (!read_varint(&c, &out->field2)) goto malformed;
+    } else if (field == 3 && wt == WT_LEN) {
+      if (out->block_count == out->block_cap) {
+        return ps_error_set(err, PS_ERR_OUT_OF_RANGE, "message holds more than %zu blocks",
+                            out->block_cap);
+      }
+      if (!parse_block(&c, &out->blocks[out->block_count])) goto malformed;
+      out->block_count++;
+    } else if (field == 0 || !skip_field(&c, wt)) {
+      goto malformed;
+    }
+  }
+  return PS_ERR_OK;
+malformed:
+  return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                      "malformed block message: bad protobuf encoding near byte %zu of %zu", c.at,
+                      msg->total);
+}
+
+void wire_copy_block(const rpc_message *msg, const wire_block_ref *ref, void *dst) {
+  uint8_t *out = dst;
+  size_t left = ref->len, segment = ref->segment, offset = ref->offset;
+  while (left > 0) {
+    const rpc_segment *s = &msg->segments[segment];
+    size_t n = s->len - offset < left ? s->len - offset : left;
+    memcpy(out, s->data + offset, n);
+    out += n;
+    left -= n;
+    segment++;
+    offset = 0;
+  }
+}

@@ -1,0 +1,96 @@
+/* Encoding and decoding of pstrain's messages (proto/pstrain.proto). Small
+ * messages go through protobuf-c. The two block messages (PushRequest,
+ * ParamsReply) are written and read here directly in the protobuf wire
+ * format, so block data is sent from where it lies and copied once, from
+ * the received segments straight to its destination. Not thread-safe per
+ * writer; parsing is pure. */
+#ifndef PSTRAIN_COMMON_WIRE_H
+#define PSTRAIN_COMMON_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/error.h"
+#include "common/job.h"
+#include "common/rpc.h"
+#include "pstrain.pb-c.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "pstrain sends float32 in host order, which must be little-endian"
+#endif
+
+#define WIRE_METHOD_REGISTER "/pstrain.PServer/RegisterTrainer"
+#define WIRE_METHOD_PUSH_PULL "/pstrain.PServer/PushPull"
+#define WIRE_METHOD_PULL "/pstrain.PServer/Pull"
+#define WIRE_METHOD_DONE "/pstrain.PServer/Done"
+
+typedef struct wire_key {
+  uint32_t trainer_id;
+  uint64_t incarnation;
+  uint64_t step;
+} wire_key;
+
+/* --- small messages through protobuf-c -------------------------------------- */
+
+/* Unpacks msg as desc's type; free the result with
+ * protobuf_c_message_free_unpacked(result, NULL). NULL with err set when the
+ * bytes are not such a message. */
+ProtobufCMessage *wire_unpack(const ProtobufCMessageDescriptor *desc, const rpc_message *msg,
+                              ps_error *err);
+
+/* Packs m into a malloc'd buffer (*out, *len), owned by the caller. */
+ps_err wire_pack(const ProtobufCMessage *m, uint8_t **out, size_t *len, ps_error *err);
+
+/* Job description to and from its message. The proto structs point into
+ * `text` (model name) and `opt`, which must outlive them. */
+void wire_job_to_proto(const job_config *job, Pstrain__JobConfig *out,
+                       Pstrain__OptimizerConfig *opt, char *text, size_t text_len);
+/* Checks every field as strictly as the command line would. */
+ps_err wire_job_from_proto(const Pstrain__JobConfig *in, job_config *job, ps_error *err);
+
+/* --- block messages ---------------------------------------------------------- */
+
+/* Builds a block message as rpc parts: headers copied, block data borrowed. */
+typedef struct wire_writer {
+  uint8_t *bytes; /* field headers; owned */
+  size_t bytes_cap, bytes_used;
+  rpc_part *parts; /* owned */
+  int part_cap, part_count;
+} wire_writer;
+
+/* Sizes the writer for up to max_blocks blocks; call before each message. */
+ps_err wire_writer_begin(wire_writer *w, size_t max_blocks, ps_error *err);
+void wire_writer_free(wire_writer *w);
+/* PushRequest's fields 1 (key) and 2 (config hash). */
+void wire_writer_push_header(wire_writer *w, const wire_key *key, uint64_t config_hash);
+/* ParamsReply's fields 1 (incarnation) and 2 (step). */
+void wire_writer_params_header(wire_writer *w, uint64_t incarnation, uint64_t step);
+/* A Block (field 3) whose data is borrowed under lease (NULL: copied). */
+void wire_writer_block(wire_writer *w, uint32_t id, const float *data, size_t count,
+                       rpc_lease *lease);
+
+/* Where a block's data lies in a received message. */
+typedef struct wire_block_ref {
+  uint32_t id;
+  size_t segment, offset; /* start of the data */
+  size_t len;             /* bytes */
+} wire_block_ref;
+
+typedef struct wire_blocks_msg {
+  int has_key;       /* field 1 as a RequestKey (PushRequest) */
+  wire_key key;
+  uint64_t field1;   /* field 1 as a number (ParamsReply's incarnation) */
+  uint64_t field2;   /* config hash (PushRequest) or step (ParamsReply) */
+  size_t block_count;
+  wire_block_ref *blocks; /* caller's array of block_cap entries */
+  size_t block_cap;
+} wire_blocks_msg;
+
+/* Parses a PushRequest or ParamsReply without copying block data. Refuses
+ * malformed bytes and more than block_cap blocks; unknown fields are skipped. */
+ps_err wire_parse_blocks(const rpc_message *msg, wire_blocks_msg *out, ps_error *err);
+
+/* Copies a block's data (ref->len bytes) to dst. */
+void wire_copy_block(const rpc_message *msg, const wire_block_ref *ref, void *dst);
+
+#endif

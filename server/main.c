@@ -1,0 +1,187 @@
+/* The pserver daemon's start-up sequence: options and environment, checks,
+ * listen, "ready", serve until every trainer is done (exit 0), a step waits
+ * too long (exit 1) or a signal arrives (exit 0 after answering waiters). */
+#define _POSIX_C_SOURCE 200809L
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/endpoints.h"
+#include "common/log.h"
+#include "common/options.h"
+#include "common/rpc.h"
+#include "server/pserver.h"
+
+typedef struct pserver_options {
+  long id;
+  const char *pservers;
+  long trainers;
+  const char *listen;
+  long port;
+  long threads;
+  double step_timeout;
+  long log_every;
+  long max_message_mb;
+  const char *log_level;
+} pserver_options;
+
+#define OFF(field) offsetof(pserver_options, field)
+static const option_def pserver_option_table[] = {
+    {"id", "PADDLE_PSERVER_ID", OPT_INT, OFF(id), "-1",
+     "this pserver's index in --pservers (-1: find POD_IP:PADDLE_PORT in it)", NULL, .min = -1,
+     .max = 4095},
+    {"pservers", "PADDLE_PSERVERS_IP_PORT_LIST", OPT_STRING, OFF(pservers), "",
+     "every pserver's HOST:PORT, comma-separated, the same list on every process", NULL, .min = 1,
+     .max = 0},
+    {"trainers", "PADDLE_TRAINERS_NUM", OPT_INT, OFF(trainers), "1", "trainers in the job", NULL,
+     .min = 1, .max = 4096},
+    {"listen", NULL, OPT_STRING, OFF(listen), "",
+     "address to bind (default: this pserver's entry of --pservers)", NULL, .min = 1, .max = 0},
+    {"port", "PADDLE_PORT", OPT_INT, OFF(port), "0",
+     "port to bind when --listen is not given (0: the list entry's)", NULL, .min = 0,
+     .max = 65535},
+    {"threads", NULL, OPT_INT, OFF(threads), "4", "RPC worker threads", NULL, .min = 1, .max = 256},
+    {"step-timeout", NULL, OPT_DOUBLE, OFF(step_timeout), "120",
+     "seconds a sync step waits for the last trainer before the job stops", NULL, .min = 0.1,
+     .max = 1e7},
+    {"log-every", NULL, OPT_INT, OFF(log_every), "200", "steps between statistics lines (0: none)",
+     NULL, .min = 0, .max = 1e12},
+    {"max-message-mb", NULL, OPT_INT, OFF(max_message_mb), "512",
+     "largest request or reply, in MiB", NULL, .min = 1, .max = 2047},
+    {"log-level", NULL, OPT_CHOICE, OFF(log_level), "info", "logging detail",
+     "error|warn|info|debug", .min = 1, .max = 0},
+};
+#define PSERVER_OPTION_COUNT (sizeof pserver_option_table / sizeof pserver_option_table[0])
+
+static volatile sig_atomic_t stop_signal = 0;
+static void on_signal(int sig) { stop_signal = sig; }
+
+/* Finds this pserver's index from POD_IP and PADDLE_PORT, as Paddle does. */
+static int find_own_index(const endpoint_list *list, long port) {
+  const char *ip = getenv("POD_IP");
+  if (ip == NULL || port == 0) return -1;
+  char want[ENDPOINT_LEN];
+  snprintf(want, sizeof want, "%s:%ld", ip, port);
+  for (int i = 0; i < list->count; i++) {
+    if (strcmp(list->items[i], want) == 0) return i;
+  }
+  return -1;
+}
+
+int main(int argc, char **argv) {
+  pserver_options opt;
+  ps_error err;
+  log_set_role("pserver");
+  switch (options_parse(pserver_option_table, PSERVER_OPTION_COUNT, &opt, argc, argv, &err)) {
+  case OPTIONS_HELP:
+    options_print_help(stdout,
+                       "Usage: pserver --pservers HOST:PORT,... --id K --trainers N [--OPTION VALUE]...\n"
+                       "Holds shard K of a pstrain job's parameters and applies the trainers' updates.",
+                       pserver_option_table, PSERVER_OPTION_COUNT);
+    return 0;
+  case OPTIONS_ERROR:
+    LOG_ERROR("%s", err.msg);
+    return 2;
+  case OPTIONS_OK:
+    break;
+  }
+  log_level level;
+  log_level_parse(opt.log_level, &level);
+  log_set_level(level);
+  endpoint_list list;
+  if (endpoints_check_role("PSERVER", &err) != PS_ERR_OK ||
+      endpoints_parse(opt.pservers, "--pservers", &list, &err) != PS_ERR_OK) {
+    LOG_ERROR("%s", err.msg);
+    return 2;
+  }
+  int id = opt.id >= 0 ? (int)opt.id : find_own_index(&list, opt.port);
+  if (id < 0 || id >= list.count) {
+    LOG_ERROR("--id %ld: give this pserver's index 0..%d in --pservers (or POD_IP and PADDLE_PORT "
+              "matching an entry)", opt.id, list.count - 1);
+    return 2;
+  }
+  char listen[ENDPOINT_LEN + 16];
+  if (opt.listen[0] != '\0') {
+    snprintf(listen, sizeof listen, "%s", opt.listen);
+  } else if (opt.port > 0) {
+    const char *colon = strrchr(list.items[id], ':');
+    snprintf(listen, sizeof listen, "%.*s:%ld", (int)(colon - list.items[id]), list.items[id],
+             opt.port);
+  } else {
+    snprintf(listen, sizeof listen, "%s", list.items[id]);
+  }
+  char effective[2048];
+  options_format(pserver_option_table, PSERVER_OPTION_COUNT, &opt, effective, sizeof effective);
+  LOG_INFO("starting pserver %d of %d: %s", id, list.count, effective);
+
+  /* gRPC's threads must not take our signals: block them before grpc_init. */
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, NULL);
+  rpc_global_init();
+
+  pserver ps;
+  pserver_config cfg = {.id = id, .pservers = list.count, .trainers = (int)opt.trainers,
+                        .step_timeout = opt.step_timeout, .log_every = opt.log_every};
+  rpc_server *server = NULL;
+  int port = 0;
+  if (pserver_init(&ps, &cfg, &err) != PS_ERR_OK) {
+    LOG_ERROR("%s", err.msg);
+    rpc_global_shutdown();
+    return 1;
+  }
+  rpc_server_config rcfg = {.listen = listen, .methods = pserver_methods,
+                            .method_count = pserver_method_count, .handler = pserver_handle,
+                            .handler_ctx = &ps, .threads = (int)opt.threads,
+                            .max_message_bytes = (size_t)opt.max_message_mb << 20};
+  if (rpc_server_start(&server, &rcfg, &port, &err) != PS_ERR_OK) {
+    LOG_ERROR("%s", err.msg);
+    pserver_destroy(&ps);
+    rpc_global_shutdown();
+    return 2;
+  }
+  /* Only this thread takes the signals, and only as a flag. */
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  pthread_sigmask(SIG_UNBLOCK, &signals, NULL);
+  LOG_INFO("ready: pserver %d of %d listening on %s (port %d), expecting %ld trainer(s)", id,
+           list.count, listen, port, opt.trainers);
+
+  int status = 0;
+  const struct timespec tick = {0, 50 * 1000 * 1000};
+  for (;;) {
+    pserver_status s = pserver_poll(&ps);
+    if (s == PSERVER_FINISHED) {
+      LOG_INFO("every trainer is done at step %ld: exiting", ps.version);
+      /* Let the last Done reply leave before calls are cancelled. */
+      const struct timespec grace = {0, 300 * 1000 * 1000};
+      nanosleep(&grace, NULL);
+      break;
+    }
+    if (s == PSERVER_FAILED) {
+      LOG_ERROR("stopping the job: %s", ps.failure);
+      pserver_abort_waiting(&ps, ps.failure);
+      status = 1;
+      break;
+    }
+    if (stop_signal != 0) {
+      LOG_INFO("stopping on %s at step %ld", stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
+               ps.version);
+      pserver_abort_waiting(&ps, "the pserver is shutting down");
+      break;
+    }
+    nanosleep(&tick, NULL);
+  }
+  rpc_server_stop(server);
+  pserver_destroy(&ps);
+  rpc_global_shutdown();
+  return status;
+}

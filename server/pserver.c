@@ -1,0 +1,454 @@
+/* Request handling of the pserver: validation first, then the table. */
+#define _POSIX_C_SOURCE 200809L
+#include "server/pserver.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/log.h"
+
+enum { METHOD_REGISTER, METHOD_PUSH_PULL, METHOD_PULL, METHOD_DONE };
+const char *const pserver_methods[] = {WIRE_METHOD_REGISTER, WIRE_METHOD_PUSH_PULL,
+                                       WIRE_METHOD_PULL, WIRE_METHOD_DONE};
+const int pserver_method_count = 4;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static uint64_t random_u64(void) {
+  uint64_t v = 0;
+  FILE *f = fopen("/dev/urandom", "rb");
+  if (f == NULL || fread(&v, sizeof v, 1, f) != 1) {
+    /* Not secret, only distinct per start: time and pid serve. */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    v = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20);
+  }
+  if (f != NULL) fclose(f);
+  return v;
+}
+
+ps_err pserver_init(pserver *ps, const pserver_config *cfg, ps_error *err) {
+  memset(ps, 0, sizeof *ps);
+  ps->cfg = *cfg;
+  ps->incarnation = random_u64();
+  ps->trainers = calloc((size_t)cfg->trainers, sizeof *ps->trainers);
+  if (ps->trainers == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "pserver: out of memory");
+  for (int i = 0; i < cfg->trainers; i++) ps->trainers[i].last_step = -1;
+  int rc = pthread_mutex_init(&ps->lock, NULL);
+  if (rc != 0) {
+    free(ps->trainers);
+    return ps_error_set(err, PS_ERR_INTERNAL, "pserver: mutex: %s", strerror(rc));
+  }
+  ps->stats_since = now_s();
+  return PS_ERR_OK;
+}
+
+void pserver_destroy(pserver *ps) {
+  rpc_lease_wait(&ps->lease);
+  if (ps->configured) table_free(&ps->table);
+  wire_writer_free(&ps->reply);
+  free(ps->refs);
+  free(ps->seen);
+  free(ps->trainers);
+  pthread_mutex_destroy(&ps->lock);
+}
+
+/* --- replies ------------------------------------------------------------------ */
+
+static void reply_message(rpc_call *call, const ProtobufCMessage *m) {
+  uint8_t *buf;
+  size_t len;
+  ps_error err;
+  if (wire_pack(m, &buf, &len, &err) != PS_ERR_OK) {
+    rpc_call_reply(call, err.code, err.msg, NULL, 0);
+    return;
+  }
+  rpc_part part = {buf, len, NULL};
+  rpc_call_reply(call, PS_ERR_OK, NULL, &part, 1);
+  free(buf);
+}
+
+/* Builds the ParamsReply of the whole shard into ps->reply. With a lease the
+ * parameters are borrowed (sync: nothing changes them until every trainer
+ * has its reply); without one they are copied. */
+static ps_err build_params_reply(pserver *ps, rpc_lease *lease, ps_error *err) {
+  ps_table *t = &ps->table;
+  if (wire_writer_begin(&ps->reply, t->map.shard_blocks[ps->cfg.id], err) != PS_ERR_OK) {
+    return err->code;
+  }
+  wire_writer_params_header(&ps->reply, ps->incarnation, (uint64_t)ps->version);
+  for (size_t i = 0; i < t->map.block_count; i++) {
+    const shard_block *b = &t->map.blocks[i];
+    if (b->pserver != ps->cfg.id) continue;
+    wire_writer_block(&ps->reply, b->id, t->params + b->shard_offset, b->count, lease);
+  }
+  return PS_ERR_OK;
+}
+
+static void reply_params(pserver *ps, rpc_call *call, rpc_lease *lease) {
+  ps_error err;
+  if (build_params_reply(ps, lease, &err) != PS_ERR_OK) {
+    rpc_call_reply(call, err.code, err.msg, NULL, 0);
+    return;
+  }
+  ps->stats_out += ps->table.n * sizeof(float);
+  rpc_call_reply(call, PS_ERR_OK, NULL, ps->reply.parts, ps->reply.part_count);
+}
+
+static void refuse(rpc_call *call, const char *method, ps_err code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Answers with an error status, logging it: a bad request changes nothing. */
+static void refuse(rpc_call *call, const char *method, ps_err code, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  LOG_WARN("refused %s from %s: %s (%s)", method, rpc_call_peer(call), msg, ps_err_name(code));
+  rpc_call_reply(call, code, msg, NULL, 0);
+}
+
+/* --- checks shared by the handlers (lock held) ----------------------------- */
+
+/* Checks a request's key and config hash; returns PS_ERR_OK or answers. */
+static ps_err check_sender(pserver *ps, rpc_call *call, const char *method, int has_key,
+                           const wire_key *key, uint64_t hash) {
+  if (!has_key) {
+    refuse(call, method, PS_ERR_INVALID_ARGUMENT, "request without a key (trainer id, step)");
+    return PS_ERR_INVALID_ARGUMENT;
+  }
+  if (key->trainer_id >= (uint32_t)ps->cfg.trainers) {
+    refuse(call, method, PS_ERR_INVALID_ARGUMENT, "trainer id %u is not 0..%d", key->trainer_id,
+           ps->cfg.trainers - 1);
+    return PS_ERR_INVALID_ARGUMENT;
+  }
+  if (!ps->configured || !ps->trainers[key->trainer_id].registered) {
+    refuse(call, method, PS_ERR_FAILED_PRECONDITION, "trainer %u has not registered",
+           key->trainer_id);
+    return PS_ERR_FAILED_PRECONDITION;
+  }
+  if (hash != ps->job_hash) {
+    refuse(call, method, PS_ERR_FAILED_PRECONDITION,
+           "config hash %016llx differs from the job's %016llx", (unsigned long long)hash,
+           (unsigned long long)ps->job_hash);
+    return PS_ERR_FAILED_PRECONDITION;
+  }
+  if (key->incarnation != ps->trainers[key->trainer_id].incarnation) {
+    refuse(call, method, PS_ERR_FAILED_PRECONDITION,
+           "trainer %u incarnation %016llx is not the registered one: register again",
+           key->trainer_id, (unsigned long long)key->incarnation);
+    return PS_ERR_FAILED_PRECONDITION;
+  }
+  return PS_ERR_OK;
+}
+
+/* Checks that a push holds each of this pserver's blocks once, at its size. */
+static ps_err check_blocks(pserver *ps, rpc_call *call, const wire_blocks_msg *m) {
+  const shard_map *map = &ps->table.map;
+  size_t want = map->shard_blocks[ps->cfg.id];
+  if (m->block_count != want) {
+    refuse(call, "PushPull", PS_ERR_INVALID_ARGUMENT, "push holds %zu blocks, pserver %d holds %zu",
+           m->block_count, ps->cfg.id, want);
+    return PS_ERR_INVALID_ARGUMENT;
+  }
+  memset(ps->seen, 0, map->block_count);
+  for (size_t i = 0; i < m->block_count; i++) {
+    const wire_block_ref *r = &m->blocks[i];
+    if (r->id >= map->block_count || map->blocks[r->id].pserver != ps->cfg.id) {
+      refuse(call, "PushPull", PS_ERR_INVALID_ARGUMENT, "block %u is not held by pserver %d",
+             r->id, ps->cfg.id);
+      return PS_ERR_INVALID_ARGUMENT;
+    }
+    if (ps->seen[r->id]) {
+      refuse(call, "PushPull", PS_ERR_INVALID_ARGUMENT, "block %u appears twice", r->id);
+      return PS_ERR_INVALID_ARGUMENT;
+    }
+    ps->seen[r->id] = 1;
+    if (r->len != map->blocks[r->id].count * sizeof(float)) {
+      refuse(call, "PushPull", PS_ERR_INVALID_ARGUMENT, "block %u has %zu bytes, expected %zu",
+             r->id, r->len, map->blocks[r->id].count * sizeof(float));
+      return PS_ERR_INVALID_ARGUMENT;
+    }
+  }
+  return PS_ERR_OK;
+}
+
+/* --- handlers ---------------------------------------------------------------- */
+
+static ps_err configure(pserver *ps, const job_config *job, int trainer, ps_error *err) {
+  int slots = job->update == UPDATE_SYNC ? job->trainers : 1;
+  if (table_init(&ps->table, job, ps->cfg.id, slots, err) != PS_ERR_OK) return err->code;
+  size_t blocks = ps->table.map.block_count;
+  ps->refs_cap = blocks + 1;
+  ps->refs = malloc(ps->refs_cap * sizeof *ps->refs);
+  ps->seen = malloc(blocks > 0 ? blocks : 1);
+  if (ps->refs == NULL || ps->seen == NULL) {
+    table_free(&ps->table);
+    return ps_error_set(err, PS_ERR_NO_MEMORY, "pserver: out of memory for %zu blocks", blocks);
+  }
+  ps->job = *job;
+  ps->job_hash = job_config_hash(job);
+  ps->configured = 1;
+  ps->configured_by = trainer;
+  char text[1024];
+  job_config_format(job, text, sizeof text);
+  LOG_INFO("job from trainer %d: %s; this pserver holds %zu of %zu blocks, %zu floats (%.1f MB)",
+           trainer, text, ps->table.map.shard_blocks[ps->cfg.id], blocks, ps->table.n,
+           (double)ps->table.n * 4 / 1e6);
+  return PS_ERR_OK;
+}
+
+static void handle_register(pserver *ps, rpc_call *call, const rpc_message *msg) {
+  ps_error err;
+  Pstrain__RegisterRequest *req = (Pstrain__RegisterRequest *)wire_unpack(
+      &pstrain__register_request__descriptor, msg, &err);
+  if (req == NULL) {
+    refuse(call, "RegisterTrainer", err.code, "%s", err.msg);
+    return;
+  }
+  job_config job;
+  pthread_mutex_lock(&ps->lock);
+  if (req->key == NULL || req->job == NULL) {
+    refuse(call, "RegisterTrainer", PS_ERR_INVALID_ARGUMENT, "registration without key or job");
+  } else if (req->key->trainer_id >= (uint32_t)ps->cfg.trainers) {
+    refuse(call, "RegisterTrainer", PS_ERR_INVALID_ARGUMENT,
+           "trainer id %u is not 0..%d (this pserver expects %d trainers)", req->key->trainer_id,
+           ps->cfg.trainers - 1, ps->cfg.trainers);
+  } else if (req->pserver_id != (uint32_t)ps->cfg.id) {
+    refuse(call, "RegisterTrainer", PS_ERR_FAILED_PRECONDITION,
+           "trainer %u called this pserver %u, but it is pserver %d: the pserver lists differ",
+           req->key->trainer_id, req->pserver_id, ps->cfg.id);
+  } else if (wire_job_from_proto(req->job, &job, &err) != PS_ERR_OK) {
+    refuse(call, "RegisterTrainer", PS_ERR_INVALID_ARGUMENT, "trainer %u: %s",
+           req->key->trainer_id, err.msg);
+  } else if (job.trainers != ps->cfg.trainers || job.pservers != ps->cfg.pservers) {
+    refuse(call, "RegisterTrainer", PS_ERR_FAILED_PRECONDITION,
+           "trainer %u expects %d trainers and %d pservers; this pserver was started for %d and %d",
+           req->key->trainer_id, job.trainers, job.pservers, ps->cfg.trainers, ps->cfg.pservers);
+  } else if (job_config_hash(&job) != req->config_hash) {
+    refuse(call, "RegisterTrainer", PS_ERR_INVALID_ARGUMENT,
+           "trainer %u's config hash does not match its job description", req->key->trainer_id);
+  } else if (ps->configured && req->config_hash != ps->job_hash) {
+    char diff[512];
+    job_config_diff(&job, &ps->job, diff, sizeof diff);
+    refuse(call, "RegisterTrainer", PS_ERR_FAILED_PRECONDITION,
+           "trainer %u's job differs from trainer %d's: %s", req->key->trainer_id,
+           ps->configured_by, diff);
+  } else if (!ps->configured && configure(ps, &job, (int)req->key->trainer_id, &err) != PS_ERR_OK) {
+    refuse(call, "RegisterTrainer", err.code, "%s", err.msg);
+  } else {
+    trainer_state *tr = &ps->trainers[req->key->trainer_id];
+    if (tr->registered && tr->incarnation != req->key->incarnation) {
+      LOG_WARN("trainer %u registered again with a new incarnation", req->key->trainer_id);
+    }
+    tr->registered = 1;
+    tr->incarnation = req->key->incarnation;
+    LOG_INFO("trainer %u registered from %s", req->key->trainer_id, rpc_call_peer(call));
+    Pstrain__RegisterReply reply = PSTRAIN__REGISTER_REPLY__INIT;
+    reply.pserver_incarnation = ps->incarnation;
+    reply.step = (uint64_t)ps->version;
+    reply_message(call, &reply.base);
+  }
+  pthread_mutex_unlock(&ps->lock);
+  protobuf_c_message_free_unpacked(&req->base, NULL);
+}
+
+static void log_stats(pserver *ps) {
+  double now = now_s(), dt = now - ps->stats_since;
+  if (dt <= 0) return;
+  LOG_INFO("step %ld: %.1f pushes/s, in %.1f MB/s, out %.1f MB/s", ps->version,
+           (double)ps->stats_pushes / dt, (double)ps->stats_in / dt / 1e6,
+           (double)ps->stats_out / dt / 1e6);
+  ps->stats_since = now;
+  ps->stats_pushes = 0;
+  ps->stats_in = ps->stats_out = 0;
+}
+
+/* Sync: stores the push; when every trainer has pushed, applies the step and
+ * answers them all. */
+static void push_sync(pserver *ps, rpc_call *call, const rpc_message *msg,
+                      const wire_blocks_msg *m) {
+  uint32_t id = m->key.trainer_id;
+  trainer_state *tr = &ps->trainers[id];
+  long step = (long)m->key.step;
+  if (step == ps->version - 1 && !tr->pushed) {
+    /* A resend of a push already applied (its reply was lost): answer again. */
+    reply_params(ps, call, &ps->lease);
+    return;
+  }
+  if (step != ps->version) {
+    refuse(call, "PushPull", PS_ERR_FAILED_PRECONDITION,
+           "trainer %u pushed step %ld but the pserver is at step %ld", id, step, ps->version);
+    return;
+  }
+  if (tr->pushed) {
+    /* A resend while the step waits: the data is the same; keep the newer call. */
+    rpc_call_reply(tr->waiting, PS_ERR_ABORTED, "superseded by a resend of the same push", NULL, 0);
+    tr->waiting = call;
+    return;
+  }
+  if (ps->pushed_count == 0) rpc_lease_wait(&ps->lease); /* last step's replies are out */
+  float *slot = table_slot(&ps->table, (int)id);
+  for (size_t i = 0; i < m->block_count; i++) {
+    const shard_block *b = &ps->table.map.blocks[m->blocks[i].id];
+    wire_copy_block(msg, &m->blocks[i], slot + b->shard_offset);
+  }
+  tr->pushed = 1;
+  tr->waiting = call;
+  if (ps->pushed_count++ == 0) ps->step_started = now_s();
+  if (ps->pushed_count < ps->cfg.trainers) return;
+
+  int n = ps->cfg.trainers;
+  table_apply_sum(&ps->table, &ps->job.optimizer, n, 1.0f / (float)n, ps->version);
+  ps->version++;
+  ps->pushed_count = 0;
+  for (int i = 0; i < n; i++) {
+    rpc_call *waiting = ps->trainers[i].waiting;
+    ps->trainers[i].pushed = 0;
+    ps->trainers[i].waiting = NULL;
+    reply_params(ps, waiting, &ps->lease);
+  }
+  if (ps->cfg.log_every > 0 && ps->version % ps->cfg.log_every == 0) log_stats(ps);
+}
+
+/* Async: applies the push at once (scaled by 1/N) and answers with a copy of
+ * the current parameters. */
+static void push_async(pserver *ps, rpc_call *call, const rpc_message *msg,
+                       const wire_blocks_msg *m) {
+  trainer_state *tr = &ps->trainers[m->key.trainer_id];
+  long step = (long)m->key.step;
+  if (step > tr->last_step) {
+    float *slot = table_slot(&ps->table, 0);
+    for (size_t i = 0; i < m->block_count; i++) {
+      const shard_block *b = &ps->table.map.blocks[m->blocks[i].id];
+      wire_copy_block(msg, &m->blocks[i], slot + b->shard_offset);
+    }
+    /* The schedule advances once per N pushes, as in sync mode. */
+    table_apply_sum(&ps->table, &ps->job.optimizer, 1, 1.0f / (float)ps->cfg.trainers,
+                    ps->version / ps->cfg.trainers);
+    ps->version++;
+    tr->last_step = step;
+    if (ps->cfg.log_every > 0 && ps->version % (ps->cfg.log_every * ps->cfg.trainers) == 0) {
+      log_stats(ps);
+    }
+  }
+  reply_params(ps, call, NULL);
+}
+
+static void handle_push(pserver *ps, rpc_call *call, const rpc_message *msg) {
+  ps_error err;
+  pthread_mutex_lock(&ps->lock);
+  wire_block_ref none[1];
+  wire_blocks_msg m = {.blocks = ps->configured ? ps->refs : none,
+                       .block_cap = ps->configured ? ps->refs_cap : 0};
+  if (wire_parse_blocks(msg, &m, &err) != PS_ERR_OK) {
+    refuse(call, "PushPull", err.code, "%s", err.msg);
+  } else if (check_sender(ps, call, "PushPull", m.has_key, &m.key, m.field2) == PS_ERR_OK &&
+             check_blocks(ps, call, &m) == PS_ERR_OK) {
+    ps->stats_pushes++;
+    ps->stats_in += msg->total;
+    if (ps->job.update == UPDATE_SYNC) push_sync(ps, call, msg, &m);
+    else push_async(ps, call, msg, &m);
+  }
+  pthread_mutex_unlock(&ps->lock);
+}
+
+static void handle_pull(pserver *ps, rpc_call *call, const rpc_message *msg) {
+  ps_error err;
+  Pstrain__PullRequest *req =
+      (Pstrain__PullRequest *)wire_unpack(&pstrain__pull_request__descriptor, msg, &err);
+  if (req == NULL) {
+    refuse(call, "Pull", err.code, "%s", err.msg);
+    return;
+  }
+  wire_key key = {0, 0, 0};
+  if (req->key != NULL) key = (wire_key){req->key->trainer_id, req->key->incarnation, req->key->step};
+  pthread_mutex_lock(&ps->lock);
+  if (check_sender(ps, call, "Pull", req->key != NULL, &key, req->config_hash) == PS_ERR_OK) {
+    reply_params(ps, call, NULL);
+  }
+  pthread_mutex_unlock(&ps->lock);
+  protobuf_c_message_free_unpacked(&req->base, NULL);
+}
+
+static void handle_done(pserver *ps, rpc_call *call, const rpc_message *msg) {
+  ps_error err;
+  Pstrain__DoneRequest *req =
+      (Pstrain__DoneRequest *)wire_unpack(&pstrain__done_request__descriptor, msg, &err);
+  if (req == NULL) {
+    refuse(call, "Done", err.code, "%s", err.msg);
+    return;
+  }
+  wire_key key = {0, 0, 0};
+  if (req->key != NULL) key = (wire_key){req->key->trainer_id, req->key->incarnation, req->key->step};
+  pthread_mutex_lock(&ps->lock);
+  if (check_sender(ps, call, "Done", req->key != NULL, &key, req->config_hash) == PS_ERR_OK) {
+    trainer_state *tr = &ps->trainers[key.trainer_id];
+    if (!tr->done) LOG_INFO("trainer %u is done at step %llu", key.trainer_id, (unsigned long long)key.step);
+    tr->done = 1;
+    Pstrain__DoneReply reply = PSTRAIN__DONE_REPLY__INIT;
+    reply.pserver_incarnation = ps->incarnation;
+    reply_message(call, &reply.base);
+  }
+  pthread_mutex_unlock(&ps->lock);
+  protobuf_c_message_free_unpacked(&req->base, NULL);
+}
+
+void pserver_handle(void *ctx, rpc_call *call, int method, const rpc_message *request) {
+  pserver *ps = ctx;
+  switch (method) {
+  case METHOD_REGISTER: handle_register(ps, call, request); break;
+  case METHOD_PUSH_PULL: handle_push(ps, call, request); break;
+  case METHOD_PULL: handle_pull(ps, call, request); break;
+  case METHOD_DONE: handle_done(ps, call, request); break;
+  default: rpc_call_reply(call, PS_ERR_UNSUPPORTED, "unknown method", NULL, 0); break;
+  }
+}
+
+pserver_status pserver_poll(pserver *ps) {
+  pthread_mutex_lock(&ps->lock);
+  if (ps->status == PSERVER_RUNNING && ps->configured) {
+    int done = 0;
+    for (int i = 0; i < ps->cfg.trainers; i++) done += ps->trainers[i].done;
+    if (done == ps->cfg.trainers) ps->status = PSERVER_FINISHED;
+    if (ps->job.update == UPDATE_SYNC && ps->pushed_count > 0 &&
+        now_s() - ps->step_started > ps->cfg.step_timeout) {
+      char missing[256] = "";
+      size_t used = 0;
+      for (int i = 0; i < ps->cfg.trainers && used < sizeof missing; i++) {
+        if (!ps->trainers[i].pushed) {
+          used += (size_t)snprintf(missing + used, sizeof missing - used, "%s%d",
+                                   used > 0 ? ", " : "", i);
+        }
+      }
+      snprintf(ps->failure, sizeof ps->failure,
+               "step %ld waited %.0f s (--step-timeout) for trainer(s) %s", ps->version,
+               ps->cfg.step_timeout, missing);
+      ps->status = PSERVER_FAILED;
+    }
+  }
+  pserver_status status = ps->status;
+  pthread_mutex_unlock(&ps->lock);
+  return status;
+}
+
+void pserver_abort_waiting(pserver *ps, const char *why) {
+  pthread_mutex_lock(&ps->lock);
+  for (int i = 0; i < ps->cfg.trainers; i++) {
+    if (ps->trainers[i].waiting != NULL) {
+      rpc_call_reply(ps->trainers[i].waiting, PS_ERR_UNAVAILABLE, why, NULL, 0);
+      ps->trainers[i].waiting = NULL;
+      ps->trainers[i].pushed = 0;
+    }
+  }
+  ps->pushed_count = 0;
+  pthread_mutex_unlock(&ps->lock);
+}

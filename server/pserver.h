@@ -1,0 +1,79 @@
+/* The pserver's service: registration, push-pull in sync and async mode,
+ * pull and done, each request validated before it touches the table; the
+ * sync step's barrier and its deadline; statistics. Handlers run on the RPC
+ * worker threads under one lock; main polls pserver_poll from its loop. */
+#ifndef PSTRAIN_SERVER_PSERVER_H
+#define PSTRAIN_SERVER_PSERVER_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "common/error.h"
+#include "common/job.h"
+#include "common/rpc.h"
+#include "common/wire.h"
+#include "server/table.h"
+
+typedef struct pserver_config {
+  int id;
+  int pservers;        /* entries in the pserver list */
+  int trainers;
+  double step_timeout; /* seconds a sync step may wait for the last trainer */
+  long log_every;      /* steps between statistics lines */
+} pserver_config;
+
+typedef struct trainer_state {
+  int registered;
+  uint64_t incarnation;
+  int done;
+  int pushed;          /* sync: pushed the current step */
+  rpc_call *waiting;   /* sync: its push, answered when the step completes */
+  long last_step;      /* async: last step applied, -1 before any */
+} trainer_state;
+
+typedef enum { PSERVER_RUNNING, PSERVER_FINISHED, PSERVER_FAILED } pserver_status;
+
+typedef struct pserver {
+  pserver_config cfg;
+  uint64_t incarnation;
+  pthread_mutex_t lock;
+  int configured;
+  job_config job;
+  uint64_t job_hash;
+  int configured_by;   /* the trainer whose registration set the job */
+  ps_table table;
+  trainer_state *trainers;
+  long version;        /* steps applied */
+  int pushed_count;    /* sync: trainers that pushed the current step */
+  double step_started; /* sync: when the first push of the step arrived */
+  rpc_lease lease;     /* sync replies borrow the parameters */
+  wire_writer reply;   /* reused under the lock */
+  wire_block_ref *refs;
+  size_t refs_cap;
+  unsigned char *seen; /* per-block flags while validating a push */
+  pserver_status status;
+  char failure[512];
+  /* statistics since the last line */
+  double stats_since;
+  long stats_pushes;
+  uint64_t stats_in, stats_out;
+} pserver;
+
+ps_err pserver_init(pserver *ps, const pserver_config *cfg, ps_error *err);
+void pserver_destroy(pserver *ps);
+
+/* The RPC handler (rpc_server_config.handler) for the methods in
+ * pserver_methods, with ps as its context. */
+void pserver_handle(void *ctx, rpc_call *call, int method, const rpc_message *request);
+extern const char *const pserver_methods[];
+extern const int pserver_method_count;
+
+/* Checks deadlines; returns the status (finished when every trainer is done,
+ * failed with ps->failure when a step waited too long). Call periodically. */
+pserver_status pserver_poll(pserver *ps);
+
+/* Answers every waiting call with UNAVAILABLE (message says why): call
+ * before stopping the RPC server. */
+void pserver_abort_waiting(pserver *ps, const char *why);
+
+#endif

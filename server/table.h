@@ -1,0 +1,41 @@
+/* A pserver's shard of the model: its blocks' parameters packed in one
+ * array, the optimizer state beside them, and one gradient slot per trainer
+ * (sync mode sums them in trainer order). One allocation. Not locked: the
+ * caller (pserver.c) serializes access. */
+#ifndef PSTRAIN_SERVER_TABLE_H
+#define PSTRAIN_SERVER_TABLE_H
+
+#include <stddef.h>
+
+#include "common/error.h"
+#include "common/job.h"
+#include "common/shard_map.h"
+#include "common/tensor.h"
+
+typedef struct ps_table {
+  int pserver;           /* this pserver's id in the map */
+  tensor_layout layout;  /* the whole model's */
+  shard_map map;
+  size_t n;              /* floats in this shard */
+  tensor_layout storage; /* params, state1, state2, grads (slots x n) */
+  tensor_group group;
+  float *params, *state1, *state2;
+  float *grads; /* (slots, n) */
+  int slots;
+} ps_table;
+
+/* Builds the layout and shard map of job, allocates this pserver's shard
+ * and initializes its parameters from job->seed exactly as a whole model
+ * would be (model_init_params). slots: gradient slots (trainers in sync
+ * mode, 1 in async). */
+ps_err table_init(ps_table *t, const job_config *job, int pserver, int slots, ps_error *err);
+void table_free(ps_table *t);
+
+/* The gradient slot of `slot` (n floats). */
+static inline float *table_slot(ps_table *t, int slot) { return t->grads + (size_t)slot * t->n; }
+
+/* Sums slots 0..slots-1 in that order into slot 0, scales by `scale`, and
+ * applies the optimizer at zero-based step `step`. */
+void table_apply_sum(ps_table *t, const optimizer_config *opt, int slots, float scale, long step);
+
+#endif

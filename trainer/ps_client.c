@@ -1,0 +1,296 @@
+/* Registration, pull, push-pull and done against every pserver of a job. */
+#define _POSIX_C_SOURCE 200809L
+#include "trainer/ps_client.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/log.h"
+
+/* Replies carry the whole shard: allow a generous multiple of it. */
+#define MESSAGE_LIMIT ((size_t)2047 << 20)
+#define RECONNECT_MS 500
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static uint64_t random_u64(void) {
+  uint64_t v = 0;
+  FILE *f = fopen("/dev/urandom", "rb");
+  if (f == NULL || fread(&v, sizeof v, 1, f) != 1) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    v = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20);
+  }
+  if (f != NULL) fclose(f);
+  return v;
+}
+
+static void fill_key(const ps_client *c, long step, Pstrain__RequestKey *key) {
+  pstrain__request_key__init(key);
+  key->trainer_id = (uint32_t)c->trainer_id;
+  key->incarnation = c->incarnation;
+  key->step = (uint64_t)step;
+}
+
+/* Says which pserver failed and how, from a batch's results. */
+static ps_err batch_error(ps_client *c, const char *what, ps_err code, ps_error *err) {
+  int count = c->job.pservers;
+  for (int p = 0; p < count; p++) {
+    rpc_op *op = &c->ops[p];
+    if (op->code == PS_ERR_OK) continue;
+    if (op->code == PS_ERR_TIMEOUT && op->wait_for_ready) {
+      return ps_error_set(err, PS_ERR_UNAVAILABLE,
+                          "could not reach pserver %d at %s within %.0f s (--connect-timeout)", p,
+                          c->targets.items[p], op->timeout_s);
+    }
+    if (op->code == PS_ERR_TIMEOUT) {
+      return ps_error_set(err, PS_ERR_TIMEOUT,
+                          "%s: pserver %d at %s did not answer within %.0f s (--rpc-timeout)",
+                          what, p, c->targets.items[p], op->timeout_s);
+    }
+    return ps_error_set(err, op->code, "%s: pserver %d at %s: %s (%s)", what, p,
+                        c->targets.items[p], op->message, ps_err_name(op->code));
+  }
+  return ps_error_set(err, code, "%s failed", what);
+}
+
+static void free_replies(ps_client *c) {
+  for (int p = 0; p < c->job.pservers; p++) rpc_reply_free(&c->ops[p].reply);
+}
+
+ps_err ps_client_connect(ps_client *c, const endpoint_list *pservers, const job_config *job,
+                         int trainer_id, double connect_timeout, double rpc_timeout,
+                         ps_error *err) {
+  memset(c, 0, sizeof *c);
+  c->trainer_id = trainer_id;
+  c->incarnation = random_u64();
+  c->job = *job;
+  c->hash = job_config_hash(job);
+  c->targets = *pservers;
+  c->rpc_timeout = rpc_timeout;
+  int n = job->pservers;
+  tensor_layout_init(&c->layout);
+  if (model_build_layout(&job->model, &c->layout, err) != PS_ERR_OK ||
+      shard_map_build(&c->map, &c->layout, job->block_size, n, err) != PS_ERR_OK) {
+    ps_client_close(c);
+    return err->code;
+  }
+  c->channels = calloc((size_t)n, sizeof *c->channels);
+  c->pserver_incarnation = calloc((size_t)n, sizeof *c->pserver_incarnation);
+  c->writers = calloc((size_t)n, sizeof *c->writers);
+  c->ops = calloc((size_t)n, sizeof *c->ops);
+  c->refs_cap = c->map.block_count + 1;
+  c->refs = malloc(c->refs_cap * sizeof *c->refs);
+  if (c->channels == NULL || c->pserver_incarnation == NULL || c->writers == NULL ||
+      c->ops == NULL || c->refs == NULL) {
+    ps_client_close(c);
+    return ps_error_set(err, PS_ERR_NO_MEMORY, "ps client: out of memory");
+  }
+  if (rpc_client_create(&c->rpc, err) != PS_ERR_OK) {
+    ps_client_close(c);
+    return err->code;
+  }
+  for (int p = 0; p < n; p++) {
+    if (rpc_channel_open(c->rpc, pservers->items[p], MESSAGE_LIMIT, RECONNECT_MS, &c->channels[p],
+                         err) != PS_ERR_OK) {
+      ps_client_close(c);
+      return err->code;
+    }
+  }
+
+  /* One registration per pserver, all at once, each waiting for its pserver. */
+  Pstrain__RequestKey key;
+  Pstrain__JobConfig job_msg;
+  Pstrain__OptimizerConfig opt_msg;
+  char model_text[256];
+  fill_key(c, 0, &key);
+  wire_job_to_proto(job, &job_msg, &opt_msg, model_text, sizeof model_text);
+  uint8_t **bufs = calloc((size_t)n, sizeof *bufs);
+  rpc_part *parts = calloc((size_t)n, sizeof *parts);
+  if (bufs == NULL || parts == NULL) {
+    free(bufs);
+    free(parts);
+    ps_client_close(c);
+    return ps_error_set(err, PS_ERR_NO_MEMORY, "ps client: out of memory");
+  }
+  ps_err rc = PS_ERR_OK;
+  for (int p = 0; p < n && rc == PS_ERR_OK; p++) {
+    Pstrain__RegisterRequest req = PSTRAIN__REGISTER_REQUEST__INIT;
+    req.key = &key;
+    req.config_hash = c->hash;
+    req.job = &job_msg;
+    req.pserver_id = (uint32_t)p;
+    size_t len;
+    rc = wire_pack(&req.base, &bufs[p], &len, err);
+    parts[p] = (rpc_part){bufs[p], len, NULL};
+    c->ops[p] = (rpc_op){.channel = c->channels[p], .method = WIRE_METHOD_REGISTER,
+                         .parts = &parts[p], .part_count = 1, .timeout_s = connect_timeout,
+                         .wait_for_ready = 1};
+  }
+  if (rc == PS_ERR_OK && rpc_client_call_all(c->rpc, c->ops, n, err) != PS_ERR_OK) {
+    rc = batch_error(c, "registering", err->code, err);
+  }
+  for (int p = 0; p < n && rc == PS_ERR_OK; p++) {
+    Pstrain__RegisterReply *reply = (Pstrain__RegisterReply *)wire_unpack(
+        &pstrain__register_reply__descriptor, &c->ops[p].reply.message, err);
+    if (reply == NULL) {
+      rc = err->code;
+      break;
+    }
+    c->pserver_incarnation[p] = reply->pserver_incarnation;
+    protobuf_c_message_free_unpacked(&reply->base, NULL);
+  }
+  if (rc == PS_ERR_OK) {
+    for (int p = 0; p < n; p++) c->ops[p].wait_for_ready = 0;
+  }
+  free_replies(c);
+  for (int p = 0; p < n; p++) free(bufs[p]);
+  free(bufs);
+  free(parts);
+  if (rc != PS_ERR_OK) {
+    ps_client_close(c);
+    return rc;
+  }
+  LOG_INFO("registered with %d pserver(s) as trainer %d of %d (%s update, %zu blocks)", n,
+           trainer_id, job->trainers, update_mode_name(job->update), c->map.block_count);
+  return PS_ERR_OK;
+}
+
+void ps_client_close(ps_client *c) {
+  rpc_lease_wait(&c->lease);
+  if (c->ops != NULL) free_replies(c);
+  rpc_client_destroy(c->rpc);
+  if (c->writers != NULL) {
+    for (int p = 0; p < c->job.pservers; p++) wire_writer_free(&c->writers[p]);
+  }
+  free(c->writers);
+  free(c->ops);
+  free(c->refs);
+  free(c->channels);
+  free(c->pserver_incarnation);
+  shard_map_free(&c->map);
+  tensor_layout_free(&c->layout);
+  memset(c, 0, sizeof *c);
+}
+
+/* Checks each ParamsReply and copies its blocks into params. */
+static ps_err apply_replies(ps_client *c, const char *what, long want_version, float *params,
+                            ps_error *err) {
+  for (int p = 0; p < c->job.pservers; p++) {
+    const rpc_message *msg = &c->ops[p].reply.message;
+    wire_blocks_msg m = {.blocks = c->refs, .block_cap = c->refs_cap};
+    if (wire_parse_blocks(msg, &m, err) != PS_ERR_OK) {
+      return ps_error_set(err, err->code, "%s: pserver %d at %s sent a bad reply: %s", what, p,
+                          c->targets.items[p], err->msg);
+    }
+    if (m.field1 != c->pserver_incarnation[p]) {
+      return ps_error_set(err, PS_ERR_FAILED_PRECONDITION,
+                          "%s: pserver %d at %s restarted (new incarnation); its state is not the "
+                          "job's any more",
+                          what, p, c->targets.items[p]);
+    }
+    if (want_version >= 0 && m.field2 != (uint64_t)want_version) {
+      return ps_error_set(err, PS_ERR_FAILED_PRECONDITION,
+                          "%s: pserver %d at %s answered with step %llu, expected %ld", what, p,
+                          c->targets.items[p], (unsigned long long)m.field2, want_version);
+    }
+    if (m.block_count != c->map.shard_blocks[p]) {
+      return ps_error_set(err, PS_ERR_CORRUPT_DATA, "%s: pserver %d sent %zu blocks, expected %zu",
+                          what, p, m.block_count, c->map.shard_blocks[p]);
+    }
+    for (size_t i = 0; i < m.block_count; i++) {
+      const wire_block_ref *r = &m.blocks[i];
+      if (r->id >= c->map.block_count || c->map.blocks[r->id].pserver != p ||
+          r->len != c->map.blocks[r->id].count * sizeof(float)) {
+        return ps_error_set(err, PS_ERR_CORRUPT_DATA,
+                            "%s: pserver %d sent block %u of %zu bytes, which it does not hold",
+                            what, p, r->id, r->len);
+      }
+      wire_copy_block(msg, r, params + c->map.blocks[r->id].offset);
+    }
+    c->bytes_received += msg->total;
+  }
+  return PS_ERR_OK;
+}
+
+ps_err ps_client_pull(ps_client *c, float *params, ps_error *err) {
+  int n = c->job.pservers;
+  Pstrain__RequestKey key;
+  fill_key(c, 0, &key);
+  Pstrain__PullRequest req = PSTRAIN__PULL_REQUEST__INIT;
+  req.key = &key;
+  req.config_hash = c->hash;
+  uint8_t *buf;
+  size_t len;
+  if (wire_pack(&req.base, &buf, &len, err) != PS_ERR_OK) return err->code;
+  rpc_part part = {buf, len, NULL};
+  for (int p = 0; p < n; p++) {
+    c->ops[p] = (rpc_op){.channel = c->channels[p], .method = WIRE_METHOD_PULL, .parts = &part,
+                         .part_count = 1, .timeout_s = c->rpc_timeout};
+  }
+  ps_err rc = rpc_client_call_all(c->rpc, c->ops, n, err);
+  free(buf);
+  if (rc != PS_ERR_OK) rc = batch_error(c, "pulling the parameters", rc, err);
+  if (rc == PS_ERR_OK) rc = apply_replies(c, "pulling the parameters", -1, params, err);
+  free_replies(c);
+  return rc;
+}
+
+ps_err ps_client_push_pull(ps_client *c, long step, const float *grads, float *params,
+                           ps_error *err) {
+  int n = c->job.pservers;
+  double start = now_s();
+  wire_key key = {(uint32_t)c->trainer_id, c->incarnation, (uint64_t)step};
+  for (int p = 0; p < n; p++) {
+    wire_writer *w = &c->writers[p];
+    if (wire_writer_begin(w, c->map.shard_blocks[p], err) != PS_ERR_OK) return err->code;
+    wire_writer_push_header(w, &key, c->hash);
+    for (size_t i = 0; i < c->map.block_count; i++) {
+      const shard_block *b = &c->map.blocks[i];
+      if (b->pserver == p) wire_writer_block(w, b->id, grads + b->offset, b->count, &c->lease);
+    }
+    c->ops[p] = (rpc_op){.channel = c->channels[p], .method = WIRE_METHOD_PUSH_PULL,
+                         .parts = w->parts, .part_count = w->part_count,
+                         .timeout_s = c->rpc_timeout};
+  }
+  char what[64];
+  snprintf(what, sizeof what, "step %ld", step);
+  ps_err rc = rpc_client_call_all(c->rpc, c->ops, n, err);
+  if (rc != PS_ERR_OK) rc = batch_error(c, what, rc, err);
+  long want = c->job.update == UPDATE_SYNC ? step + 1 : -1;
+  if (rc == PS_ERR_OK) rc = apply_replies(c, what, want, params, err);
+  free_replies(c);
+  /* The gradients are overwritten next step: gRPC must be done with them. */
+  rpc_lease_wait(&c->lease);
+  c->bytes_sent += c->map.total * sizeof(float);
+  c->comm_seconds += now_s() - start;
+  return rc;
+}
+
+ps_err ps_client_done(ps_client *c, long step, ps_error *err) {
+  int n = c->job.pservers;
+  Pstrain__RequestKey key;
+  fill_key(c, step, &key);
+  Pstrain__DoneRequest req = PSTRAIN__DONE_REQUEST__INIT;
+  req.key = &key;
+  req.config_hash = c->hash;
+  uint8_t *buf;
+  size_t len;
+  if (wire_pack(&req.base, &buf, &len, err) != PS_ERR_OK) return err->code;
+  rpc_part part = {buf, len, NULL};
+  for (int p = 0; p < n; p++) {
+    c->ops[p] = (rpc_op){.channel = c->channels[p], .method = WIRE_METHOD_DONE, .parts = &part,
+                         .part_count = 1, .timeout_s = c->rpc_timeout};
+  }
+  ps_err rc = rpc_client_call_all(c->rpc, c->ops, n, err);
+  free(buf);
+  if (rc != PS_ERR_OK) rc = batch_error(c, "saying done", rc, err);
+  free_replies(c);
+  return rc;
+}

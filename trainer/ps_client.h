@@ -1,0 +1,60 @@
+/* A trainer's side of pserver mode: registration with every pserver
+ * (waiting for them to come up), the initial pull, one push-pull per step
+ * to all pservers at once, and done. Gradients are sent from the caller's
+ * flat array as they lie; returned blocks are copied straight into the
+ * caller's flat parameter array. One thread at a time. */
+#ifndef PSTRAIN_TRAINER_PS_CLIENT_H
+#define PSTRAIN_TRAINER_PS_CLIENT_H
+
+#include <stdint.h>
+
+#include "common/endpoints.h"
+#include "common/error.h"
+#include "common/job.h"
+#include "common/rpc.h"
+#include "common/shard_map.h"
+#include "common/wire.h"
+
+typedef struct ps_client {
+  int trainer_id;
+  uint64_t incarnation;
+  job_config job;
+  uint64_t hash;
+  tensor_layout layout;
+  shard_map map;
+  endpoint_list targets;
+  rpc_client *rpc;
+  rpc_channel **channels;   /* (pservers) */
+  uint64_t *pserver_incarnation;
+  wire_writer *writers;     /* (pservers) */
+  rpc_op *ops;              /* (pservers) */
+  wire_block_ref *refs;
+  size_t refs_cap;
+  rpc_lease lease;          /* the gradient array while it is being sent */
+  double rpc_timeout;
+  /* statistics */
+  uint64_t bytes_sent, bytes_received;
+  double comm_seconds;
+} ps_client;
+
+/* Opens channels to every pserver and registers with each, waiting up to
+ * connect_timeout seconds for each to come up. Fails naming the pserver it
+ * could not reach, or the pserver's reason for refusing. */
+ps_err ps_client_connect(ps_client *c, const endpoint_list *pservers, const job_config *job,
+                         int trainer_id, double connect_timeout, double rpc_timeout,
+                         ps_error *err);
+void ps_client_close(ps_client *c);
+
+/* Fetches every block into params (the model's flat array). */
+ps_err ps_client_pull(ps_client *c, float *params, ps_error *err);
+
+/* Pushes the gradients of zero-based step `step` from grads to every pserver
+ * at once and writes the returned blocks into params. In sync mode the
+ * returned version must be step + 1. */
+ps_err ps_client_push_pull(ps_client *c, long step, const float *grads, float *params,
+                           ps_error *err);
+
+/* Tells every pserver this trainer is finished. */
+ps_err ps_client_done(ps_client *c, long step, ps_error *err);
+
+#endif
