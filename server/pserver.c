@@ -346,10 +346,10 @@ static void push_async(pserver *ps, rpc_call *call, const rpc_message *msg,
 static void handle_push(pserver *ps, rpc_call *call, const rpc_message *msg) {
   ps_error err;
   pthread_mutex_lock(&ps->lock);
-  wire_block_ref none[1];
-  wire_blocks_msg m = {.blocks = ps->configured ? ps->refs : none,
-                       .block_cap = ps->configured ? ps->refs_cap : 0};
-  if (wire_parse_blocks(msg, &m, &err) != PS_ERR_OK) {
+  wire_blocks_msg m = {.blocks = ps->refs, .block_cap = ps->refs_cap};
+  if (!ps->configured) {
+    refuse(call, "PushPull", PS_ERR_FAILED_PRECONDITION, "no trainer has registered yet");
+  } else if (wire_parse_blocks(msg, &m, &err) != PS_ERR_OK) {
     refuse(call, "PushPull", err.code, "%s", err.msg);
   } else if (check_sender(ps, call, "PushPull", m.has_key, &m.key, m.field2) == PS_ERR_OK &&
              check_blocks(ps, call, &m) == PS_ERR_OK) {

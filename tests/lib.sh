@@ -4,8 +4,17 @@ set -u
 BIN=${1:?usage: test.sh BUILD_BIN_DIR}
 failures=0
 SCRATCH=$(mktemp -d /tmp/pstrain-test.XXXXXX)
-trap 'rm -rf "$SCRATCH"' EXIT
+PIDS=()
+cleanup() {
+  local pid
+  for pid in "${PIDS[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+  rm -rf "$SCRATCH"
+}
+trap cleanup EXIT
 DATA=${PSTRAIN_TEST_DATA:-/usr/share/datasets/fashion-mnist}
+# Debian's python3, which scripts/setup gives numpy; another python3 may come first on PATH.
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=python3
 
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 
@@ -27,6 +36,40 @@ expect_exit() {
   elif ! grep -qF -- "$message" "$out"; then
     fail "'$*' stderr lacks '$message': $(tail -c 400 "$out")"
   fi
+}
+
+# free_ports N: N TCP ports on 127.0.0.1 that were free a moment ago.
+free_ports() {
+  python3 -c 'import socket,sys
+socks=[socket.socket() for _ in range(int(sys.argv[1]))]
+for s in socks: s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in socks))' "$1"
+}
+
+# start NAME COMMAND...: runs COMMAND in the background, output in
+# $SCRATCH/NAME.log; its pid is recorded (killed at exit) and left in $LAST_PID.
+start() {
+  local name=$1
+  shift
+  "$@" >"$SCRATCH/$name.log" 2>&1 &
+  LAST_PID=$!
+  PIDS+=("$LAST_PID")
+}
+
+# wait_for PID SECONDS: the exit status of PID, or 124 after killing it when
+# it runs longer than SECONDS.
+wait_for() {
+  local pid=$1 limit=$2 waited=0
+  while kill -0 "$pid" 2>/dev/null; do
+    if [ "$waited" -ge $((limit * 10)) ]; then
+      kill -9 "$pid" 2>/dev/null
+      wait "$pid" 2>/dev/null
+      return 124
+    fi
+    sleep 0.1
+    waited=$((waited + 1))
+  done
+  wait "$pid"
 }
 
 finish() {

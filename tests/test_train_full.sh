@@ -6,7 +6,7 @@ require_data
 M="$SCRATCH/metrics.jsonl"
 "$BIN/trainer" --metrics "$M" --progress-interval 10 2>"$SCRATCH/log" ||
   { fail "trainer exited $?: $(tail -5 "$SCRATCH/log")"; finish; }
-python3 - "$M" <<'PY' || fail "accuracy check"
+"$PY" - "$M" <<'PY' || fail "accuracy check"
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
 acc = rows[-1]["test_accuracy"]

@@ -12,7 +12,7 @@ M="$SCRATCH/metrics.jsonl"
   2>"$SCRATCH/log" || { fail "trainer exited $?: $(tail -5 "$SCRATCH/log")"; finish; }
 grep -q "epoch 2/2 done" "$SCRATCH/log" || fail "no epoch summary line"
 
-python3 - "$M" <<'PY' || fail "metrics check"
+"$PY" - "$M" <<'PY' || fail "metrics check"
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
 assert len(rows) == 2, f"{len(rows)} metrics lines, expected 2"
@@ -32,7 +32,7 @@ run_loss() {
   rm -f "$SCRATCH/m1"
   "$T" --epochs 1 --train-samples 3000 --test-samples 500 --seed "$1" --metrics "$SCRATCH/m1" \
     2>/dev/null || fail "trainer with seed $1 failed"
-  python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["train_loss"])' "$SCRATCH/m1"
+  "$PY" -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["train_loss"])' "$SCRATCH/m1"
 }
 a=$(run_loss 5); b=$(run_loss 5); c=$(run_loss 6)
 [ "$a" = "$b" ] || fail "seed 5 gave train loss $a then $b"

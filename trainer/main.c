@@ -15,6 +15,7 @@ static int exit_status(ps_err code) {
   case PS_ERR_CORRUPT_DATA:
   case PS_ERR_IO:
   case PS_ERR_UNSUPPORTED:
+  case PS_ERR_FAILED_PRECONDITION: /* a job that differs from the pservers' */
     return 2;
   default:
     return 1;

@@ -1,0 +1,313 @@
+/* A real pserver (in this process, over gRPC on 127.0.0.1) answers every
+ * malformed or inconsistent request with the right status and leaves its
+ * parameters byte-identical; good requests still work afterwards, and a
+ * completed sync step changes the parameters as the optimizer says. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/rpc.h"
+#include "common/wire.h"
+#include "server/pserver.h"
+#include "tests/check.h"
+
+#define TRAINERS 2
+
+static pserver ps;
+static rpc_server *server;
+static rpc_client *client;
+static rpc_channel *channel;
+static job_config job;
+static uint64_t job_hash;
+static tensor_layout layout;
+static shard_map map;
+
+/* One call; returns its status, message in *msg (may be NULL). */
+static ps_err call(const char *method, const rpc_part *parts, int count, char *msg,
+                   rpc_reply *reply) {
+  rpc_op op = {.channel = channel, .method = method, .parts = parts, .part_count = count,
+               .timeout_s = 10};
+  ps_error err;
+  rpc_client_call_all(client, &op, 1, &err);
+  if (msg != NULL) snprintf(msg, 384, "%s", op.message);
+  if (reply != NULL) *reply = op.reply;
+  else rpc_reply_free(&op.reply);
+  return op.code;
+}
+
+static ps_err send_raw(const char *method, const void *bytes, size_t len, char *msg) {
+  rpc_part part = {bytes, len, NULL};
+  return call(method, &part, 1, msg, NULL);
+}
+
+static ps_err send_register(uint32_t trainer, uint64_t incarnation, const job_config *j,
+                            uint32_t pserver_id, uint64_t hash, char *msg) {
+  Pstrain__RequestKey key = PSTRAIN__REQUEST_KEY__INIT;
+  key.trainer_id = trainer;
+  key.incarnation = incarnation;
+  Pstrain__JobConfig jc;
+  Pstrain__OptimizerConfig oc;
+  char text[256];
+  wire_job_to_proto(j, &jc, &oc, text, sizeof text);
+  Pstrain__RegisterRequest req = PSTRAIN__REGISTER_REQUEST__INIT;
+  req.key = &key;
+  req.config_hash = hash;
+  req.job = &jc;
+  req.pserver_id = pserver_id;
+  uint8_t *buf;
+  size_t len;
+  ps_error err;
+  REQUIRE(wire_pack(&req.base, &buf, &len, &err) == PS_ERR_OK);
+  ps_err rc = send_raw(WIRE_METHOD_REGISTER, buf, len, msg);
+  free(buf);
+  return rc;
+}
+
+/* How a test push departs from a good one. */
+typedef struct push_spec {
+  uint32_t trainer;
+  uint64_t incarnation, step, hash;
+  int drop_last, duplicate_first, short_first, foreign_block, no_key;
+} push_spec;
+
+static ps_err send_push(const push_spec *s, const float *grads, char *msg, rpc_reply *reply) {
+  wire_writer w = {0};
+  ps_error err;
+  REQUIRE(wire_writer_begin(&w, map.block_count + 2, &err) == PS_ERR_OK);
+  wire_key key = {s->trainer, s->incarnation, s->step};
+  if (!s->no_key) wire_writer_push_header(&w, &key, s->hash);
+  int first = 1;
+  for (size_t i = 0; i < map.block_count; i++) {
+    const shard_block *b = &map.blocks[i];
+    if (b->pserver != 0 && !(s->foreign_block && first)) continue;
+    if (s->drop_last && i == map.block_count - 1) continue;
+    size_t count = s->short_first && first ? b->count - 1 : b->count;
+    wire_writer_block(&w, b->id, grads + b->offset, count, NULL);
+    if (s->duplicate_first && first) wire_writer_block(&w, b->id, grads + b->offset, b->count, NULL);
+    first = 0;
+  }
+  ps_err rc = call(WIRE_METHOD_PUSH_PULL, w.parts, w.part_count, msg, reply);
+  wire_writer_free(&w);
+  return rc;
+}
+
+static float *snapshot(void) {
+  pthread_mutex_lock(&ps.lock);
+  float *copy = malloc(ps.table.n * sizeof *copy);
+  REQUIRE(copy != NULL);
+  memcpy(copy, ps.table.params, ps.table.n * sizeof *copy);
+  pthread_mutex_unlock(&ps.lock);
+  return copy;
+}
+
+static int unchanged(const float *before) {
+  pthread_mutex_lock(&ps.lock);
+  int same = memcmp(before, ps.table.params, ps.table.n * sizeof *before) == 0;
+  pthread_mutex_unlock(&ps.lock);
+  return same;
+}
+
+static char last_msg[384];
+
+int main(void) {
+  ps_error err;
+  rpc_global_init();
+  pserver_config cfg = {.id = 0, .pservers = 1, .trainers = TRAINERS, .step_timeout = 60,
+                        .log_every = 0};
+  REQUIRE(pserver_init(&ps, &cfg, &err) == PS_ERR_OK);
+  rpc_server_config rcfg = {.listen = "127.0.0.1:0", .methods = pserver_methods,
+                            .method_count = pserver_method_count, .handler = pserver_handle,
+                            .handler_ctx = &ps, .threads = 2, .max_message_bytes = 64 << 20};
+  int port;
+  REQUIRE(rpc_server_start(&server, &rcfg, &port, &err) == PS_ERR_OK);
+  char target[64];
+  snprintf(target, sizeof target, "127.0.0.1:%d", port);
+  REQUIRE(rpc_client_create(&client, &err) == PS_ERR_OK);
+  REQUIRE(rpc_channel_open(client, target, 64 << 20, 100, &channel, &err) == PS_ERR_OK);
+
+  job = (job_config){.update = UPDATE_SYNC, .trainers = TRAINERS, .pservers = 1,
+                     .block_size = 100, .seed = 7};
+  REQUIRE(model_parse("mlp:20,16,4", &job.model, &err) == PS_ERR_OK);
+  job.optimizer = (optimizer_config){.kind = OPTIMIZER_SGD, .lr = 0.5, .schedule = LR_CONSTANT,
+                                     .step_size = 1, .gamma = 1, .total_steps = 1, .beta1 = 0.9,
+                                     .beta2 = 0.999, .epsilon = 1e-8};
+  job_hash = job_config_hash(&job);
+  tensor_layout_init(&layout);
+  REQUIRE(model_build_layout(&job.model, &layout, &err) == PS_ERR_OK);
+  REQUIRE(shard_map_build(&map, &layout, job.block_size, 1, &err) == PS_ERR_OK);
+
+  /* Garbage where each message should be. */
+  const uint8_t junk[] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+  CHECK_EQ_INT(send_raw(WIRE_METHOD_REGISTER, junk, sizeof junk, last_msg), PS_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(last_msg, "malformed pstrain.RegisterRequest");
+  CHECK_EQ_INT(send_raw(WIRE_METHOD_PUSH_PULL, junk, sizeof junk, last_msg),
+               PS_ERR_FAILED_PRECONDITION);
+  CHECK_EQ_INT(send_raw(WIRE_METHOD_PULL, junk, sizeof junk, last_msg), PS_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(send_raw(WIRE_METHOD_DONE, junk, sizeof junk, last_msg), PS_ERR_INVALID_ARGUMENT);
+
+  /* Before any registration nothing is accepted. */
+  float *grads = calloc(layout.total, sizeof *grads);
+  REQUIRE(grads != NULL);
+  for (size_t i = 0; i < layout.total; i++) grads[i] = 0.01f * (float)(i % 7) - 0.03f;
+  push_spec good0 = {.trainer = 0, .incarnation = 100, .step = 0, .hash = job_hash};
+  CHECK_EQ_INT(send_push(&good0, grads, last_msg, NULL), PS_ERR_FAILED_PRECONDITION);
+  CHECK_CONTAINS(last_msg, "registered");
+
+  /* Bad registrations. */
+  CHECK_EQ_INT(send_register(5, 1, &job, 0, job_hash, last_msg), PS_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(last_msg, "trainer id 5 is not 0..1");
+  CHECK_EQ_INT(send_register(0, 1, &job, 3, job_hash, last_msg), PS_ERR_FAILED_PRECONDITION);
+  CHECK_CONTAINS(last_msg, "the pserver lists differ");
+  CHECK_EQ_INT(send_register(0, 1, &job, 0, job_hash ^ 1, last_msg), PS_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(last_msg, "config hash does not match");
+  job_config three = job;
+  three.trainers = 3;
+  CHECK_EQ_INT(send_register(0, 1, &three, 0, job_config_hash(&three), last_msg),
+               PS_ERR_FAILED_PRECONDITION);
+  CHECK_CONTAINS(last_msg, "expects 3 trainers");
+  job_config bad_lr = job;
+  bad_lr.optimizer.lr = -1;
+  CHECK_EQ_INT(send_register(0, 1, &bad_lr, 0, job_config_hash(&bad_lr), last_msg),
+               PS_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(last_msg, "lr -1 must be > 0");
+
+  /* Trainer 0 registers; trainer 1 with another model is refused by name. */
+  CHECK_EQ_INT(send_register(0, 100, &job, 0, job_hash, last_msg), PS_ERR_OK);
+  job_config other = job;
+  REQUIRE(model_parse("mlp:20,8,4", &other.model, &err) == PS_ERR_OK);
+  CHECK_EQ_INT(send_register(1, 200, &other, 0, job_config_hash(&other), last_msg),
+               PS_ERR_FAILED_PRECONDITION);
+  CHECK_CONTAINS(last_msg, "trainer 1's job differs from trainer 0's: model mlp:20,8,4 vs mlp:20,16,4");
+  CHECK_EQ_INT(send_register(1, 200, &job, 0, job_hash, last_msg), PS_ERR_OK);
+
+  float *before = snapshot();
+  /* Bad pushes: each refused, the table untouched. */
+  CHECK_EQ_INT(send_raw(WIRE_METHOD_PUSH_PULL, junk, sizeof junk, last_msg), PS_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(last_msg, "malformed block message");
+  push_spec s;
+  s = good0; s.no_key = 1;
+  CHECK_EQ_INT(send_push(&s, grads, last_msg, NULL), PS_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(last_msg, "without a key");
+  s = good0; s.trainer = 9;
+  CHECK_EQ_INT(send_push(&s, grads, last_msg, NULL), PS_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(last_msg, "trainer id 9 is not 0..1");
+  s = good0; s.hash = job_hash + 1;
+  CHECK_EQ_INT(send_push(&s, grads, last_msg, NULL), PS_ERR_FAILED_PRECONDITION);
+  CHECK_CONTAINS(last_msg, "config hash");
+  s = good0; s.incarnation = 101;
+  CHECK_EQ_INT(send_push(&s, grads, last_msg, NULL), PS_ERR_FAILED_PRECONDITION);
+  CHECK_CONTAINS(last_msg, "register again");
+  s = good0; s.drop_last = 1;
+  CHECK_EQ_INT(send_push(&s, grads, last_msg, NULL), PS_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(last_msg, "blocks, pserver 0 holds");
+  s = good0; s.duplicate_first = 1; s.drop_last = 1;
+  CHECK_EQ_INT(send_push(&s, grads, last_msg, NULL), PS_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(last_msg, "appears twice");
+  s = good0; s.short_first = 1;
+  CHECK_EQ_INT(send_push(&s, grads, last_msg, NULL), PS_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(last_msg, "bytes, expected");
+  s = good0; s.step = 5;
+  CHECK_EQ_INT(send_push(&s, grads, last_msg, NULL), PS_ERR_FAILED_PRECONDITION);
+  CHECK_CONTAINS(last_msg, "pushed step 5 but the pserver is at step 0");
+  /* A block id the map does not have. */
+  {
+    wire_writer w = {0};
+    REQUIRE(wire_writer_begin(&w, map.block_count, &err) == PS_ERR_OK);
+    wire_key key = {0, 100, 0};
+    wire_writer_push_header(&w, &key, job_hash);
+    for (size_t i = 0; i < map.block_count; i++) {
+      uint32_t id = i == 0 ? 999 : map.blocks[i].id;
+      wire_writer_block(&w, id, grads + map.blocks[i].offset, map.blocks[i].count, NULL);
+    }
+    CHECK_EQ_INT(call(WIRE_METHOD_PUSH_PULL, w.parts, w.part_count, last_msg, NULL),
+                 PS_ERR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(last_msg, "block 999 is not held by pserver 0");
+    wire_writer_free(&w);
+  }
+  /* An empty call body and a truncated good push. */
+  CHECK_EQ_INT(send_raw(WIRE_METHOD_PUSH_PULL, "", 0, last_msg), PS_ERR_INVALID_ARGUMENT);
+  CHECK(unchanged(before));
+
+  /* A good sync step: trainer 0 waits until trainer 1 pushes; both get the
+   * parameters after one SGD step on the mean gradient. */
+  float *grads1 = malloc(layout.total * sizeof *grads1);
+  REQUIRE(grads1 != NULL);
+  for (size_t i = 0; i < layout.total; i++) grads1[i] = 0.02f;
+  rpc_op ops[2];
+  wire_writer w0 = {0}, w1 = {0};
+  REQUIRE(wire_writer_begin(&w0, map.block_count, &err) == PS_ERR_OK);
+  REQUIRE(wire_writer_begin(&w1, map.block_count, &err) == PS_ERR_OK);
+  wire_key k0 = {0, 100, 0}, k1 = {1, 200, 0};
+  wire_writer_push_header(&w0, &k0, job_hash);
+  wire_writer_push_header(&w1, &k1, job_hash);
+  for (size_t i = 0; i < map.block_count; i++) {
+    wire_writer_block(&w0, map.blocks[i].id, grads + map.blocks[i].offset, map.blocks[i].count, NULL);
+    wire_writer_block(&w1, map.blocks[i].id, grads1 + map.blocks[i].offset, map.blocks[i].count, NULL);
+  }
+  ops[0] = (rpc_op){.channel = channel, .method = WIRE_METHOD_PUSH_PULL, .parts = w0.parts,
+                    .part_count = w0.part_count, .timeout_s = 10};
+  ops[1] = (rpc_op){.channel = channel, .method = WIRE_METHOD_PUSH_PULL, .parts = w1.parts,
+                    .part_count = w1.part_count, .timeout_s = 10};
+  REQUIRE(rpc_client_call_all(client, ops, 2, &err) == PS_ERR_OK);
+  wire_block_ref refs[64];
+  wire_blocks_msg m = {.blocks = refs, .block_cap = 64};
+  REQUIRE(wire_parse_blocks(&ops[0].reply.message, &m, &err) == PS_ERR_OK);
+  CHECK_EQ_INT(m.field2, 1); /* version after one step */
+  CHECK(m.field1 == ps.incarnation);
+  float *after = calloc(layout.total, sizeof *after);
+  REQUIRE(after != NULL);
+  for (size_t i = 0; i < m.block_count; i++) {
+    wire_copy_block(&ops[0].reply.message, &m.blocks[i], after + map.blocks[m.blocks[i].id].offset);
+  }
+  int wrong = 0;
+  for (size_t i = 0; i < layout.total; i++) {
+    float want = before[i] - 0.5f * 0.5f * (grads[i] + grads1[i]);
+    if (after[i] != want) wrong++;
+  }
+  CHECK_EQ_INT(wrong, 0);
+  rpc_reply_free(&ops[0].reply);
+  rpc_reply_free(&ops[1].reply);
+
+  /* A resent push of the finished step gets the same parameters, applied once. */
+  float *stepped = snapshot();
+  rpc_reply again;
+  CHECK_EQ_INT(send_push(&good0, grads, last_msg, &again), PS_ERR_OK);
+  rpc_reply_free(&again);
+  CHECK(unchanged(stepped));
+  /* A stale step is refused. */
+  CHECK_EQ_INT(send_push(&good0, grads, last_msg, NULL), PS_ERR_OK); /* still step 0: resend */
+  s = good0; s.step = 3;
+  CHECK_EQ_INT(send_push(&s, grads, last_msg, NULL), PS_ERR_FAILED_PRECONDITION);
+  CHECK(unchanged(stepped));
+
+  /* Done from both: the pserver reports finished. */
+  Pstrain__RequestKey key = PSTRAIN__REQUEST_KEY__INIT;
+  Pstrain__DoneRequest done = PSTRAIN__DONE_REQUEST__INIT;
+  done.key = &key;
+  done.config_hash = job_hash;
+  uint8_t *buf;
+  size_t len;
+  for (uint32_t t = 0; t < TRAINERS; t++) {
+    key.trainer_id = t;
+    key.incarnation = t == 0 ? 100 : 200;
+    REQUIRE(wire_pack(&done.base, &buf, &len, &err) == PS_ERR_OK);
+    CHECK_EQ_INT(send_raw(WIRE_METHOD_DONE, buf, len, last_msg), PS_ERR_OK);
+    free(buf);
+  }
+  CHECK_EQ_INT(pserver_poll(&ps), PSERVER_FINISHED);
+
+  wire_writer_free(&w0);
+  wire_writer_free(&w1);
+  free(before);
+  free(stepped);
+  free(after);
+  free(grads);
+  free(grads1);
+  rpc_client_destroy(client);
+  pserver_abort_waiting(&ps, "test over");
+  rpc_server_stop(server);
+  pserver_destroy(&ps);
+  shard_map_free(&map);
+  tensor_layout_free(&layout);
+  rpc_global_shutdown();
+  return check_report("test_pserver_wire");
+}
