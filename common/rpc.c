@@ -137,16 +137,19 @@ static ps_err received_init(received *r, grpc_byte_buffer *bb, rpc_message *msg,
       }
       r->segments = g;
     }
-    r->slices[r->count] = slice;
-    r->segments[r->count].data = GRPC_SLICE_START_PTR(slice);
-    r->segments[r->count].len = GRPC_SLICE_LENGTH(slice);
+    r->slices[r->count++] = slice;
     total += GRPC_SLICE_LENGTH(slice);
-    r->count++;
   }
   grpc_byte_buffer_reader_destroy(&reader);
   if (rc != PS_ERR_OK) {
     received_free(r);
     return rc;
+  }
+  /* Small slices keep their bytes inside the grpc_slice struct itself, so
+   * pointers are taken only now, from the array's final place. */
+  for (size_t i = 0; i < r->count; i++) {
+    r->segments[i].data = GRPC_SLICE_START_PTR(r->slices[i]);
+    r->segments[i].len = GRPC_SLICE_LENGTH(r->slices[i]);
   }
   msg->segments = r->segments;
   msg->count = r->count;
@@ -517,6 +520,23 @@ void rpc_reply_free(rpc_reply *reply) {
     free(ri);
   }
   memset(reply, 0, sizeof *reply);
+}
+
+ps_err rpc_reply_from_parts(const rpc_part *parts, int count, rpc_reply *out, ps_error *err) {
+  memset(out, 0, sizeof *out);
+  reply_internal *ri = calloc(1, sizeof *ri);
+  grpc_byte_buffer *bb = buffer_from_parts(parts, count);
+  if (ri == NULL || bb == NULL) {
+    free(ri);
+    if (bb != NULL) grpc_byte_buffer_destroy(bb);
+    return ps_error_set(err, PS_ERR_NO_MEMORY, "rpc: out of memory building a message");
+  }
+  if (received_init(&ri->r, bb, &out->message, err) != PS_ERR_OK) {
+    free(ri);
+    return err->code;
+  }
+  out->internal = ri;
+  return PS_ERR_OK;
 }
 
 typedef struct call_state {

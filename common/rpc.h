@@ -107,6 +107,11 @@ typedef struct rpc_reply {
 
 void rpc_reply_free(rpc_reply *reply);
 
+/* Builds a received message from parts through gRPC's own byte buffer and
+ * reader, as a reply arrives (tests use it to hand the reader slices of
+ * chosen sizes, tiny ones included). */
+ps_err rpc_reply_from_parts(const rpc_part *parts, int count, rpc_reply *out, ps_error *err);
+
 /* One call of a batch. Fill the inputs; rpc_client_call_all fills the rest. */
 typedef struct rpc_op {
   rpc_channel *channel;

@@ -12,6 +12,7 @@
 #include "common/endpoints.h"
 #include "common/log.h"
 #include "common/options.h"
+#include "common/process.h"
 #include "common/rpc.h"
 #include "server/pserver.h"
 
@@ -43,7 +44,9 @@ static const option_def pserver_option_table[] = {
     {"port", "PADDLE_PORT", OPT_INT, OFF(port), "0",
      "port to bind when --listen is not given (0: the list entry's)", NULL, .min = 0,
      .max = 65535},
-    {"threads", NULL, OPT_INT, OFF(threads), "4", "RPC worker threads", NULL, .min = 1, .max = 256},
+    {"threads", NULL, OPT_INT, OFF(threads), "1",
+     "RPC worker threads (handlers never block; more threads mean more hand-offs)", NULL,
+     .min = 1, .max = 256},
     {"step-timeout", NULL, OPT_DOUBLE, OFF(step_timeout), "120",
      "seconds a sync step waits for the last trainer before the job stops", NULL, .min = 0.1,
      .max = 1e7},
@@ -124,6 +127,7 @@ int main(int argc, char **argv) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, NULL);
   rpc_global_init();
+  process_tune_malloc();
 
   pserver ps;
   pserver_config cfg = {.id = id, .pservers = list.count, .trainers = (int)opt.trainers,

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "common/log.h"
+#include "common/process.h"
 
 enum { METHOD_REGISTER, METHOD_PUSH_PULL, METHOD_PULL, METHOD_DONE };
 const char *const pserver_methods[] = {WIRE_METHOD_REGISTER, WIRE_METHOD_PUSH_PULL,
@@ -21,23 +22,10 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static uint64_t random_u64(void) {
-  uint64_t v = 0;
-  FILE *f = fopen("/dev/urandom", "rb");
-  if (f == NULL || fread(&v, sizeof v, 1, f) != 1) {
-    /* Not secret, only distinct per start: time and pid serve. */
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    v = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20);
-  }
-  if (f != NULL) fclose(f);
-  return v;
-}
-
 ps_err pserver_init(pserver *ps, const pserver_config *cfg, ps_error *err) {
   memset(ps, 0, sizeof *ps);
   ps->cfg = *cfg;
-  ps->incarnation = random_u64();
+  ps->incarnation = process_random_u64();
   ps->trainers = calloc((size_t)cfg->trainers, sizeof *ps->trainers);
   if (ps->trainers == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "pserver: out of memory");
   for (int i = 0; i < cfg->trainers; i++) ps->trainers[i].last_step = -1;
@@ -51,7 +39,11 @@ ps_err pserver_init(pserver *ps, const pserver_config *cfg, ps_error *err) {
 }
 
 void pserver_destroy(pserver *ps) {
-  rpc_lease_wait(&ps->lease);
+  for (int i = 0; i < PSERVER_SNAPSHOTS; i++) {
+    if (ps->snapshots[i].data == NULL) continue;
+    rpc_lease_wait(&ps->snapshots[i].lease);
+    free(ps->snapshots[i].data);
+  }
   if (ps->configured) table_free(&ps->table);
   wire_writer_free(&ps->reply);
   free(ps->refs);
@@ -75,31 +67,53 @@ static void reply_message(rpc_call *call, const ProtobufCMessage *m) {
   free(buf);
 }
 
-/* Builds the ParamsReply of the whole shard into ps->reply. With a lease the
- * parameters are borrowed (sync: nothing changes them until every trainer
- * has its reply); without one they are copied. */
-static ps_err build_params_reply(pserver *ps, rpc_lease *lease, ps_error *err) {
+/* A snapshot no reply is sending from any more, filled with the current
+ * parameters; NULL when all are busy (the caller then lets gRPC copy). */
+static params_snapshot *take_snapshot(pserver *ps) {
+  size_t n = ps->table.n;
+  for (int i = 0; i < PSERVER_SNAPSHOTS; i++) {
+    params_snapshot *snap = &ps->snapshots[i];
+    if (atomic_load(&snap->lease.refs) != 0) continue;
+    if (snap->data == NULL && (snap->data = malloc((n > 0 ? n : 1) * sizeof(float))) == NULL) {
+      return NULL;
+    }
+    memcpy(snap->data, ps->table.params, n * sizeof(float));
+    return snap;
+  }
+  return NULL;
+}
+
+/* Builds the ParamsReply of the whole shard into ps->reply, sending from
+ * snap (or, without one, from the table with gRPC copying). */
+static ps_err build_params_reply(pserver *ps, params_snapshot *snap, ps_error *err) {
   ps_table *t = &ps->table;
   if (wire_writer_begin(&ps->reply, t->map.shard_blocks[ps->cfg.id], err) != PS_ERR_OK) {
     return err->code;
   }
+  const float *source = snap != NULL ? snap->data : t->params;
+  rpc_lease *lease = snap != NULL ? &snap->lease : NULL;
   wire_writer_params_header(&ps->reply, ps->incarnation, (uint64_t)ps->version);
   for (size_t i = 0; i < t->map.block_count; i++) {
     const shard_block *b = &t->map.blocks[i];
     if (b->pserver != ps->cfg.id) continue;
-    wire_writer_block(&ps->reply, b->id, t->params + b->shard_offset, b->count, lease);
+    wire_writer_block(&ps->reply, b->id, source + b->shard_offset, b->count, lease);
   }
   return PS_ERR_OK;
 }
 
-static void reply_params(pserver *ps, rpc_call *call, rpc_lease *lease) {
+/* Answers each call with the current parameters, all from one snapshot. */
+static void reply_params(pserver *ps, rpc_call *const *calls, int count) {
   ps_error err;
-  if (build_params_reply(ps, lease, &err) != PS_ERR_OK) {
-    rpc_call_reply(call, err.code, err.msg, NULL, 0);
-    return;
+  params_snapshot *snap = take_snapshot(ps);
+  ps_err rc = build_params_reply(ps, snap, &err);
+  for (int i = 0; i < count; i++) {
+    if (rc != PS_ERR_OK) {
+      rpc_call_reply(calls[i], err.code, err.msg, NULL, 0);
+      continue;
+    }
+    ps->stats_out += ps->table.n * sizeof(float);
+    rpc_call_reply(calls[i], PS_ERR_OK, NULL, ps->reply.parts, ps->reply.part_count);
   }
-  ps->stats_out += ps->table.n * sizeof(float);
-  rpc_call_reply(call, PS_ERR_OK, NULL, ps->reply.parts, ps->reply.part_count);
 }
 
 static void refuse(rpc_call *call, const char *method, ps_err code, const char *fmt, ...)
@@ -281,7 +295,7 @@ static void push_sync(pserver *ps, rpc_call *call, const rpc_message *msg,
   long step = (long)m->key.step;
   if (step == ps->version - 1 && !tr->pushed) {
     /* A resend of a push already applied (its reply was lost): answer again. */
-    reply_params(ps, call, &ps->lease);
+    reply_params(ps, &call, 1);
     return;
   }
   if (step != ps->version) {
@@ -295,7 +309,6 @@ static void push_sync(pserver *ps, rpc_call *call, const rpc_message *msg,
     tr->waiting = call;
     return;
   }
-  if (ps->pushed_count == 0) rpc_lease_wait(&ps->lease); /* last step's replies are out */
   float *slot = table_slot(&ps->table, (int)id);
   for (size_t i = 0; i < m->block_count; i++) {
     const shard_block *b = &ps->table.map.blocks[m->blocks[i].id];
@@ -310,12 +323,16 @@ static void push_sync(pserver *ps, rpc_call *call, const rpc_message *msg,
   table_apply_sum(&ps->table, &ps->job.optimizer, n, 1.0f / (float)n, ps->version);
   ps->version++;
   ps->pushed_count = 0;
+  rpc_call *stack_calls[64];
+  rpc_call **calls = n <= 64 ? stack_calls : malloc((size_t)n * sizeof *calls);
   for (int i = 0; i < n; i++) {
-    rpc_call *waiting = ps->trainers[i].waiting;
+    if (calls != NULL) calls[i] = ps->trainers[i].waiting;
+    else reply_params(ps, &ps->trainers[i].waiting, 1);
     ps->trainers[i].pushed = 0;
     ps->trainers[i].waiting = NULL;
-    reply_params(ps, waiting, &ps->lease);
   }
+  if (calls != NULL) reply_params(ps, calls, n);
+  if (calls != stack_calls) free(calls);
   if (ps->cfg.log_every > 0 && ps->version % ps->cfg.log_every == 0) log_stats(ps);
 }
 
@@ -340,7 +357,7 @@ static void push_async(pserver *ps, rpc_call *call, const rpc_message *msg,
       log_stats(ps);
     }
   }
-  reply_params(ps, call, NULL);
+  reply_params(ps, &call, 1);
 }
 
 static void handle_push(pserver *ps, rpc_call *call, const rpc_message *msg) {
@@ -373,7 +390,7 @@ static void handle_pull(pserver *ps, rpc_call *call, const rpc_message *msg) {
   if (req->key != NULL) key = (wire_key){req->key->trainer_id, req->key->incarnation, req->key->step};
   pthread_mutex_lock(&ps->lock);
   if (check_sender(ps, call, "Pull", req->key != NULL, &key, req->config_hash) == PS_ERR_OK) {
-    reply_params(ps, call, NULL);
+    reply_params(ps, &call, 1);
   }
   pthread_mutex_unlock(&ps->lock);
   protobuf_c_message_free_unpacked(&req->base, NULL);

@@ -33,6 +33,15 @@ typedef struct trainer_state {
 
 typedef enum { PSERVER_RUNNING, PSERVER_FINISHED, PSERVER_FAILED } pserver_status;
 
+/* A copy of the parameters that replies send from; reused once gRPC has let
+ * go of it (its lease drops to zero), so no handler ever waits for gRPC. */
+typedef struct params_snapshot {
+  float *data;
+  rpc_lease lease;
+} params_snapshot;
+
+#define PSERVER_SNAPSHOTS 16
+
 typedef struct pserver {
   pserver_config cfg;
   uint64_t incarnation;
@@ -46,7 +55,7 @@ typedef struct pserver {
   long version;        /* steps applied */
   int pushed_count;    /* sync: trainers that pushed the current step */
   double step_started; /* sync: when the first push of the step arrived */
-  rpc_lease lease;     /* sync replies borrow the parameters */
+  params_snapshot snapshots[PSERVER_SNAPSHOTS];
   wire_writer reply;   /* reused under the lock */
   wire_block_ref *refs;
   size_t refs_cap;

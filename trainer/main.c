@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "common/log.h"
+#include "common/process.h"
 #include "common/rpc.h"
 #include "trainer/train.h"
 #include "trainer/trainer_config.h"
@@ -46,6 +47,7 @@ int main(int argc, char **argv) {
   /* The trainer keeps the default signal actions: Ctrl-C stops it at once,
    * and its pservers notice the missing trainer. */
   rpc_global_init();
+  process_tune_malloc();
   trainer t;
   if (trainer_init(&t, &settings, &err) != PS_ERR_OK) {
     LOG_ERROR("%s", err.msg);

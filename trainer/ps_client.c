@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "common/log.h"
+#include "common/process.h"
 
 /* Replies carry the whole shard: allow a generous multiple of it. */
 #define MESSAGE_LIMIT ((size_t)2047 << 20)
@@ -17,18 +18,6 @@ static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static uint64_t random_u64(void) {
-  uint64_t v = 0;
-  FILE *f = fopen("/dev/urandom", "rb");
-  if (f == NULL || fread(&v, sizeof v, 1, f) != 1) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    v = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20);
-  }
-  if (f != NULL) fclose(f);
-  return v;
 }
 
 static void fill_key(const ps_client *c, long step, Pstrain__RequestKey *key) {
@@ -69,7 +58,7 @@ ps_err ps_client_connect(ps_client *c, const endpoint_list *pservers, const job_
                          ps_error *err) {
   memset(c, 0, sizeof *c);
   c->trainer_id = trainer_id;
-  c->incarnation = random_u64();
+  c->incarnation = process_random_u64();
   c->job = *job;
   c->hash = job_config_hash(job);
   c->targets = *pservers;
@@ -186,8 +175,13 @@ static ps_err apply_replies(ps_client *c, const char *what, long want_version, f
     const rpc_message *msg = &c->ops[p].reply.message;
     wire_blocks_msg m = {.blocks = c->refs, .block_cap = c->refs_cap};
     if (wire_parse_blocks(msg, &m, err) != PS_ERR_OK) {
+      char why[sizeof err->msg];
+      snprintf(why, sizeof why, "%s", err->msg);
+      if (getenv("PSTRAIN_DEBUG_WIRE") != NULL) {
+        for (size_t k = 0; k < msg->count; k++) fprintf(stderr, "segment %zu: %zu bytes\n", k, msg->segments[k].len);
+      }
       return ps_error_set(err, err->code, "%s: pserver %d at %s sent a bad reply: %s", what, p,
-                          c->targets.items[p], err->msg);
+                          c->targets.items[p], why);
     }
     if (m.field1 != c->pserver_incarnation[p]) {
       return ps_error_set(err, PS_ERR_FAILED_PRECONDITION,

@@ -1,0 +1,16 @@
+/* Process-wide set-up both daemons share: the allocator's tuning for large
+ * messages, and random incarnation ids. */
+#ifndef PSTRAIN_COMMON_PROCESS_H
+#define PSTRAIN_COMMON_PROCESS_H
+
+#include <stdint.h>
+
+/* Keeps freed large buffers (gRPC's per-message slices) in the heap instead
+ * of returning them to the kernel, so the next message of the same size does
+ * not page-fault its way in. Logs a warning if the allocator refuses. */
+void process_tune_malloc(void);
+
+/* A random 64-bit id, distinct per process start (not secret). */
+uint64_t process_random_u64(void);
+
+#endif
