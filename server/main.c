@@ -44,7 +44,7 @@ static const option_def pserver_option_table[] = {
     {"port", "PADDLE_PORT", OPT_INT, OFF(port), "0",
      "port to bind when --listen is not given (0: the list entry's)", NULL, .min = 0,
      .max = 65535},
-    {"threads", NULL, OPT_INT, OFF(threads), "1",
+    {"rpc-threads", NULL, OPT_INT, OFF(threads), "1",
      "RPC worker threads (handlers never block; more threads mean more hand-offs)", NULL,
      .min = 1, .max = 256},
     {"step-timeout", NULL, OPT_DOUBLE, OFF(step_timeout), "120",
