@@ -48,10 +48,11 @@ static int run_step(mlp *m, int batch, ps_error *err) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 5) {
-    fprintf(stderr, "usage: bench_gemm MODEL BATCH THREADS SECONDS\n");
+  if (argc != 5 && argc != 6) {
+    fprintf(stderr, "usage: bench_gemm MODEL BATCH THREADS SECONDS [cpu|cuda]\n");
     return 2;
   }
+  const char *device = argc == 6 ? argv[5] : "cpu";
   log_set_role("bench_gemm");
   ps_error err;
   model_desc desc;
@@ -63,7 +64,7 @@ int main(int argc, char **argv) {
   }
   backend *be;
   mlp *m;
-  if (backend_cpu_create(&be, threads, &err) != PS_ERR_OK ||
+  if (backend_open(&be, device, threads, 0, &err) != PS_ERR_OK ||
       mlp_create(&m, &desc, be, batch, 1, &err) != PS_ERR_OK) {
     fprintf(stderr, "bench_gemm: %s\n", err.msg);
     return 1;
@@ -71,11 +72,16 @@ int main(int argc, char **argv) {
   for (int i = 0; i < 20; i++) { /* warm up caches and BLAS buffers */
     if (run_step(m, batch, &err) != 0) goto fail;
   }
+  /* A download waits for queued GPU work; on the CPU it is a no-op copy. */
+  float probe;
   long steps = 0;
   double start = now_s(), elapsed;
   do {
-    if (run_step(m, batch, &err) != 0) goto fail;
-    steps++;
+    for (int i = 0; i < 10; i++) {
+      if (run_step(m, batch, &err) != 0) goto fail;
+    }
+    if (be->ops->download(be, &probe, m->params, sizeof probe, &err) != PS_ERR_OK) goto fail;
+    steps += 10;
     elapsed = now_s() - start;
   } while (elapsed < seconds);
   printf("gemm_only_samples_per_s %.1f\nsteps %ld\nbackend %s\n", (double)steps * batch / elapsed,

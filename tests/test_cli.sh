@@ -56,7 +56,7 @@ expect_exit 2 "last layer has 7 outputs but the data has 10 classes" -- \
 expect_exit 2 "expected mlp:" -- "$T" --model resnet50
 
 # A device this build cannot give.
-expect_exit 2 "--device cuda" -- "$T" --device cuda --train-samples 10
+expect_exit 2 "--device cuda: " -- "$T" --device cuda --train-samples 10
 
 # An unwritable metrics file is refused before training.
 expect_exit 2 "--metrics $SCRATCH/none/m.jsonl: cannot open" -- \

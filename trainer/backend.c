@@ -4,16 +4,41 @@
 #include "common/log.h"
 #include "trainer/backend.h"
 
-ps_err backend_open(backend **out, const char *device, int threads, ps_error *err) {
-  if (strcmp(device, "cuda") == 0) {
-    return ps_error_set(err, PS_ERR_UNSUPPORTED,
-                        "--device cuda: this build has no CUDA backend; use --device cpu or auto");
-  }
-  if (strcmp(device, "cpu") != 0 && strcmp(device, "auto") != 0) {
+ps_err backend_open(backend **out, const char *device, int threads, int gpu, ps_error *err) {
+  int want_cuda = strcmp(device, "cuda") == 0, want_auto = strcmp(device, "auto") == 0;
+  if (!want_cuda && !want_auto && strcmp(device, "cpu") != 0) {
     return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "--device '%s' is not auto, cpu or cuda",
                         device);
   }
-  if (backend_cpu_create(out, threads, err) != PS_ERR_OK) return err->code;
-  if (strcmp(device, "auto") == 0) LOG_INFO("device auto: using the CPU (no CUDA backend in this build)");
-  return PS_ERR_OK;
+#ifdef PSTRAIN_HAVE_CUDA
+  if (want_cuda || want_auto) {
+    char why[256] = "";
+    int count = backend_cuda_device_count(why, sizeof why);
+    if (count > 0 && gpu >= count) {
+      return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "--gpu %d: only %d GPU(s) are visible", gpu,
+                          count);
+    }
+    if (count > 0) {
+      if (backend_cuda_create(out, gpu, err) == PS_ERR_OK) {
+        LOG_INFO("device %s: using %s", device, (*out)->description);
+        return PS_ERR_OK;
+      }
+      if (want_cuda) return err->code;
+      LOG_WARN("device auto: the GPU failed to open (%s): using the CPU", err->msg);
+    } else if (want_cuda) {
+      return ps_error_set(err, PS_ERR_UNSUPPORTED, "--device cuda: no GPU is visible (%s)", why);
+    } else {
+      LOG_INFO("device auto: no GPU is visible (%s): using the CPU", why);
+    }
+  }
+#else
+  (void)gpu;
+  if (want_cuda) {
+    return ps_error_set(err, PS_ERR_UNSUPPORTED,
+                        "--device cuda: this build has no CUDA backend (no CUDA toolkit was found "
+                        "at build time); use --device cpu or auto");
+  }
+  if (want_auto) LOG_INFO("device auto: this build has no CUDA backend: using the CPU");
+#endif
+  return backend_cpu_create(out, threads, err);
 }

@@ -21,6 +21,9 @@ typedef struct backend_ops {
   /* Zeroed memory of `bytes`; NULL with err set on failure. */
   void *(*alloc)(backend *b, size_t bytes, ps_error *err);
   void (*free)(backend *b, void *ptr);
+  /* Host memory for transfers (pinned on a GPU); NULL with err set on failure. */
+  void *(*host_alloc)(backend *b, size_t bytes, ps_error *err);
+  void (*host_free)(backend *b, void *ptr);
   /* Host-to-backend and backend-to-host copies. */
   ps_err (*upload)(backend *b, void *dst, const void *host_src, size_t bytes, ps_error *err);
   ps_err (*download)(backend *b, void *host_dst, const void *src, size_t bytes, ps_error *err);
@@ -54,9 +57,16 @@ struct backend {
 /* The CPU backend; threads > 0 sets the BLAS thread count, 0 keeps its default. */
 ps_err backend_cpu_create(backend **out, int threads, ps_error *err);
 
-/* Picks a backend for --device auto|cpu|cuda. Fails with PS_ERR_UNSUPPORTED
- * when cuda is asked for and this build or machine cannot give it. */
-ps_err backend_open(backend **out, const char *device, int threads, ps_error *err);
+/* The CUDA backend on GPU `device` (built only with the CUDA toolkit). */
+ps_err backend_cuda_create(backend **out, int device, ps_error *err);
+/* GPUs visible to this process; 0 with the reason in why when none is. */
+int backend_cuda_device_count(char *why, size_t why_len);
+
+/* Picks a backend for --device auto|cpu|cuda (gpu: which device). Fails
+ * with PS_ERR_UNSUPPORTED, saying which, when cuda is asked for and this
+ * build has no CUDA backend or no GPU is visible; auto falls back to the CPU
+ * and logs why. */
+ps_err backend_open(backend **out, const char *device, int threads, int gpu, ps_error *err);
 
 static inline void backend_destroy(backend *b) {
   if (b != NULL) b->ops->destroy(b);

@@ -33,6 +33,10 @@ static void cpu_free(backend *b, void *ptr) {
   free(ptr);
 }
 
+static void *cpu_host_alloc(backend *b, size_t bytes, ps_error *err) {
+  return cpu_alloc(b, bytes, err);
+}
+
 static ps_err cpu_copy(backend *b, void *dst, const void *src, size_t bytes, ps_error *err) {
   (void)b;
   (void)err;
@@ -115,6 +119,8 @@ static const backend_ops cpu_ops = {
     .destroy = cpu_destroy,
     .alloc = cpu_alloc,
     .free = cpu_free,
+    .host_alloc = cpu_host_alloc,
+    .host_free = cpu_free,
     .upload = cpu_copy,
     .download = cpu_copy,
     .gemm = cpu_gemm,

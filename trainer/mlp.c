@@ -54,12 +54,15 @@ ps_err mlp_create(mlp **out, const model_desc *desc, backend *be, int max_batch,
       (m->labels = alloc_or_fail(m, (size_t)max_batch * sizeof(int32_t), err)) == NULL) {
     goto fail;
   }
-  m->host_inputs = malloc((size_t)max_batch * (size_t)desc->sizes[0] * sizeof(float));
-  m->host_labels = malloc((size_t)max_batch * sizeof(int32_t));
+  if ((m->host_inputs = be->ops->host_alloc(
+           be, (size_t)max_batch * (size_t)desc->sizes[0] * sizeof(float), err)) == NULL ||
+      (m->host_labels = be->ops->host_alloc(be, (size_t)max_batch * sizeof(int32_t), err)) ==
+          NULL) {
+    goto fail;
+  }
   float *init = malloc(n * sizeof(float));
-  if (m->host_inputs == NULL || m->host_labels == NULL || init == NULL) {
-    free(init);
-    ps_error_set(err, PS_ERR_NO_MEMORY, "mlp: out of host memory for staging buffers");
+  if (init == NULL) {
+    ps_error_set(err, PS_ERR_NO_MEMORY, "mlp: out of host memory for %zu initial values", n);
     goto fail;
   }
   model_init_params(desc, &m->layout, seed, 0, n, init);
@@ -82,8 +85,8 @@ void mlp_destroy(mlp *m) {
   be->ops->free(be, m->acts);
   be->ops->free(be, m->grad_bufs);
   be->ops->free(be, m->labels);
-  free(m->host_inputs);
-  free(m->host_labels);
+  if (m->host_inputs != NULL) be->ops->host_free(be, m->host_inputs);
+  if (m->host_labels != NULL) be->ops->host_free(be, m->host_labels);
   tensor_layout_free(&m->layout);
   free(m);
 }

@@ -111,7 +111,7 @@ ps_err trainer_init(trainer *t, const trainer_settings *settings, ps_error *err)
       goto fail;
     }
   }
-  if (backend_open(&t->be, o->device, (int)o->threads, err) != PS_ERR_OK) goto fail;
+  if (backend_open(&t->be, o->device, (int)o->threads, (int)o->gpu, err) != PS_ERR_OK) goto fail;
   int max_batch = o->batch > EVAL_BATCH ? (int)o->batch : EVAL_BATCH;
   if (mlp_create(&t->model, &settings->model, t->be, max_batch, (uint64_t)o->seed, err) !=
       PS_ERR_OK) {
@@ -120,10 +120,9 @@ ps_err trainer_init(trainer *t, const trainer_settings *settings, ps_error *err)
   size_t n = t->model->layout.total;
   t->staged = !t->be->host_memory;
   if (t->staged) {
-    t->host_params = malloc(n * sizeof(float));
-    t->host_grads = malloc(n * sizeof(float));
-    if (t->host_params == NULL || t->host_grads == NULL) {
-      ps_error_set(err, PS_ERR_NO_MEMORY, "out of memory for %zu parameters' staging", n);
+    /* Pinned on a GPU: push and pull copy through these. */
+    if ((t->host_params = t->be->ops->host_alloc(t->be, n * sizeof(float), err)) == NULL ||
+        (t->host_grads = t->be->ops->host_alloc(t->be, n * sizeof(float), err)) == NULL) {
       goto fail;
     }
   } else {
@@ -143,8 +142,8 @@ void trainer_free(trainer *t) {
     free(t->ps);
   }
   if (t->staged) {
-    free(t->host_params);
-    free(t->host_grads);
+    if (t->host_params != NULL) t->be->ops->host_free(t->be, t->host_params);
+    if (t->host_grads != NULL) t->be->ops->host_free(t->be, t->host_grads);
   }
   mlp_destroy(t->model);
   backend_destroy(t->be);

@@ -42,6 +42,7 @@ typedef struct trainer_options {
   long seed;
   long threads;
   const char *device;
+  long gpu;
   const char *metrics;
   long train_samples;
   long test_samples;
