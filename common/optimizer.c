@@ -32,6 +32,14 @@ ps_err lr_schedule_parse(const char *name, lr_schedule *out, ps_error *err) {
 const char *optimizer_kind_name(optimizer_kind kind) { return kind_names[kind]; }
 
 ps_err optimizer_config_check(const optimizer_config *cfg, ps_error *err) {
+  const double values[] = {cfg->lr, cfg->weight_decay, cfg->momentum, cfg->beta1,
+                           cfg->beta2, cfg->epsilon, cfg->gamma, cfg->min_lr};
+  for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
+    if (!isfinite(values[i])) {
+      return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "optimizer setting %g is not finite",
+                          values[i]);
+    }
+  }
   if (!(cfg->lr > 0)) return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "lr %g must be > 0", cfg->lr);
   if (!(cfg->weight_decay >= 0)) {
     return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "weight decay %g must be >= 0",

@@ -64,16 +64,17 @@ static grpc_status_code status_from_err(ps_err code) {
 
 static void lease_release(void *lease) { atomic_fetch_sub(&((rpc_lease *)lease)->refs, 1); }
 
-void rpc_lease_wait(rpc_lease *lease) {
+ps_err rpc_lease_wait(rpc_lease *lease) {
   const struct timespec pause = {0, 50 * 1000};
   for (long waited_us = 0; atomic_load(&lease->refs) > 0; waited_us += 50) {
     if (waited_us > 30L * 1000 * 1000) {
       LOG_WARN("rpc: gRPC still holds %d reference(s) to a buffer after 30 s",
                atomic_load(&lease->refs));
-      return;
+      return PS_ERR_TIMEOUT;
     }
     nanosleep(&pause, NULL);
   }
+  return PS_ERR_OK;
 }
 
 /* A byte buffer over the parts: borrowed ones by reference, the rest copied. */
@@ -219,7 +220,8 @@ struct rpc_server {
   pthread_t *threads;
   int thread_count;
   rpc_tag shutdown_tag;
-  atomic_int stopping;
+  pthread_mutex_t post_lock; /* orders posting slots against shutdown */
+  int stopping;              /* under post_lock */
   atomic_int shutdown_seen;
 };
 
@@ -233,8 +235,14 @@ static void call_free(rpc_call *c) {
 }
 
 static void post_request(rpc_server *srv, int method) {
+  pthread_mutex_lock(&srv->post_lock);
+  if (srv->stopping) {
+    pthread_mutex_unlock(&srv->post_lock);
+    return;
+  }
   rpc_call *c = calloc(1, sizeof *c);
   if (c == NULL) {
+    pthread_mutex_unlock(&srv->post_lock);
     LOG_ERROR("rpc: out of memory posting a request slot for %s", srv->cfg.methods[method]);
     return;
   }
@@ -247,11 +255,10 @@ static void post_request(rpc_server *srv, int method) {
   grpc_call_error rc = grpc_server_request_registered_call(
       srv->server, srv->method_handles[method], &c->call, &c->deadline, &c->request_metadata,
       &c->payload, srv->cq, srv->cq, &c->request_tag);
+  pthread_mutex_unlock(&srv->post_lock);
   if (rc != GRPC_CALL_OK) {
-    if (!atomic_load(&srv->stopping)) {
-      LOG_ERROR("rpc: posting a request slot for %s failed (grpc_call_error %d)",
-                srv->cfg.methods[method], (int)rc);
-    }
+    LOG_ERROR("rpc: posting a request slot for %s failed (grpc_call_error %d)",
+              srv->cfg.methods[method], (int)rc);
     call_free(c);
   }
 }
@@ -325,7 +332,7 @@ static void *worker_main(void *arg) {
         call_free(tag->call);
         break;
       }
-      if (!atomic_load(&srv->stopping)) post_request(srv, tag->call->method);
+      post_request(srv, tag->call->method);
       handle_request(tag->call);
       break;
     case TAG_DONE:
@@ -351,6 +358,7 @@ static void server_free(rpc_server *srv) {
   }
   free(srv->method_handles);
   free(srv->threads);
+  pthread_mutex_destroy(&srv->post_lock);
   free(srv);
 }
 
@@ -360,6 +368,11 @@ ps_err rpc_server_start(rpc_server **out, const rpc_server_config *cfg, int *bou
   if (srv == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "rpc: out of memory");
   srv->cfg = *cfg;
   srv->shutdown_tag = (rpc_tag){TAG_SHUTDOWN, NULL};
+  int mrc = pthread_mutex_init(&srv->post_lock, NULL);
+  if (mrc != 0) {
+    free(srv);
+    return ps_error_set(err, PS_ERR_INTERNAL, "rpc: mutex: %s", strerror(mrc));
+  }
   grpc_arg args[5];
   grpc_channel_args ca = make_args(args, cfg->max_message_bytes, 0);
   srv->server = grpc_server_create(&ca, NULL);
@@ -420,12 +433,21 @@ static void drain_until_shutdown(grpc_completion_queue *cq) {
 
 void rpc_server_stop(rpc_server *srv) {
   if (srv == NULL) return;
-  atomic_store(&srv->stopping, 1);
+  pthread_mutex_lock(&srv->post_lock);
+  srv->stopping = 1;
+  pthread_mutex_unlock(&srv->post_lock);
   grpc_server_shutdown_and_notify(srv->server, srv->cq, &srv->shutdown_tag);
-  grpc_server_cancel_all_calls(srv->server);
   if (srv->thread_count > 0) {
+    /* Replies already under way (a last Done) get up to 5 s to leave; then
+     * whatever is still open is cancelled. */
     const struct timespec pause = {0, 1000 * 1000};
+    for (int waited_ms = 0; !atomic_load(&srv->shutdown_seen) && waited_ms < 5000; waited_ms++) {
+      nanosleep(&pause, NULL);
+    }
+    grpc_server_cancel_all_calls(srv->server);
     while (!atomic_load(&srv->shutdown_seen)) nanosleep(&pause, NULL);
+  } else {
+    grpc_server_cancel_all_calls(srv->server);
   }
   /* Without workers the shutdown tag is drained below with the rest. */
   grpc_server_destroy(srv->server);

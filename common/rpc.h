@@ -37,8 +37,10 @@ typedef struct rpc_lease {
   atomic_int refs;
 } rpc_lease;
 
-/* Waits (sleeping in short steps) until no slice references lease's memory. */
-void rpc_lease_wait(rpc_lease *lease);
+/* Waits (sleeping in short steps) until no slice references lease's memory.
+ * Returns PS_ERR_OK, or PS_ERR_TIMEOUT after 30 s with references still held:
+ * the memory must then be neither changed nor freed. */
+ps_err rpc_lease_wait(rpc_lease *lease);
 
 /* One piece of an outgoing message. With a lease, data is borrowed: sent from
  * where it lies and left untouched until rpc_lease_wait returns. Without one,

@@ -275,6 +275,15 @@ static int read_varint(cursor *c, uint64_t *out) {
   return 0; /* more than 10 bytes */
 }
 
+/* Reads a tag; protobuf field numbers stop at 2^29 - 1. */
+static int read_tag(cursor *c, unsigned *field, unsigned *wire_type) {
+  uint64_t t;
+  if (!read_varint(c, &t) || (t >> 3) > 0x1fffffff) return 0;
+  *field = (unsigned)(t >> 3);
+  *wire_type = (unsigned)(t & 7);
+  return 1;
+}
+
 /* Skips a field of the given wire type whose tag was read. */
 static int skip_field(cursor *c, unsigned wire_type) {
   uint64_t v;
@@ -300,9 +309,9 @@ static int parse_key(cursor *c, wire_key *key) {
   if (!read_len(c, &end)) return 0;
   c->end = end;
   while (c->at < c->end) {
-    uint64_t t, v;
-    if (!read_varint(c, &t)) return 0;
-    unsigned field = (unsigned)(t >> 3), wt = (unsigned)(t & 7);
+    uint64_t v;
+    unsigned field, wt;
+    if (!read_tag(c, &field, &wt)) return 0;
     if (wt == WT_VARINT && field >= 1 && field <= 3) {
       if (!read_varint(c, &v)) return 0;
       if (field == 1) {
@@ -328,9 +337,9 @@ static int parse_block(cursor *c, wire_block_ref *ref) {
   c->end = end;
   memset(ref, 0, sizeof *ref);
   while (c->at < c->end) {
-    uint64_t t, v;
-    if (!read_varint(c, &t)) return 0;
-    unsigned field = (unsigned)(t >> 3), wt = (unsigned)(t & 7);
+    uint64_t v;
+    unsigned field, wt;
+    if (!read_tag(c, &field, &wt)) return 0;
     if (field == 1 && wt == WT_VARINT) {
       if (!read_varint(c, &v) || v > UINT32_MAX) return 0;
       ref->id = (uint32_t)v;
@@ -364,9 +373,8 @@ ps_err wire_parse_blocks(const rpc_message *msg, wire_blocks_msg *out, ps_error 
   out->field1 = out->field2 = 0;
   out->block_count = 0;
   while (c.at < c.end) {
-    uint64_t t;
-    if (!read_varint(&c, &t)) goto malformed;
-    unsigned field = (unsigned)(t >> 3), wt = (unsigned)(t & 7);
+    unsigned field, wt;
+    if (!read_tag(&c, &field, &wt)) goto malformed;
     if (field == 1 && wt == WT_LEN) {
       if (!parse_key(&c, &out->key)) goto malformed;
       out->has_key = 1;

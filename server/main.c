@@ -26,6 +26,7 @@ typedef struct pserver_options {
   double step_timeout;
   long log_every;
   long max_message_mb;
+  long max_shard_mb;
   const char *log_level;
 } pserver_options;
 
@@ -54,6 +55,9 @@ static const option_def pserver_option_table[] = {
      NULL, .min = 0, .max = 1e12},
     {"max-message-mb", NULL, OPT_INT, OFF(max_message_mb), "512",
      "largest request or reply, in MiB", NULL, .min = 1, .max = 2047},
+    {"max-shard-mb", NULL, OPT_INT, OFF(max_shard_mb), "8192",
+     "refuse a job whose shard (parameters, optimizer state, gradients) needs more MiB", NULL,
+     .min = 1, .max = 1 << 30},
     {"log-level", NULL, OPT_CHOICE, OFF(log_level), "info", "logging detail",
      "error|warn|info|debug", .min = 1, .max = 0},
 };
@@ -131,7 +135,8 @@ int main(int argc, char **argv) {
 
   pserver ps;
   pserver_config cfg = {.id = id, .pservers = list.count, .trainers = (int)opt.trainers,
-                        .step_timeout = opt.step_timeout, .log_every = opt.log_every};
+                        .step_timeout = opt.step_timeout, .log_every = opt.log_every,
+                        .max_shard_mb = opt.max_shard_mb};
   rpc_server *server = NULL;
   int port = 0;
   if (pserver_init(&ps, &cfg, &err) != PS_ERR_OK) {
@@ -164,10 +169,8 @@ int main(int argc, char **argv) {
   for (;;) {
     pserver_status s = pserver_poll(&ps);
     if (s == PSERVER_FINISHED) {
-      LOG_INFO("every trainer is done at step %ld: exiting", ps.version);
-      /* Let the last Done reply leave before calls are cancelled. */
-      const struct timespec grace = {0, 300 * 1000 * 1000};
-      nanosleep(&grace, NULL);
+      LOG_INFO("every trainer is done at step %ld: exiting", pserver_version(&ps));
+      pserver_abort_waiting(&ps, "the job is finished");
       break;
     }
     if (s == PSERVER_FAILED) {
@@ -178,7 +181,7 @@ int main(int argc, char **argv) {
     }
     if (stop_signal != 0) {
       LOG_INFO("stopping on %s at step %ld", stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
-               ps.version);
+               pserver_version(&ps));
       pserver_abort_waiting(&ps, "the pserver is shutting down");
       break;
     }

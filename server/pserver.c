@@ -41,8 +41,8 @@ ps_err pserver_init(pserver *ps, const pserver_config *cfg, ps_error *err) {
 void pserver_destroy(pserver *ps) {
   for (int i = 0; i < PSERVER_SNAPSHOTS; i++) {
     if (ps->snapshots[i].data == NULL) continue;
-    rpc_lease_wait(&ps->snapshots[i].lease);
-    free(ps->snapshots[i].data);
+    /* Still referenced after the wait: leaking beats freeing under gRPC. */
+    if (rpc_lease_wait(&ps->snapshots[i].lease) == PS_ERR_OK) free(ps->snapshots[i].data);
   }
   if (ps->configured) table_free(&ps->table);
   wire_writer_free(&ps->reply);
@@ -199,12 +199,27 @@ static ps_err check_blocks(pserver *ps, rpc_call *call, const wire_blocks_msg *m
 
 static ps_err configure(pserver *ps, const job_config *job, int trainer, ps_error *err) {
   int slots = job->update == UPDATE_SYNC ? job->trainers : 1;
+  /* Refuse a job this pserver should not hold before allocating it. */
+  double params = 0;
+  for (int l = 1; l <= job->model.num_layers; l++) {
+    params += ((double)job->model.sizes[l - 1] + 1) * job->model.sizes[l];
+  }
+  double mb = params / job->pservers * 4 * (3 + slots) / (1 << 20);
+  if (mb > (double)ps->cfg.max_shard_mb) {
+    return ps_error_set(err, PS_ERR_OUT_OF_RANGE,
+                        "the job needs about %.0f MiB on each pserver, above --max-shard-mb %ld",
+                        mb, ps->cfg.max_shard_mb);
+  }
   if (table_init(&ps->table, job, ps->cfg.id, slots, err) != PS_ERR_OK) return err->code;
   size_t blocks = ps->table.map.block_count;
   ps->refs_cap = blocks + 1;
   ps->refs = malloc(ps->refs_cap * sizeof *ps->refs);
   ps->seen = malloc(blocks > 0 ? blocks : 1);
   if (ps->refs == NULL || ps->seen == NULL) {
+    free(ps->refs);
+    free(ps->seen);
+    ps->refs = NULL;
+    ps->seen = NULL;
     table_free(&ps->table);
     return ps_error_set(err, PS_ERR_NO_MEMORY, "pserver: out of memory for %zu blocks", blocks);
   }
@@ -261,7 +276,16 @@ static void handle_register(pserver *ps, rpc_call *call, const rpc_message *msg)
   } else {
     trainer_state *tr = &ps->trainers[req->key->trainer_id];
     if (tr->registered && tr->incarnation != req->key->incarnation) {
+      /* A restarted trainer: nothing of the old process counts any more. */
       LOG_WARN("trainer %u registered again with a new incarnation", req->key->trainer_id);
+      if (tr->pushed) {
+        rpc_call_reply(tr->waiting, PS_ERR_ABORTED, "the trainer registered again", NULL, 0);
+        tr->waiting = NULL;
+        tr->pushed = 0;
+        ps->pushed_count--;
+      }
+      tr->last_step = -1;
+      tr->done = 0;
     }
     tr->registered = 1;
     tr->incarnation = req->key->incarnation;
@@ -364,7 +388,10 @@ static void handle_push(pserver *ps, rpc_call *call, const rpc_message *msg) {
   ps_error err;
   pthread_mutex_lock(&ps->lock);
   wire_blocks_msg m = {.blocks = ps->refs, .block_cap = ps->refs_cap};
-  if (!ps->configured) {
+  if (ps->stopping) {
+    refuse(call, "PushPull", PS_ERR_UNAVAILABLE, "%s", ps->failure[0] != '\0' ? ps->failure
+                                                                               : "the pserver is shutting down");
+  } else if (!ps->configured) {
     refuse(call, "PushPull", PS_ERR_FAILED_PRECONDITION, "no trainer has registered yet");
   } else if (wire_parse_blocks(msg, &m, &err) != PS_ERR_OK) {
     refuse(call, "PushPull", err.code, "%s", err.msg);
@@ -430,6 +457,13 @@ void pserver_handle(void *ctx, rpc_call *call, int method, const rpc_message *re
   }
 }
 
+long pserver_version(pserver *ps) {
+  pthread_mutex_lock(&ps->lock);
+  long version = ps->version;
+  pthread_mutex_unlock(&ps->lock);
+  return version;
+}
+
 pserver_status pserver_poll(pserver *ps) {
   pthread_mutex_lock(&ps->lock);
   if (ps->status == PSERVER_RUNNING && ps->configured) {
@@ -459,6 +493,7 @@ pserver_status pserver_poll(pserver *ps) {
 
 void pserver_abort_waiting(pserver *ps, const char *why) {
   pthread_mutex_lock(&ps->lock);
+  ps->stopping = 1;
   for (int i = 0; i < ps->cfg.trainers; i++) {
     if (ps->trainers[i].waiting != NULL) {
       rpc_call_reply(ps->trainers[i].waiting, PS_ERR_UNAVAILABLE, why, NULL, 0);

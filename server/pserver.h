@@ -20,6 +20,7 @@ typedef struct pserver_config {
   int trainers;
   double step_timeout; /* seconds a sync step may wait for the last trainer */
   long log_every;      /* steps between statistics lines */
+  long max_shard_mb;   /* largest shard (parameters, state, gradient slots) to accept */
 } pserver_config;
 
 typedef struct trainer_state {
@@ -61,6 +62,7 @@ typedef struct pserver {
   size_t refs_cap;
   unsigned char *seen; /* per-block flags while validating a push */
   pserver_status status;
+  int stopping;        /* set by pserver_abort_waiting: pushes are refused */
   char failure[512];
   /* statistics since the last line */
   double stats_since;
@@ -81,8 +83,11 @@ extern const int pserver_method_count;
  * failed with ps->failure when a step waited too long). Call periodically. */
 pserver_status pserver_poll(pserver *ps);
 
-/* Answers every waiting call with UNAVAILABLE (message says why): call
- * before stopping the RPC server. */
+/* Answers every waiting call with UNAVAILABLE (message says why) and refuses
+ * pushes from then on: call before stopping the RPC server. */
 void pserver_abort_waiting(pserver *ps, const char *why);
+
+/* Steps applied so far (thread-safe). */
+long pserver_version(pserver *ps);
 
 #endif

@@ -112,7 +112,7 @@ int main(void) {
   ps_error err;
   rpc_global_init();
   pserver_config cfg = {.id = 0, .pservers = 1, .trainers = TRAINERS, .step_timeout = 60,
-                        .log_every = 0};
+                        .log_every = 0, .max_shard_mb = 64};
   REQUIRE(pserver_init(&ps, &cfg, &err) == PS_ERR_OK);
   rpc_server_config rcfg = {.listen = "127.0.0.1:0", .methods = pserver_methods,
                             .method_count = pserver_method_count, .handler = pserver_handle,
@@ -169,6 +169,11 @@ int main(void) {
   CHECK_EQ_INT(send_register(0, 1, &bad_lr, 0, job_config_hash(&bad_lr), last_msg),
                PS_ERR_INVALID_ARGUMENT);
   CHECK_CONTAINS(last_msg, "lr -1 must be > 0");
+
+  job_config huge = job;
+  REQUIRE(model_parse("mlp:65536,65536,10", &huge.model, &err) == PS_ERR_OK);
+  CHECK_EQ_INT(send_register(0, 1, &huge, 0, job_config_hash(&huge), last_msg), PS_ERR_OUT_OF_RANGE);
+  CHECK_CONTAINS(last_msg, "above --max-shard-mb 64");
 
   /* Trainer 0 registers; trainer 1 with another model is refused by name. */
   CHECK_EQ_INT(send_register(0, 100, &job, 0, job_hash, last_msg), PS_ERR_OK);
@@ -279,6 +284,13 @@ int main(void) {
   CHECK_EQ_INT(send_push(&s, grads, last_msg, NULL), PS_ERR_FAILED_PRECONDITION);
   CHECK(unchanged(stepped));
 
+  /* A restarted trainer 1 registers again: the old incarnation's pushes are refused. */
+  CHECK_EQ_INT(send_register(1, 201, &job, 0, job_hash, last_msg), PS_ERR_OK);
+  push_spec old1 = {.trainer = 1, .incarnation = 200, .step = 1, .hash = job_hash};
+  CHECK_EQ_INT(send_push(&old1, grads, last_msg, NULL), PS_ERR_FAILED_PRECONDITION);
+  CHECK_CONTAINS(last_msg, "register again");
+  CHECK(unchanged(stepped));
+
   /* Done from both: the pserver reports finished. */
   Pstrain__RequestKey key = PSTRAIN__REQUEST_KEY__INIT;
   Pstrain__DoneRequest done = PSTRAIN__DONE_REQUEST__INIT;
@@ -288,7 +300,7 @@ int main(void) {
   size_t len;
   for (uint32_t t = 0; t < TRAINERS; t++) {
     key.trainer_id = t;
-    key.incarnation = t == 0 ? 100 : 200;
+    key.incarnation = t == 0 ? 100 : 201;
     REQUIRE(wire_pack(&done.base, &buf, &len, &err) == PS_ERR_OK);
     CHECK_EQ_INT(send_raw(WIRE_METHOD_DONE, buf, len, last_msg), PS_ERR_OK);
     free(buf);

@@ -76,7 +76,8 @@ ps_err ps_client_connect(ps_client *c, const endpoint_list *pservers, const job_
   c->ops = calloc((size_t)n, sizeof *c->ops);
   c->refs_cap = c->map.block_count + 1;
   c->refs = malloc(c->refs_cap * sizeof *c->refs);
-  if (c->channels == NULL || c->pserver_incarnation == NULL || c->writers == NULL ||
+  c->seen = malloc(c->map.block_count > 0 ? c->map.block_count : 1);
+  if (c->seen == NULL || c->channels == NULL || c->pserver_incarnation == NULL || c->writers == NULL ||
       c->ops == NULL || c->refs == NULL) {
     ps_client_close(c);
     return ps_error_set(err, PS_ERR_NO_MEMORY, "ps client: out of memory");
@@ -129,7 +130,10 @@ ps_err ps_client_connect(ps_client *c, const endpoint_list *pservers, const job_
     Pstrain__RegisterReply *reply = (Pstrain__RegisterReply *)wire_unpack(
         &pstrain__register_reply__descriptor, &c->ops[p].reply.message, err);
     if (reply == NULL) {
-      rc = err->code;
+      char why[sizeof err->msg];
+      snprintf(why, sizeof why, "%s", err->msg);
+      rc = ps_error_set(err, PS_ERR_CORRUPT_DATA, "registering: pserver %d at %s: %s", p,
+                        pservers->items[p], why);
       break;
     }
     c->pserver_incarnation[p] = reply->pserver_incarnation;
@@ -152,7 +156,9 @@ ps_err ps_client_connect(ps_client *c, const endpoint_list *pservers, const job_
 }
 
 void ps_client_close(ps_client *c) {
-  rpc_lease_wait(&c->lease);
+  if (rpc_lease_wait(&c->lease) != PS_ERR_OK) {
+    LOG_WARN("closing the pserver client while gRPC still holds the gradient buffer");
+  }
   if (c->ops != NULL) free_replies(c);
   rpc_client_destroy(c->rpc);
   if (c->writers != NULL) {
@@ -161,6 +167,7 @@ void ps_client_close(ps_client *c) {
   free(c->writers);
   free(c->ops);
   free(c->refs);
+  free(c->seen);
   free(c->channels);
   free(c->pserver_incarnation);
   shard_map_free(&c->map);
@@ -198,15 +205,26 @@ static ps_err apply_replies(ps_client *c, const char *what, long want_version, f
       return ps_error_set(err, PS_ERR_CORRUPT_DATA, "%s: pserver %d sent %zu blocks, expected %zu",
                           what, p, m.block_count, c->map.shard_blocks[p]);
     }
+    /* Check every block before copying any: a bad reply changes nothing. */
+    memset(c->seen, 0, c->map.block_count);
     for (size_t i = 0; i < m.block_count; i++) {
       const wire_block_ref *r = &m.blocks[i];
-      if (r->id >= c->map.block_count || c->map.blocks[r->id].pserver != p ||
-          r->len != c->map.blocks[r->id].count * sizeof(float)) {
-        return ps_error_set(err, PS_ERR_CORRUPT_DATA,
-                            "%s: pserver %d sent block %u of %zu bytes, which it does not hold",
-                            what, p, r->id, r->len);
+      if (r->id >= c->map.block_count || c->map.blocks[r->id].pserver != p) {
+        return ps_error_set(err, PS_ERR_CORRUPT_DATA, "%s: pserver %d sent block %u, which it "
+                            "does not hold", what, p, r->id);
       }
-      wire_copy_block(msg, r, params + c->map.blocks[r->id].offset);
+      if (c->seen[r->id]++) {
+        return ps_error_set(err, PS_ERR_CORRUPT_DATA, "%s: pserver %d sent block %u twice", what,
+                            p, r->id);
+      }
+      if (r->len != c->map.blocks[r->id].count * sizeof(float)) {
+        return ps_error_set(err, PS_ERR_CORRUPT_DATA,
+                            "%s: pserver %d sent block %u with %zu bytes, expected %zu", what, p,
+                            r->id, r->len, c->map.blocks[r->id].count * sizeof(float));
+      }
+    }
+    for (size_t i = 0; i < m.block_count; i++) {
+      wire_copy_block(msg, &m.blocks[i], params + c->map.blocks[m.blocks[i].id].offset);
     }
     c->bytes_received += msg->total;
   }
@@ -261,7 +279,9 @@ ps_err ps_client_push_pull(ps_client *c, long step, const float *grads, float *p
   if (rc == PS_ERR_OK) rc = apply_replies(c, what, want, params, err);
   free_replies(c);
   /* The gradients are overwritten next step: gRPC must be done with them. */
-  rpc_lease_wait(&c->lease);
+  if (rpc_lease_wait(&c->lease) != PS_ERR_OK && rc == PS_ERR_OK) {
+    rc = ps_error_set(err, PS_ERR_INTERNAL, "%s: gRPC kept the gradient buffer for 30 s", what);
+  }
   c->bytes_sent += c->map.total * sizeof(float);
   c->comm_seconds += now_s() - start;
   return rc;

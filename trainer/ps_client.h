@@ -30,6 +30,7 @@ typedef struct ps_client {
   rpc_op *ops;              /* (pservers) */
   wire_block_ref *refs;
   size_t refs_cap;
+  unsigned char *seen;      /* per-block flags while checking a reply */
   rpc_lease lease;          /* the gradient array while it is being sent */
   double rpc_timeout;
   /* statistics */
