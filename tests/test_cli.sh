@@ -55,8 +55,17 @@ expect_exit 2 "last layer has 7 outputs but the data has 10 classes" -- \
   "$T" --model mlp:784,7 --train-samples 10
 expect_exit 2 "expected mlp:" -- "$T" --model resnet50
 
-# A device this build cannot give.
+# A device this build or machine cannot give: exit 2 saying which; auto falls
+# back to the CPU and says why.
 expect_exit 2 "--device cuda: " -- "$T" --device cuda --train-samples 10
+if [ -n "$(command -v nvidia-smi)" ] && nvidia-smi -L >/dev/null 2>&1; then
+  echo "a GPU is visible: the no-GPU checks of --device are left to scripts/gpu-check" >&2
+else
+  grep -qE "no GPU is visible|no CUDA backend" "$SCRATCH/stderr" ||
+    fail "--device cuda did not say why: $(tail -c 300 "$SCRATCH/stderr")"
+  expect_exit 0 "device auto: " -- "$T" --device auto --epochs 1 --train-samples 200 --test-samples 100
+  grep -q "using the CPU" "$SCRATCH/stderr" || fail "--device auto did not say it used the CPU"
+fi
 
 # An unwritable metrics file is refused before training.
 expect_exit 2 "--metrics $SCRATCH/none/m.jsonl: cannot open" -- \
