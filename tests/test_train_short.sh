@@ -17,7 +17,9 @@ import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
 assert len(rows) == 2, f"{len(rows)} metrics lines, expected 2"
 for i, r in enumerate(rows, 1):
-    assert set(r) == {"epoch", "train_loss", "test_accuracy", "samples_per_s", "wall_s", "mode"}, r
+    assert set(r) == {"epoch", "train_loss", "test_accuracy", "samples_per_s", "wall_s", "mode",
+                      "trainers", "comm_share", "bytes_per_step"}, r
+    assert r["trainers"] == 1 and r["comm_share"] == 0 and r["bytes_per_step"] == 0, r
     assert r["epoch"] == i and r["mode"] == "local", r
     assert r["samples_per_s"] > 0 and r["wall_s"] > 0, r
 assert rows[1]["train_loss"] < rows[0]["train_loss"], "loss did not fall"

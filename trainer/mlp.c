@@ -172,3 +172,7 @@ ps_err mlp_set_params(mlp *m, const float *host, ps_error *err) {
 ps_err mlp_get_grads(mlp *m, float *host, ps_error *err) {
   return m->be->ops->download(m->be, host, m->grads, m->layout.total * sizeof(float), err);
 }
+
+ps_err mlp_set_grads(mlp *m, const float *host, ps_error *err) {
+  return m->be->ops->upload(m->be, m->grads, host, m->layout.total * sizeof(float), err);
+}

@@ -56,13 +56,45 @@ static ps_err connect_pservers(trainer *t, ps_error *err) {
   return PS_ERR_OK;
 }
 
-/* The step's update: the local optimizer, or a push-pull with the pservers. */
+/* Joins the MPI job and checks every rank trains the same thing. */
+static ps_err join_collective(trainer *t, ps_error *err) {
+  const trainer_options *o = &t->settings.opt;
+  const optimizer_config *c = &t->settings.optimizer;
+  char model[256], config[1024];
+  model_format(&t->settings.model, model, sizeof model);
+  snprintf(config, sizeof config,
+           "model=%s;optimizer=%s;lr=%.17g;weight_decay=%.17g;momentum=%.17g;beta1=%.17g;"
+           "beta2=%.17g;epsilon=%.17g;lr_schedule=%s;lr_step_size=%ld;lr_gamma=%.17g;"
+           "min_lr=%.17g;seed=%ld;batch=%ld;epochs=%ld;training_samples=%ld;max_steps=%ld",
+           model, optimizer_kind_name(c->kind), c->lr, c->weight_decay, c->momentum, c->beta1,
+           c->beta2, c->epsilon, o->lr_schedule, c->step_size, c->gamma, c->min_lr, o->seed,
+           o->batch, o->epochs, t->train.count, o->max_steps);
+  return collective_check_agreement(t->coll, config, err);
+}
+
+/* The step's update: the local optimizer after an all-reduce (collective)
+ * or alone (local), or a push-pull with the pservers. */
 static ps_err apply_update(trainer *t, long step, ps_error *err) {
-  if (t->ps == NULL) return mlp_apply_optimizer(t->model, &t->settings.optimizer, step, err);
+  if (t->ps == NULL && t->coll == NULL) {
+    return mlp_apply_optimizer(t->model, &t->settings.optimizer, step, err);
+  }
   if (t->staged && mlp_get_grads(t->model, t->host_grads, err) != PS_ERR_OK) return err->code;
+  double start = now_s();
+  if (t->coll != NULL) {
+    size_t n = t->model->layout.total;
+    if (collective_allreduce_mean(t->coll, t->host_grads, n, err) != PS_ERR_OK) return err->code;
+    t->comm_seconds += now_s() - start;
+    /* A ring all-reduce sends and receives 2(N-1)/N of the gradients each. */
+    t->comm_bytes += 4.0 * (t->trainers - 1) / t->trainers * (double)n * sizeof(float);
+    if (t->staged && mlp_set_grads(t->model, t->host_grads, err) != PS_ERR_OK) return err->code;
+    return mlp_apply_optimizer(t->model, &t->settings.optimizer, step, err);
+  }
+  uint64_t before = t->ps->bytes_sent + t->ps->bytes_received;
   if (ps_client_push_pull(t->ps, step, t->host_grads, t->host_params, err) != PS_ERR_OK) {
     return err->code;
   }
+  t->comm_seconds += now_s() - start;
+  t->comm_bytes += (double)(t->ps->bytes_sent + t->ps->bytes_received - before);
   if (t->staged) return mlp_set_params(t->model, t->host_params, err);
   return PS_ERR_OK;
 }
@@ -86,10 +118,22 @@ ps_err trainer_init(trainer *t, const trainer_settings *settings, ps_error *err)
 
   t->id = settings->pserver_mode ? (int)o->id : 0;
   t->trainers = settings->pserver_mode ? (int)o->trainers : 1;
-  t->evaluates = t->id == 0;
   if (settings->pserver_mode) {
     t->mode_label = settings->update == UPDATE_ASYNC ? "pserver-async" : "pserver-sync";
   }
+  if (settings->collective_mode) {
+    t->mode_label = "collective";
+    t->coll = calloc(1, sizeof *t->coll);
+    if (t->coll == NULL) {
+      ps_error_set(err, PS_ERR_NO_MEMORY, "out of memory");
+      goto fail;
+    }
+    if (collective_init(t->coll, err) != PS_ERR_OK) goto fail;
+    t->id = t->coll->rank;
+    t->trainers = t->coll->size;
+    if (join_collective(t, err) != PS_ERR_OK) goto fail;
+  }
+  t->evaluates = t->id == 0;
   if (t->train.count < t->trainers) {
     ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "%ld training samples cannot be shared by %d trainers",
                  t->train.count, t->trainers);
@@ -141,6 +185,10 @@ void trainer_free(trainer *t) {
     ps_client_close(t->ps);
     free(t->ps);
   }
+  if (t->coll != NULL) {
+    collective_finalize(t->coll);
+    free(t->coll);
+  }
   if (t->staged) {
     if (t->host_params != NULL) t->be->ops->host_free(t->be, t->host_params);
     if (t->host_grads != NULL) t->be->ops->host_free(t->be, t->host_grads);
@@ -175,13 +223,21 @@ ps_err trainer_evaluate(trainer *t, double *accuracy, double *mean_loss, ps_erro
   return PS_ERR_OK;
 }
 
+typedef struct epoch_comm {
+  double share;          /* of the epoch's training time */
+  double bytes_per_step; /* sent + received by this trainer */
+} epoch_comm;
+
 static ps_err write_metrics(trainer *t, long epoch, double train_loss, double accuracy,
-                            double samples_per_s, double wall_s, ps_error *err) {
+                            double samples_per_s, double wall_s, const epoch_comm *comm,
+                            ps_error *err) {
   if (t->metrics == NULL) return PS_ERR_OK;
   if (fprintf(t->metrics,
               "{\"epoch\":%ld,\"train_loss\":%.6f,\"test_accuracy\":%.6f,\"samples_per_s\":%.1f,"
-              "\"wall_s\":%.3f,\"mode\":\"%s\"}\n",
-              epoch, train_loss, accuracy, samples_per_s, wall_s, t->mode_label) < 0 ||
+              "\"wall_s\":%.3f,\"mode\":\"%s\",\"trainers\":%d,\"comm_share\":%.4f,"
+              "\"bytes_per_step\":%.0f}\n",
+              epoch, train_loss, accuracy, samples_per_s, wall_s, t->mode_label, t->trainers,
+              comm->share, comm->bytes_per_step) < 0 ||
       fflush(t->metrics) != 0) {
     return ps_error_set(err, PS_ERR_IO, "writing --metrics %s: %s", t->settings.opt.metrics,
                         strerror(errno));
@@ -190,9 +246,11 @@ static ps_err write_metrics(trainer *t, long epoch, double train_loss, double ac
 }
 
 /* One epoch of training, or its first part when --max-steps ends it;
- * returns the mean loss and the training throughput. */
+ * returns the mean loss, the training throughput and the communication. */
 static ps_err train_epoch(trainer *t, long epoch, long *global_step, double *mean_loss,
-                          double *samples_per_s, ps_error *err) {
+                          double *samples_per_s, epoch_comm *comm, ps_error *err) {
+  double comm_s0 = t->comm_seconds, comm_b0 = t->comm_bytes;
+  long step0 = *global_step;
   const trainer_options *o = &t->settings.opt;
   sampler_start_epoch(&t->order, epoch);
   double loss_sum = 0.0;
@@ -237,6 +295,9 @@ static ps_err train_epoch(trainer *t, long epoch, long *global_step, double *mea
   double elapsed = now_s() - start;
   *mean_loss = seen > 0 ? loss_sum / (double)seen : 0.0;
   *samples_per_s = seen > 0 ? (double)seen / elapsed : 0.0;
+  long steps = *global_step - step0;
+  comm->share = elapsed > 0 ? (t->comm_seconds - comm_s0) / elapsed : 0.0;
+  comm->bytes_per_step = steps > 0 ? (t->comm_bytes - comm_b0) / (double)steps : 0.0;
   return PS_ERR_OK;
 }
 
@@ -265,7 +326,8 @@ ps_err trainer_run(trainer *t, train_summary *summary, ps_error *err) {
   for (long epoch = 0; epoch < o->epochs; epoch++) {
     if (o->max_steps > 0 && global_step >= o->max_steps) break;
     double mean_loss = 0.0, rate = 0.0, accuracy = 0.0, test_loss = 0.0;
-    if (train_epoch(t, epoch, &global_step, &mean_loss, &rate, err) != PS_ERR_OK) {
+    epoch_comm comm = {0, 0};
+    if (train_epoch(t, epoch, &global_step, &mean_loss, &rate, &comm, err) != PS_ERR_OK) {
       return err->code;
     }
     double wall = now_s() - run_start;
@@ -275,7 +337,7 @@ ps_err trainer_run(trainer *t, train_summary *summary, ps_error *err) {
       LOG_INFO("epoch %ld/%ld done: train loss %.4f, test loss %.4f, test accuracy %.4f, %.0f "
                "samples/s, %.1fs elapsed",
                epoch + 1, o->epochs, mean_loss, test_loss, accuracy, rate, wall);
-      if (write_metrics(t, epoch + 1, mean_loss, accuracy, rate, wall, err) != PS_ERR_OK) {
+      if (write_metrics(t, epoch + 1, mean_loss, accuracy, rate, wall, &comm, err) != PS_ERR_OK) {
         return err->code;
       }
     } else {

@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "trainer/backend.h"
+#include "trainer/collective.h"
 #include "trainer/idx.h"
 #include "trainer/mlp.h"
 #include "trainer/ps_client.h"
@@ -28,6 +29,9 @@ typedef struct trainer {
   int evaluates;       /* trainer 0 evaluates and writes metrics */
   FILE *metrics;       /* NULL without --metrics */
   ps_client *ps;       /* pserver mode */
+  collective *coll;    /* collective mode */
+  double comm_seconds; /* in push-pull or all-reduce, since the start */
+  double comm_bytes;   /* sent + received, since the start */
   float *host_params;  /* the model's parameters and gradients as host memory: */
   float *host_grads;   /* the backend's own, or staging copies */
   int staged;

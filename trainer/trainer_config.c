@@ -10,8 +10,9 @@
 
 static const option_def trainer_option_table[] = {
     {"mode", NULL, OPT_CHOICE, OFF(mode), "local",
-     "local: one process; pserver: push gradients to and pull weights from --pservers",
-     "local|pserver", ANY},
+     "local: one process; pserver: push gradients to and pull weights from --pservers; "
+     "collective: all-reduce gradients over MPI (start with mpirun or scripts/launch)",
+     "local|pserver|collective", ANY},
     {"update", NULL, OPT_CHOICE, OFF(update), "sync",
      "pserver mode: sync (every step waits for all trainers) or async", "sync|async", ANY},
     {"pservers", "PADDLE_PSERVERS_IP_PORT_LIST", OPT_STRING, OFF(pservers), "",
@@ -92,6 +93,7 @@ options_result trainer_settings_load(trainer_settings *s, int argc, char **argv,
   const trainer_options *o = &s->opt;
   if (model_parse(o->model, &s->model, err) != PS_ERR_OK) return OPTIONS_ERROR;
   s->pserver_mode = strcmp(o->mode, "pserver") == 0;
+  s->collective_mode = strcmp(o->mode, "collective") == 0;
   s->update = strcmp(o->update, "async") == 0 ? UPDATE_ASYNC : UPDATE_SYNC;
   if (s->pserver_mode) {
     if (endpoints_check_role("TRAINER", err) != PS_ERR_OK ||

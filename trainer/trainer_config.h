@@ -55,6 +55,7 @@ typedef struct trainer_settings {
   trainer_options opt;
   model_desc model;
   int pserver_mode;
+  int collective_mode;
   update_mode update;
   endpoint_list pservers; /* pserver mode */
   optimizer_config optimizer; /* total_steps is set once the data size is known */

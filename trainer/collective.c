@@ -1,0 +1,175 @@
+/* MPI collective mode: start-up checks and the gradient all-reduce. */
+#include "trainer/collective.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef PSTRAIN_HAVE_MPI
+#include <mpi.h>
+
+#include "common/log.h"
+
+int collective_available(void) { return 1; }
+
+/* An MPI error as text for a message. */
+static const char *mpi_text(int rc, char *buf) {
+  int len = 0;
+  if (MPI_Error_string(rc, buf, &len) != MPI_SUCCESS) snprintf(buf, MPI_MAX_ERROR_STRING, "MPI error %d", rc);
+  return buf;
+}
+
+#define MPI_TRY(err, expr)                                                                      \
+  do {                                                                                          \
+    int mpi_rc_ = (expr);                                                                       \
+    if (mpi_rc_ != MPI_SUCCESS) {                                                               \
+      char mpi_buf_[MPI_MAX_ERROR_STRING];                                                      \
+      return ps_error_set((err), PS_ERR_UNAVAILABLE, "%s:%d: %s failed: %s", __FILE__, __LINE__, \
+                          #expr, mpi_text(mpi_rc_, mpi_buf_));                                  \
+    }                                                                                           \
+  } while (0)
+
+static ps_err env_matches(const char *name, int value, const char *what, ps_error *err) {
+  const char *env = getenv(name);
+  if (env == NULL || env[0] == '\0') return PS_ERR_OK;
+  char *end;
+  long v = strtol(env, &end, 10);
+  if (*end != '\0' || v != value) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                        "%s=%s but the MPI launcher made this %s %d: they must agree", name, env,
+                        what, value);
+  }
+  return PS_ERR_OK;
+}
+
+ps_err collective_init(collective *c, ps_error *err) {
+  memset(c, 0, sizeof *c);
+  int already = 0;
+  MPI_TRY(err, MPI_Initialized(&already));
+  if (!already) {
+    MPI_TRY(err, MPI_Init(NULL, NULL));
+    c->initialized = 1;
+  }
+  /* Errors come back as codes, so each is reported with its context. */
+  MPI_TRY(err, MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  MPI_TRY(err, MPI_Comm_rank(MPI_COMM_WORLD, &c->rank));
+  MPI_TRY(err, MPI_Comm_size(MPI_COMM_WORLD, &c->size));
+  if (env_matches("PADDLE_TRAINER_ID", c->rank, "rank", err) != PS_ERR_OK ||
+      env_matches("PADDLE_TRAINERS_NUM", c->size, "job's rank count", err) != PS_ERR_OK) {
+    return err->code;
+  }
+  return PS_ERR_OK;
+}
+
+static uint64_t fnv1a(const char *s) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (; *s != '\0'; s++) {
+    h ^= (unsigned char)*s;
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
+/* "a vs b" for each ';'-separated key=value field that differs. */
+static void describe(const char *mine, const char *theirs, char *out, size_t len) {
+  size_t used = 0;
+  out[0] = '\0';
+  const char *p = mine;
+  while (*p != '\0' && used < len) {
+    const char *end = strchr(p, ';');
+    size_t flen = end != NULL ? (size_t)(end - p) : strlen(p);
+    const char *eq = memchr(p, '=', flen);
+    if (eq != NULL) {
+      size_t klen = (size_t)(eq - p) + 1;
+      const char *q = theirs;
+      while (*q != '\0') {
+        const char *qend = strchr(q, ';');
+        size_t qlen = qend != NULL ? (size_t)(qend - q) : strlen(q);
+        if (qlen >= klen && strncmp(q, p, klen) == 0) {
+          if (qlen != flen || strncmp(q, p, flen) != 0) {
+            int n = snprintf(out + used, len - used, "%s%.*s %.*s vs %.*s", used > 0 ? "; " : "",
+                             (int)(klen - 1), p, (int)(flen - klen), eq + 1, (int)(qlen - klen),
+                             q + klen);
+            if (n > 0) used += (size_t)n;
+          }
+          break;
+        }
+        q = qend != NULL ? qend + 1 : q + qlen;
+      }
+    }
+    p = end != NULL ? end + 1 : p + flen;
+  }
+}
+
+ps_err collective_check_agreement(collective *c, const char *config, ps_error *err) {
+  uint64_t mine = fnv1a(config), root = mine;
+  MPI_TRY(err, MPI_Bcast(&root, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD));
+  int differs = mine != root, any = 0;
+  MPI_TRY(err, MPI_Allreduce(&differs, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  if (!any) return PS_ERR_OK;
+  /* Rank 0's text, so each differing rank can say how it differs. */
+  int len = (int)strlen(config) + 1;
+  MPI_TRY(err, MPI_Bcast(&len, 1, MPI_INT, 0, MPI_COMM_WORLD));
+  char *text = malloc((size_t)len);
+  if (text == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "out of memory");
+  if (c->rank == 0) memcpy(text, config, (size_t)len);
+  int rc = MPI_Bcast(text, len, MPI_CHAR, 0, MPI_COMM_WORLD);
+  char diff[512] = "";
+  if (rc == MPI_SUCCESS && differs) describe(config, text, diff, sizeof diff);
+  free(text);
+  if (differs) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                        "rank %d's configuration differs from rank 0's: %s", c->rank, diff);
+  }
+  return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                      "another rank's configuration differs from this one's (its log names the "
+                      "fields)");
+}
+
+ps_err collective_allreduce_mean(collective *c, float *grads, size_t n, ps_error *err) {
+  /* MPI counts are ints: large models go in pieces. */
+  const size_t chunk = (size_t)1 << 30;
+  for (size_t at = 0; at < n; at += chunk) {
+    int count = (int)(n - at < chunk ? n - at : chunk);
+    MPI_TRY(err, MPI_Allreduce(MPI_IN_PLACE, grads + at, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+  }
+  float scale = 1.0f / (float)c->size;
+  for (size_t i = 0; i < n; i++) grads[i] *= scale;
+  return PS_ERR_OK;
+}
+
+void collective_finalize(collective *c) {
+  if (c->initialized) {
+    int rc = MPI_Finalize();
+    if (rc != MPI_SUCCESS) LOG_WARN("MPI_Finalize failed (error %d)", rc);
+  }
+  c->initialized = 0;
+}
+
+#else /* no MPI */
+
+int collective_available(void) { return 0; }
+
+ps_err collective_init(collective *c, ps_error *err) {
+  memset(c, 0, sizeof *c);
+  return ps_error_set(err, PS_ERR_UNSUPPORTED,
+                      "--mode collective: this build has no MPI (install libopenmpi-dev and rebuild)");
+}
+
+ps_err collective_check_agreement(collective *c, const char *config, ps_error *err) {
+  (void)c;
+  (void)config;
+  return ps_error_set(err, PS_ERR_UNSUPPORTED, "collective mode is not built");
+}
+
+ps_err collective_allreduce_mean(collective *c, float *grads, size_t n, ps_error *err) {
+  (void)c;
+  (void)grads;
+  (void)n;
+  return ps_error_set(err, PS_ERR_UNSUPPORTED, "collective mode is not built");
+}
+
+void collective_finalize(collective *c) { (void)c; }
+
+#endif

@@ -1,0 +1,34 @@
+/* Collective mode over MPI: rank and size from the launcher, a check at
+ * start that every rank trains the same job (naming the rank and the field
+ * that differ), and the all-reduce that averages gradients each step. Built
+ * only when CMake found MPI (PSTRAIN_HAVE_MPI). */
+#ifndef PSTRAIN_TRAINER_COLLECTIVE_H
+#define PSTRAIN_TRAINER_COLLECTIVE_H
+
+#include <stddef.h>
+
+#include "common/error.h"
+
+typedef struct collective {
+  int rank, size;
+  int initialized; /* MPI_Init was called here */
+} collective;
+
+/* Initializes MPI, reads rank and size, and checks them against
+ * PADDLE_TRAINER_ID / PADDLE_TRAINERS_NUM where those are set. */
+ps_err collective_init(collective *c, ps_error *err);
+
+/* Every rank passes its configuration as "key=value;key=value;..."; fails
+ * with PS_ERR_INVALID_ARGUMENT on every rank when any rank's differs from
+ * rank 0's, the message naming the rank and the fields. */
+ps_err collective_check_agreement(collective *c, const char *config, ps_error *err);
+
+/* Replaces grads (n floats, host memory) by their mean over all ranks. */
+ps_err collective_allreduce_mean(collective *c, float *grads, size_t n, ps_error *err);
+
+void collective_finalize(collective *c);
+
+/* Whether this build has collective mode. */
+int collective_available(void);
+
+#endif
