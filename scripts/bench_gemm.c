@@ -64,7 +64,7 @@ int main(int argc, char **argv) {
   }
   backend *be;
   mlp *m;
-  if (backend_open(&be, device, threads, 0, &err) != PS_ERR_OK ||
+  if (backend_open(&be, device, threads, -1, &err) != PS_ERR_OK ||
       mlp_create(&m, &desc, be, batch, 1, &err) != PS_ERR_OK) {
     fprintf(stderr, "bench_gemm: %s\n", err.msg);
     return 1;

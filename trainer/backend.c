@@ -1,4 +1,5 @@
 /* Chooses the compute backend for --device. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/log.h"
@@ -14,6 +15,12 @@ ps_err backend_open(backend **out, const char *device, int threads, int gpu, ps_
   if (want_cuda || want_auto) {
     char why[256] = "";
     int count = backend_cuda_device_count(why, sizeof why);
+    if (count > 0 && gpu < 0) {
+      /* One GPU per rank on a node: the launcher's local rank picks it. */
+      const char *local = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+      if (local == NULL) local = getenv("SLURM_LOCALID");
+      gpu = local != NULL ? atoi(local) % count : 0;
+    }
     if (count > 0 && gpu >= count) {
       return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "--gpu %d: only %d GPU(s) are visible", gpu,
                           count);

@@ -51,6 +51,8 @@ struct backend {
   const backend_ops *ops;
   const char *name; /* "cpu" or "cuda" */
   int host_memory;  /* its memory is host memory: pointers may be read directly */
+  int device;       /* the GPU's index (CUDA backend) */
+  void *stream;     /* its cudaStream_t (CUDA backend), for NCCL */
   char description[128]; /* e.g. the BLAS and its kernel core, or the GPU's name */
 };
 
@@ -62,7 +64,8 @@ ps_err backend_cuda_create(backend **out, int device, ps_error *err);
 /* GPUs visible to this process; 0 with the reason in why when none is. */
 int backend_cuda_device_count(char *why, size_t why_len);
 
-/* Picks a backend for --device auto|cpu|cuda (gpu: which device). Fails
+/* Picks a backend for --device auto|cpu|cuda (gpu: which device; -1 takes
+ * OMPI_COMM_WORLD_LOCAL_RANK or SLURM_LOCALID modulo the GPUs, else 0). Fails
  * with PS_ERR_UNSUPPORTED, saying which, when cuda is asked for and this
  * build has no CUDA backend or no GPU is visible; auto falls back to the CPU
  * and logs why. */

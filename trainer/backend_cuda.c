@@ -236,6 +236,8 @@ ps_err backend_cuda_create(backend **out, int device, ps_error *err) {
     cuda_destroy(&c->base);
     return rc;
   }
+  c->base.device = device;
+  c->base.stream = c->stream;
   snprintf(c->base.description, sizeof c->base.description, "GPU %d: %.80s, compute %d.%d",
            device, prop.name, prop.major, prop.minor);
   *out = &c->base;

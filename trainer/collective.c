@@ -11,6 +11,20 @@
 
 #include "common/log.h"
 
+#ifdef PSTRAIN_HAVE_NCCL
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#define NCCL_TRY(err, expr)                                                                     \
+  do {                                                                                          \
+    ncclResult_t nccl_rc_ = (expr);                                                             \
+    if (nccl_rc_ != ncclSuccess) {                                                              \
+      return ps_error_set((err), PS_ERR_UNAVAILABLE, "%s:%d: %s failed: %s", __FILE__, __LINE__, \
+                          #expr, ncclGetErrorString(nccl_rc_));                                 \
+    }                                                                                           \
+  } while (0)
+#endif
+
 int collective_available(void) { return 1; }
 
 /* An MPI error as text for a message. */
@@ -139,7 +153,57 @@ ps_err collective_allreduce_mean(collective *c, float *grads, size_t n, ps_error
   return PS_ERR_OK;
 }
 
+#ifdef PSTRAIN_HAVE_NCCL
+ps_err collective_use_nccl(collective *c, int device, void *stream, ps_error *err) {
+  ncclUniqueId id;
+  if (c->rank == 0) NCCL_TRY(err, ncclGetUniqueId(&id));
+  MPI_TRY(err, MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD));
+  cudaError_t crc = cudaSetDevice(device);
+  if (crc != cudaSuccess) {
+    return ps_error_set(err, PS_ERR_BACKEND, "cudaSetDevice(%d) for NCCL: %s", device,
+                        cudaGetErrorString(crc));
+  }
+  ncclComm_t comm;
+  NCCL_TRY(err, ncclCommInitRank(&comm, c->size, id, c->rank));
+  c->nccl = comm;
+  c->stream = stream;
+  return PS_ERR_OK;
+}
+
+ps_err collective_allreduce_mean_device(collective *c, float *grads, size_t n, ps_error *err) {
+  NCCL_TRY(err, ncclAllReduce(grads, grads, n, ncclFloat, ncclAvg, (ncclComm_t)c->nccl,
+                              (cudaStream_t)c->stream));
+  cudaError_t crc = cudaStreamSynchronize((cudaStream_t)c->stream);
+  if (crc != cudaSuccess) {
+    return ps_error_set(err, PS_ERR_BACKEND, "waiting for ncclAllReduce: %s",
+                        cudaGetErrorString(crc));
+  }
+  return PS_ERR_OK;
+}
+#else
+ps_err collective_use_nccl(collective *c, int device, void *stream, ps_error *err) {
+  (void)c;
+  (void)device;
+  (void)stream;
+  return ps_error_set(err, PS_ERR_UNSUPPORTED, "this build has no NCCL");
+}
+
+ps_err collective_allreduce_mean_device(collective *c, float *grads, size_t n, ps_error *err) {
+  (void)c;
+  (void)grads;
+  (void)n;
+  return ps_error_set(err, PS_ERR_UNSUPPORTED, "this build has no NCCL");
+}
+#endif
+
 void collective_finalize(collective *c) {
+#ifdef PSTRAIN_HAVE_NCCL
+  if (c->nccl != NULL) {
+    ncclResult_t rc = ncclCommDestroy((ncclComm_t)c->nccl);
+    if (rc != ncclSuccess) LOG_WARN("ncclCommDestroy: %s", ncclGetErrorString(rc));
+    c->nccl = NULL;
+  }
+#endif
   if (c->initialized) {
     int rc = MPI_Finalize();
     if (rc != MPI_SUCCESS) LOG_WARN("MPI_Finalize failed (error %d)", rc);
@@ -164,6 +228,20 @@ ps_err collective_check_agreement(collective *c, const char *config, ps_error *e
 }
 
 ps_err collective_allreduce_mean(collective *c, float *grads, size_t n, ps_error *err) {
+  (void)c;
+  (void)grads;
+  (void)n;
+  return ps_error_set(err, PS_ERR_UNSUPPORTED, "collective mode is not built");
+}
+
+ps_err collective_use_nccl(collective *c, int device, void *stream, ps_error *err) {
+  (void)c;
+  (void)device;
+  (void)stream;
+  return ps_error_set(err, PS_ERR_UNSUPPORTED, "collective mode is not built");
+}
+
+ps_err collective_allreduce_mean_device(collective *c, float *grads, size_t n, ps_error *err) {
   (void)c;
   (void)grads;
   (void)n;

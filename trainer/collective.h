@@ -12,6 +12,8 @@
 typedef struct collective {
   int rank, size;
   int initialized; /* MPI_Init was called here */
+  void *nccl;      /* the NCCL communicator once collective_use_nccl succeeded */
+  void *stream;    /* the CUDA stream NCCL runs on */
 } collective;
 
 /* Initializes MPI, reads rank and size, and checks them against
@@ -25,6 +27,15 @@ ps_err collective_check_agreement(collective *c, const char *config, ps_error *e
 
 /* Replaces grads (n floats, host memory) by their mean over all ranks. */
 ps_err collective_allreduce_mean(collective *c, float *grads, size_t n, ps_error *err);
+
+/* Sets up NCCL on GPU `device` with its unique id sent over MPI, so that
+ * gradients in device memory are averaged on the GPUs (collective_
+ * allreduce_mean_device). `stream` is the CUDA backend's cudaStream_t. Every
+ * rank must call it. PS_ERR_UNSUPPORTED when the build has no NCCL. */
+ps_err collective_use_nccl(collective *c, int device, void *stream, ps_error *err);
+
+/* ncclAllReduce with ncclAvg of n floats in device memory, in place. */
+ps_err collective_allreduce_mean_device(collective *c, float *grads, size_t n, ps_error *err);
 
 void collective_finalize(collective *c);
 

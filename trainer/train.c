@@ -78,8 +78,19 @@ static ps_err apply_update(trainer *t, long step, ps_error *err) {
   if (t->ps == NULL && t->coll == NULL) {
     return mlp_apply_optimizer(t->model, &t->settings.optimizer, step, err);
   }
-  if (t->staged && mlp_get_grads(t->model, t->host_grads, err) != PS_ERR_OK) return err->code;
   double start = now_s();
+  if (t->coll != NULL && t->coll->nccl != NULL) {
+    /* NCCL: the gradients never leave the GPUs. */
+    size_t n = t->model->layout.total;
+    if (collective_allreduce_mean_device(t->coll, t->model->grads, n, err) != PS_ERR_OK) {
+      return err->code;
+    }
+    t->comm_seconds += now_s() - start;
+    t->comm_bytes += 4.0 * (t->trainers - 1) / t->trainers * (double)n * sizeof(float);
+    return mlp_apply_optimizer(t->model, &t->settings.optimizer, step, err);
+  }
+  if (t->staged && mlp_get_grads(t->model, t->host_grads, err) != PS_ERR_OK) return err->code;
+  start = now_s();
   if (t->coll != NULL) {
     size_t n = t->model->layout.total;
     if (collective_allreduce_mean(t->coll, t->host_grads, n, err) != PS_ERR_OK) return err->code;
@@ -174,6 +185,22 @@ ps_err trainer_init(trainer *t, const trainer_settings *settings, ps_error *err)
     t->host_grads = t->model->grads;
   }
   if (settings->pserver_mode && connect_pservers(t, err) != PS_ERR_OK) goto fail;
+  if (t->coll != NULL) {
+    /* Every rank must take the same road: all on GPUs (NCCL) or all on CPUs. */
+    char backend_text[64];
+    snprintf(backend_text, sizeof backend_text, "device=%s", t->be->name);
+    if (collective_check_agreement(t->coll, backend_text, err) != PS_ERR_OK) goto fail;
+    if (strcmp(t->be->name, "cuda") == 0) {
+      if (collective_use_nccl(t->coll, t->be->device, t->be->stream, err) == PS_ERR_OK) {
+        LOG_INFO("collective: gradients are all-reduced by NCCL on GPU %d", t->be->device);
+      } else if (err->code != PS_ERR_UNSUPPORTED) {
+        goto fail;
+      } else {
+        LOG_WARN("collective mode on GPUs without NCCL (%s): gradients go through host memory",
+                 err->msg);
+      }
+    }
+  }
   return PS_ERR_OK;
 fail:
   trainer_free(t);

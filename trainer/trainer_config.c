@@ -67,9 +67,9 @@ static const option_def trainer_option_table[] = {
      NUM(0, 1024)},
     {"device", NULL, OPT_CHOICE, OFF(device), "auto", "compute device (auto: GPU if visible)",
      "auto|cpu|cuda", ANY},
-    {"gpu", NULL, OPT_INT, OFF(gpu), "0",
-     "which GPU with --device cuda or auto (CUDA_VISIBLE_DEVICES also applies)", NULL,
-     NUM(0, 1023)},
+    {"gpu", NULL, OPT_INT, OFF(gpu), "-1",
+     "which GPU with --device cuda or auto (-1: the launcher's local rank modulo the GPUs, "
+     "else 0; CUDA_VISIBLE_DEVICES also applies)", NULL, NUM(-1, 1023)},
     {"metrics", NULL, OPT_STRING, OFF(metrics), "",
      "append one JSON object per epoch to this file", NULL, ANY},
     {"train-samples", NULL, OPT_INT, OFF(train_samples), "0",
