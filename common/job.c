@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/hash.h"
+
 static const char *const schedule_names[] = {"constant", "step", "cosine"};
 
 const char *update_mode_name(update_mode mode) { return mode == UPDATE_ASYNC ? "async" : "sync"; }
@@ -29,12 +31,7 @@ void job_config_format(const job_config *job, char *buf, size_t len) {
 uint64_t job_config_hash(const job_config *job) {
   char text[1024];
   job_config_format(job, text, sizeof text);
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (const char *p = text; *p != '\0'; p++) {
-    h ^= (unsigned char)*p;
-    h *= 0x100000001b3ULL;
-  }
-  return h;
+  return hash_text(text);
 }
 
 static void append(char *buf, size_t len, size_t *used, const char *field, const char *a,

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/hash.h"
 #include "common/rng.h"
 
 ps_err model_parse(const char *text, model_desc *desc, ps_error *err) {
@@ -71,12 +72,7 @@ ps_err model_build_layout(const model_desc *desc, tensor_layout *layout, ps_erro
 uint64_t model_hash(const model_desc *desc) {
   char text[16 * (MODEL_MAX_LAYERS + 2)];
   model_format(desc, text, sizeof text);
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (const char *p = text; *p != '\0'; p++) {
-    h ^= (unsigned char)*p;
-    h *= 0x100000001b3ULL;
-  }
-  return h;
+  return hash_text(text);
 }
 
 void model_init_params(const model_desc *desc, const tensor_layout *layout, uint64_t seed,

@@ -26,19 +26,13 @@ timeout 120 "$LAUNCH" --bin "$BIN" --pservers 2 --trainers 2 --quiet --log-dir "
   fail "pserver run failed: $(tail -5 "$SCRATCH/ps.log")"
 "$BIN/trainer" "${COMMON[@]}" --batch 64 --export "$SCRATCH/local.safetensors" 2>"$SCRATCH/local.log" ||
   fail "local run failed"
-"$PY" - "$SCRATCH" <<'PY' || fail "parameter comparison"
-import json, struct, sys
-import numpy as np
-def load(path):
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    header = json.loads(raw[8:8 + n])
-    return {k: np.frombuffer(raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]], "<f4")
-            for k, v in header.items() if k != "__metadata__"}
+PYTHONPATH="$(dirname "$0")" "$PY" - "$SCRATCH" <<'PY' || fail "parameter comparison"
+import sys
+from safetensors_read import load, max_difference
 d = sys.argv[1]
 coll, sync, local = (load(f"{d}/{m}.safetensors") for m in ("collective", "sync", "local"))
 for name, other in (("sync pserver", sync), ("local", local)):
-    worst = max(float(np.abs(coll[k] - other[k]).max()) for k in coll)
+    worst = max_difference(coll, other)
     print(f"max |collective - {name}| = {worst:.3g}")
     assert worst <= 2e-6, f"collective and {name} differ by {worst}"
 PY

@@ -17,17 +17,11 @@ for device in cuda cpu; do
     { fail "$device run failed: $(tail -5 "$SCRATCH/$device.log")"; finish; }
 done
 grep -q "all-reduced by NCCL" "$SCRATCH/cuda/trainer0.log" || fail "the GPU run did not use NCCL"
-"$PY" - "$SCRATCH" <<'PY' || fail "GPU vs CPU parameters"
-import json, struct, sys
-import numpy as np
-def load(path):
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    h = json.loads(raw[8:8 + n])
-    return {k: np.frombuffer(raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]], "<f4")
-            for k, v in h.items() if k != "__metadata__"}
-g, c = load(sys.argv[1] + "/cuda.safetensors"), load(sys.argv[1] + "/cpu.safetensors")
-worst = max(float(np.abs(g[k] - c[k]).max() / (np.abs(c[k]).max() + 1e-30)) for k in g)
+PYTHONPATH="$(dirname "$0")" "$PY" - "$SCRATCH" <<'PY' || fail "GPU vs CPU parameters"
+import sys
+from safetensors_read import load, max_difference
+worst = max_difference(load(sys.argv[1] + "/cuda.safetensors"), load(sys.argv[1] + "/cpu.safetensors"),
+                       relative=True)
 print(f"max relative |gpu - cpu| = {worst:.3g}")
 assert worst <= 1e-4
 PY

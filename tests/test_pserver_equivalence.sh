@@ -20,29 +20,14 @@ done
 cmp -s "$SCRATCH/sync-a.safetensors" "$SCRATCH/sync-b.safetensors" ||
   fail "two sync runs gave different parameters"
 
-"$PY" - "$SCRATCH/local.safetensors" "$SCRATCH/sync-a.safetensors" <<'PY' || fail "local vs sync"
-import json, struct, sys
+PYTHONPATH="$(dirname "$0")" "$PY" - "$SCRATCH/local.safetensors" "$SCRATCH/sync-a.safetensors" <<'PY' || fail "local vs sync"
+import sys
 import numpy as np
-
-def load(path):
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    header = json.loads(raw[8:8 + n])
-    data = raw[8 + n:]
-    out = {}
-    for name, t in header.items():
-        if name == "__metadata__":
-            continue
-        a, b = t["data_offsets"]
-        out[name] = np.frombuffer(data[a:b], dtype="<f4").reshape(t["shape"])
-    return out
-
+from safetensors_read import load, max_difference
 local, sync = load(sys.argv[1]), load(sys.argv[2])
-assert local.keys() == sync.keys(), (local.keys(), sync.keys())
-worst = max(float(np.abs(local[k] - sync[k]).max()) for k in local)
-moved = max(float(np.abs(local[k]).max()) for k in local)
+worst = max_difference(local, sync)
 print(f"max |local - sync| = {worst:.3g} over {len(local)} tensors")
 assert worst <= 2e-6, f"parameters differ by {worst}"
-assert moved > 0.01
+assert max(float(np.abs(v).max()) for v in local.values()) > 0.01
 PY
 finish

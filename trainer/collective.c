@@ -9,6 +9,7 @@
 #ifdef PSTRAIN_HAVE_MPI
 #include <mpi.h>
 
+#include "common/hash.h"
 #include "common/log.h"
 
 #ifdef PSTRAIN_HAVE_NCCL
@@ -76,15 +77,6 @@ ps_err collective_init(collective *c, ps_error *err) {
   return PS_ERR_OK;
 }
 
-static uint64_t fnv1a(const char *s) {
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (; *s != '\0'; s++) {
-    h ^= (unsigned char)*s;
-    h *= 0x100000001b3ULL;
-  }
-  return h;
-}
-
 /* "a vs b" for each ';'-separated key=value field that differs. */
 static void describe(const char *mine, const char *theirs, char *out, size_t len) {
   size_t used = 0;
@@ -117,7 +109,7 @@ static void describe(const char *mine, const char *theirs, char *out, size_t len
 }
 
 ps_err collective_check_agreement(collective *c, const char *config, ps_error *err) {
-  uint64_t mine = fnv1a(config), root = mine;
+  uint64_t mine = hash_text(config), root = mine;
   MPI_TRY(err, MPI_Bcast(&root, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD));
   int differs = mine != root, any = 0;
   MPI_TRY(err, MPI_Allreduce(&differs, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));

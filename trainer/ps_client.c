@@ -231,25 +231,33 @@ static ps_err apply_replies(ps_client *c, const char *what, long want_version, f
   return PS_ERR_OK;
 }
 
+/* Sends one small message to every pserver at once; on success the replies
+ * wait in c->ops for the caller (who frees them with free_replies). */
+static ps_err send_to_all(ps_client *c, const char *method, const ProtobufCMessage *m,
+                          const char *what, ps_error *err) {
+  uint8_t *buf;
+  size_t len;
+  if (wire_pack(m, &buf, &len, err) != PS_ERR_OK) return err->code;
+  rpc_part part = {buf, len, NULL};
+  for (int p = 0; p < c->job.pservers; p++) {
+    c->ops[p] = (rpc_op){.channel = c->channels[p], .method = method, .parts = &part,
+                         .part_count = 1, .timeout_s = c->rpc_timeout};
+  }
+  ps_err rc = rpc_client_call_all(c->rpc, c->ops, c->job.pservers, err);
+  free(buf);
+  if (rc != PS_ERR_OK) rc = batch_error(c, what, rc, err);
+  return rc;
+}
+
 ps_err ps_client_pull(ps_client *c, float *params, ps_error *err) {
-  int n = c->job.pservers;
   Pstrain__RequestKey key;
   fill_key(c, 0, &key);
   Pstrain__PullRequest req = PSTRAIN__PULL_REQUEST__INIT;
   req.key = &key;
   req.config_hash = c->hash;
-  uint8_t *buf;
-  size_t len;
-  if (wire_pack(&req.base, &buf, &len, err) != PS_ERR_OK) return err->code;
-  rpc_part part = {buf, len, NULL};
-  for (int p = 0; p < n; p++) {
-    c->ops[p] = (rpc_op){.channel = c->channels[p], .method = WIRE_METHOD_PULL, .parts = &part,
-                         .part_count = 1, .timeout_s = c->rpc_timeout};
-  }
-  ps_err rc = rpc_client_call_all(c->rpc, c->ops, n, err);
-  free(buf);
-  if (rc != PS_ERR_OK) rc = batch_error(c, "pulling the parameters", rc, err);
-  if (rc == PS_ERR_OK) rc = apply_replies(c, "pulling the parameters", -1, params, err);
+  const char *what = "pulling the parameters";
+  ps_err rc = send_to_all(c, WIRE_METHOD_PULL, &req.base, what, err);
+  if (rc == PS_ERR_OK) rc = apply_replies(c, what, -1, params, err);
   free_replies(c);
   return rc;
 }
@@ -288,23 +296,12 @@ ps_err ps_client_push_pull(ps_client *c, long step, const float *grads, float *p
 }
 
 ps_err ps_client_done(ps_client *c, long step, ps_error *err) {
-  int n = c->job.pservers;
   Pstrain__RequestKey key;
   fill_key(c, step, &key);
   Pstrain__DoneRequest req = PSTRAIN__DONE_REQUEST__INIT;
   req.key = &key;
   req.config_hash = c->hash;
-  uint8_t *buf;
-  size_t len;
-  if (wire_pack(&req.base, &buf, &len, err) != PS_ERR_OK) return err->code;
-  rpc_part part = {buf, len, NULL};
-  for (int p = 0; p < n; p++) {
-    c->ops[p] = (rpc_op){.channel = c->channels[p], .method = WIRE_METHOD_DONE, .parts = &part,
-                         .part_count = 1, .timeout_s = c->rpc_timeout};
-  }
-  ps_err rc = rpc_client_call_all(c->rpc, c->ops, n, err);
-  free(buf);
-  if (rc != PS_ERR_OK) rc = batch_error(c, "saying done", rc, err);
+  ps_err rc = send_to_all(c, WIRE_METHOD_DONE, &req.base, "saying done", err);
   free_replies(c);
   return rc;
 }

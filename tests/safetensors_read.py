@@ -1,0 +1,32 @@
+"""Reads a safetensors file into numpy arrays, independently of pstrain's
+writer: an 8-byte little-endian header length, a JSON header, raw data."""
+import json
+import struct
+
+import numpy as np
+
+
+def load(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    data = raw[8 + n:]
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        assert t["dtype"] == "F32", t
+        a, b = t["data_offsets"]
+        out[name] = np.frombuffer(data[a:b], dtype="<f4").reshape(t["shape"])
+    return out
+
+
+def max_difference(a, b, relative=False):
+    assert a.keys() == b.keys(), (sorted(a), sorted(b))
+    worst = 0.0
+    for k in a:
+        d = float(np.abs(a[k] - b[k]).max())
+        if relative:
+            d /= float(np.abs(b[k]).max()) + 1e-30
+        worst = max(worst, d)
+    return worst
