@@ -23,9 +23,9 @@ void job_config_format(const job_config *job, char *buf, size_t len) {
   model_format(&job->model, model, sizeof model);
   optimizer_text(&job->optimizer, opt, sizeof opt);
   snprintf(buf, len, "model=%s optimizer=[%s] update=%s trainers=%d pservers=%d block_size=%zu "
-           "seed=%llu",
+           "seed=%llu batch=%ld steps=%ld",
            model, opt, update_mode_name(job->update), job->trainers, job->pservers,
-           job->block_size, (unsigned long long)job->seed);
+           job->block_size, (unsigned long long)job->seed, job->batch, job->steps);
 }
 
 uint64_t job_config_hash(const job_config *job) {
@@ -64,4 +64,10 @@ void job_config_diff(const job_config *a, const job_config *b, char *buf, size_t
   snprintf(x, sizeof x, "%llu", (unsigned long long)a->seed);
   snprintf(y, sizeof y, "%llu", (unsigned long long)b->seed);
   append(buf, len, &used, "seed", x, y);
+  snprintf(x, sizeof x, "%ld", a->batch);
+  snprintf(y, sizeof y, "%ld", b->batch);
+  append(buf, len, &used, "batch", x, y);
+  snprintf(x, sizeof x, "%ld", a->steps);
+  snprintf(y, sizeof y, "%ld", b->steps);
+  append(buf, len, &used, "steps", x, y);
 }

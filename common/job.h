@@ -20,6 +20,8 @@ typedef struct job_config {
   int pservers;
   size_t block_size;
   uint64_t seed;
+  long batch; /* per trainer per step */
+  long steps; /* every trainer takes in all */
 } job_config;
 
 const char *update_mode_name(update_mode mode);

@@ -69,6 +69,8 @@ void wire_job_to_proto(const job_config *job, Pstrain__JobConfig *out,
   out->pservers = (uint32_t)job->pservers;
   out->block_size = job->block_size;
   out->seed = job->seed;
+  out->batch = (uint32_t)job->batch;
+  out->steps = (uint64_t)job->steps;
 }
 
 ps_err wire_job_from_proto(const Pstrain__JobConfig *in, job_config *job, ps_error *err) {
@@ -110,6 +112,12 @@ ps_err wire_job_from_proto(const Pstrain__JobConfig *in, job_config *job, ps_err
     return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "block size %llu is not 1..%u",
                         (unsigned long long)in->block_size, 1u << 26);
   }
+  if (in->batch < 1 || in->steps < 1 || in->steps > (1ULL << 50)) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "batch %u and steps %llu must be >= 1",
+                        in->batch, (unsigned long long)in->steps);
+  }
+  job->batch = (long)in->batch;
+  job->steps = (long)in->steps;
   job->trainers = (int)in->trainers;
   job->pservers = (int)in->pservers;
   job->block_size = (size_t)in->block_size;

@@ -39,7 +39,7 @@ int main(int argc, char **argv) {
   snprintf(model, sizeof model, "mlp:%ld,%ld", in, out);
   ps_error err;
   job_config job = {.update = UPDATE_SYNC, .trainers = 1, .pservers = 1, .block_size = 32768,
-                    .seed = 1};
+                    .seed = 1, .batch = 1, .steps = 1L << 40};
   endpoint_list list;
   if (model_parse(model, &job.model, &err) != PS_ERR_OK ||
       endpoints_parse(argv[1], "pserver", &list, &err) != PS_ERR_OK) {

@@ -60,6 +60,12 @@ status=0
 [ "$status" -eq 2 ] || fail "job mismatch: trainer 1 exited $status, expected 2"
 grep -qF "model mlp:784,64,10 vs mlp:784,256,128,10" "$SCRATCH/diff_t1.log" ||
   fail "job mismatch: message: $(tail -2 "$SCRATCH/diff_t1.log")"
+status=0
+"$BIN/trainer" --mode pserver --pservers "127.0.0.1:$p0" --trainers 2 --id 1 "${SHORT[@]}" \
+  --batch 32 --lr-schedule constant 2>"$SCRATCH/diff_t1b.log" || status=$?
+[ "$status" -eq 2 ] || fail "batch mismatch: trainer 1 exited $status, expected 2"
+grep -qF "batch 32 vs 64" "$SCRATCH/diff_t1b.log" ||
+  fail "batch mismatch: message: $(tail -2 "$SCRATCH/diff_t1b.log")"
 kill "$ps_pid" "$t_pid" 2>/dev/null
 
 # 5. The launcher stops the job when one process fails.

@@ -125,7 +125,7 @@ int main(void) {
   REQUIRE(rpc_channel_open(client, target, 64 << 20, 100, &channel, &err) == PS_ERR_OK);
 
   job = (job_config){.update = UPDATE_SYNC, .trainers = TRAINERS, .pservers = 1,
-                     .block_size = 100, .seed = 7};
+                     .block_size = 100, .seed = 7, .batch = 8, .steps = 10};
   REQUIRE(model_parse("mlp:20,16,4", &job.model, &err) == PS_ERR_OK);
   job.optimizer = (optimizer_config){.kind = OPTIMIZER_SGD, .lr = 0.5, .schedule = LR_CONSTANT,
                                      .step_size = 1, .gamma = 1, .total_steps = 1, .beta1 = 0.9,

@@ -138,7 +138,7 @@ int main(void) {
 
   /* Job descriptions: to the message and back, hash, difference. */
   job_config job = {.update = UPDATE_SYNC, .trainers = 2, .pservers = 2, .block_size = 32768,
-                    .seed = 1};
+                    .seed = 1, .batch = 64, .steps = 100};
   REQUIRE(model_parse("mlp:784,256,128,10", &job.model, &err) == PS_ERR_OK);
   job.optimizer = (optimizer_config){.kind = OPTIMIZER_ADAM, .lr = 0.001, .beta1 = 0.9,
                                      .beta2 = 0.999, .epsilon = 1e-8, .schedule = LR_COSINE,
@@ -156,10 +156,12 @@ int main(void) {
   job_config other = job;
   REQUIRE(model_parse("mlp:784,128,10", &other.model, &err) == PS_ERR_OK);
   other.trainers = 3;
+  other.batch = 32;
   CHECK(job_config_hash(&other) != job_config_hash(&job));
   job_config_diff(&other, &job, diff, sizeof diff);
   CHECK_CONTAINS(diff, "model mlp:784,128,10 vs mlp:784,256,128,10");
   CHECK_CONTAINS(diff, "trainers 3 vs 2");
+  CHECK_CONTAINS(diff, "batch 32 vs 64");
   oc.lr = -1;
   CHECK_EQ_INT(wire_job_from_proto(&jc, &back, &err), PS_ERR_INVALID_ARGUMENT);
   oc.lr = 0.001;

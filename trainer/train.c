@@ -40,9 +40,12 @@ static ps_err check_model_fits_data(const model_desc *m, const dataset *ds, cons
 /* Registers with the pservers and takes their initial parameters. */
 static ps_err connect_pservers(trainer *t, ps_error *err) {
   const trainer_settings *s = &t->settings;
-  job_config job = {.model = s->model, .optimizer = s->optimizer, .update = s->update,
+  long steps = t->steps_per_epoch * s->opt.epochs;
+  if (s->opt.max_steps > 0 && s->opt.max_steps < steps) steps = s->opt.max_steps;
+  job_config job = {.model = s->model, .optimizer = t->settings.optimizer, .update = s->update,
                     .trainers = t->trainers, .pservers = s->pservers.count,
-                    .block_size = (size_t)s->opt.block_size, .seed = (uint64_t)s->opt.seed};
+                    .block_size = (size_t)s->opt.block_size, .seed = (uint64_t)s->opt.seed,
+                    .batch = s->opt.batch, .steps = steps};
   t->ps = calloc(1, sizeof *t->ps);
   if (t->ps == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "out of memory");
   if (ps_client_connect(t->ps, &s->pservers, &job, t->id, s->opt.connect_timeout,
