@@ -1,17 +1,40 @@
-/* Writes tensors in the safetensors format (an 8-byte little-endian header
- * length, a JSON header naming each tensor's dtype, shape and byte range,
- * then the raw little-endian data) so numpy and PyTorch users can read them.
- * Written atomically: a temporary file, fsync, rename, fsync of the folder. */
+/* Tensors in the safetensors format (an 8-byte little-endian header length,
+ * a JSON header naming each tensor's dtype, shape and byte range, then the
+ * raw little-endian data), so numpy and PyTorch users can read them. pstrain
+ * adds a CRC-32C of the data to the header's "__metadata__" and checks it on
+ * load. Files are replaced atomically: a temporary file, fsync, rename, fsync
+ * of the folder; optionally the replaced file is kept as PATH.prev. */
 #ifndef PSTRAIN_COMMON_SAFETENSORS_H
 #define PSTRAIN_COMMON_SAFETENSORS_H
 
 #include "common/error.h"
 #include "common/tensor.h"
 
+#define SAFETENSORS_MAX_META 16
+
 /* Writes every tensor of layout, taking values from data (layout->total
- * floats), to path. metadata is a list of key/value string pairs for the
- * header's "__metadata__" (NULL-terminated; may be NULL). */
+ * floats), to path. metadata is a NULL-terminated list of key/value string
+ * pairs for "__metadata__" (may be NULL); "crc32c" is added. With
+ * keep_previous, an existing path becomes path.prev only once the new file
+ * is complete, so one good generation exists at every moment. */
 ps_err safetensors_write(const char *path, const tensor_layout *layout, const float *data,
-                         const char *const *metadata, ps_error *err);
+                         const char *const *metadata, int keep_previous, ps_error *err);
+
+typedef struct safetensors_meta {
+  int count;
+  char keys[SAFETENSORS_MAX_META][64];
+  char values[SAFETENSORS_MAX_META][256];
+} safetensors_meta;
+
+/* The value of key, or NULL. */
+const char *safetensors_meta_get(const safetensors_meta *meta, const char *key);
+
+/* Reads path into data (layout->total floats), refusing a file whose
+ * tensors are not exactly layout's (names, shapes, order, ranges), whose
+ * header is malformed, whose size is wrong or whose CRC-32C does not match.
+ * The message names the file and the reason; data may be partly written on
+ * error. With layout and data NULL, only the header's metadata is read. */
+ps_err safetensors_read(const char *path, const tensor_layout *layout, float *data,
+                        safetensors_meta *meta, ps_error *err);
 
 #endif

@@ -3,6 +3,7 @@
  * too long (exit 1) or a signal arrives (exit 0 after answering waiters). */
 #define _POSIX_C_SOURCE 200809L
 #include <signal.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +28,10 @@ typedef struct pserver_options {
   long log_every;
   long max_message_mb;
   long max_shard_mb;
+  const char *checkpoint_dir;
+  long checkpoint_every;
+  bool resume;
+  long resume_step;
   const char *log_level;
 } pserver_options;
 
@@ -58,6 +63,18 @@ static const option_def pserver_option_table[] = {
     {"max-shard-mb", NULL, OPT_INT, OFF(max_shard_mb), "8192",
      "refuse a job whose shard (parameters, optimizer state, gradients) needs more MiB", NULL,
      .min = 1, .max = 1 << 30},
+    {"checkpoint-dir", NULL, OPT_STRING, OFF(checkpoint_dir), "",
+     "write checkpoints (safetensors) of this pserver's shard here: every --checkpoint-every "
+     "steps, at the end and on SIGTERM/SIGINT", NULL, .min = 1, .max = 0},
+    {"checkpoint-every", NULL, OPT_INT, OFF(checkpoint_every), "0",
+     "steps between checkpoints (0: only at the end and on a signal)", NULL, .min = 0,
+     .max = 1e15},
+    {"resume", NULL, OPT_BOOL, OFF(resume), "false",
+     "start from the checkpoint in --checkpoint-dir (refused if missing, corrupt or another job's)",
+     NULL, .min = 1, .max = 0},
+    {"resume-step", NULL, OPT_INT, OFF(resume_step), "-1",
+     "with --resume: the checkpoint of this step (-1: the newest); every pserver of a sync job "
+     "must resume at the same step", NULL, .min = -1, .max = 1e15},
     {"log-level", NULL, OPT_CHOICE, OFF(log_level), "info", "logging detail",
      "error|warn|info|debug", .min = 1, .max = 0},
 };
@@ -136,13 +153,25 @@ int main(int argc, char **argv) {
   pserver ps;
   pserver_config cfg = {.id = id, .pservers = list.count, .trainers = (int)opt.trainers,
                         .step_timeout = opt.step_timeout, .log_every = opt.log_every,
-                        .max_shard_mb = opt.max_shard_mb};
+                        .max_shard_mb = opt.max_shard_mb, .checkpoint_dir = opt.checkpoint_dir,
+                        .checkpoint_every = opt.checkpoint_every};
+  if (opt.resume && opt.checkpoint_dir[0] == '\0') {
+    LOG_ERROR("--resume needs --checkpoint-dir");
+    rpc_global_shutdown();
+    return 2;
+  }
   rpc_server *server = NULL;
   int port = 0;
   if (pserver_init(&ps, &cfg, &err) != PS_ERR_OK) {
     LOG_ERROR("%s", err.msg);
     rpc_global_shutdown();
     return 1;
+  }
+  if (opt.resume && pserver_resume(&ps, opt.resume_step, &err) != PS_ERR_OK) {
+    LOG_ERROR("%s", err.msg);
+    pserver_destroy(&ps);
+    rpc_global_shutdown();
+    return 2;
   }
   rpc_server_config rcfg = {.listen = listen, .methods = pserver_methods,
                             .method_count = pserver_method_count, .handler = pserver_handle,
@@ -171,6 +200,10 @@ int main(int argc, char **argv) {
     if (s == PSERVER_FINISHED) {
       LOG_INFO("every trainer is done at step %ld: exiting", pserver_version(&ps));
       pserver_abort_waiting(&ps, "the job is finished");
+      if (pserver_checkpoint(&ps, &err) != PS_ERR_OK) {
+        LOG_ERROR("final checkpoint: %s", err.msg);
+        status = 1;
+      }
       break;
     }
     if (s == PSERVER_FAILED) {
@@ -183,6 +216,10 @@ int main(int argc, char **argv) {
       LOG_INFO("stopping on %s at step %ld", stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
                pserver_version(&ps));
       pserver_abort_waiting(&ps, "the pserver is shutting down");
+      if (pserver_checkpoint(&ps, &err) != PS_ERR_OK) {
+        LOG_ERROR("checkpoint on shutdown: %s", err.msg);
+        status = 1;
+      }
       break;
     }
     nanosleep(&tick, NULL);

@@ -2,13 +2,17 @@
 #define _POSIX_C_SOURCE 200809L
 #include "server/pserver.h"
 
+#include <dirent.h>
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/log.h"
+#include "common/safetensors.h"
 #include "common/process.h"
 
 enum { METHOD_REGISTER, METHOD_PUSH_PULL, METHOD_PULL, METHOD_DONE };
@@ -25,6 +29,7 @@ static double now_s(void) {
 ps_err pserver_init(pserver *ps, const pserver_config *cfg, ps_error *err) {
   memset(ps, 0, sizeof *ps);
   ps->cfg = *cfg;
+  if (ps->cfg.checkpoint_dir == NULL) ps->cfg.checkpoint_dir = "";
   ps->incarnation = process_random_u64();
   ps->trainers = calloc((size_t)cfg->trainers, sizeof *ps->trainers);
   if (ps->trainers == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "pserver: out of memory");
@@ -44,7 +49,10 @@ void pserver_destroy(pserver *ps) {
     /* Still referenced after the wait: leaking beats freeing under gRPC. */
     if (rpc_lease_wait(&ps->snapshots[i].lease) == PS_ERR_OK) free(ps->snapshots[i].data);
   }
-  if (ps->configured) table_free(&ps->table);
+  if (ps->configured) {
+    table_free(&ps->table);
+    tensor_layout_free(&ps->checkpoint_layout);
+  }
   wire_writer_free(&ps->reply);
   free(ps->refs);
   free(ps->seen);
@@ -223,14 +231,30 @@ static ps_err configure(pserver *ps, const job_config *job, int trainer, ps_erro
     table_free(&ps->table);
     return ps_error_set(err, PS_ERR_NO_MEMORY, "pserver: out of memory for %zu blocks", blocks);
   }
+  tensor_layout_init(&ps->checkpoint_layout);
+  const char *names[3] = {"params", "optimizer.state1", "optimizer.state2"};
+  for (int i = 0; i < 3; i++) {
+    const tensor_info *src = &ps->table.storage.tensors[i];
+    if (tensor_layout_add(&ps->checkpoint_layout, names[i], src->rank, src->shape, err) !=
+        PS_ERR_OK) {
+      free(ps->refs);
+      free(ps->seen);
+      ps->refs = NULL;
+      ps->seen = NULL;
+      tensor_layout_free(&ps->checkpoint_layout);
+      table_free(&ps->table);
+      return err->code;
+    }
+  }
   ps->job = *job;
   ps->job_hash = job_config_hash(job);
   ps->configured = 1;
   ps->configured_by = trainer;
   char text[1024];
   job_config_format(job, text, sizeof text);
-  LOG_INFO("job from trainer %d: %s; this pserver holds %zu of %zu blocks, %zu floats (%.1f MB)",
-           trainer, text, ps->table.map.shard_blocks[ps->cfg.id], blocks, ps->table.n,
+  LOG_INFO("job from %s %d: %s; this pserver holds %zu of %zu blocks, %zu floats (%.1f MB)",
+           trainer >= 0 ? "trainer" : "checkpoint", trainer, text,
+           ps->table.map.shard_blocks[ps->cfg.id], blocks, ps->table.n,
            (double)ps->table.n * 4 / 1e6);
   return PS_ERR_OK;
 }
@@ -268,9 +292,11 @@ static void handle_register(pserver *ps, rpc_call *call, const rpc_message *msg)
   } else if (ps->configured && req->config_hash != ps->job_hash) {
     char diff[512];
     job_config_diff(&job, &ps->job, diff, sizeof diff);
+    char whose[64];
+    if (ps->configured_by >= 0) snprintf(whose, sizeof whose, "trainer %d's", ps->configured_by);
+    else snprintf(whose, sizeof whose, "the checkpoint's");
     refuse(call, "RegisterTrainer", PS_ERR_FAILED_PRECONDITION,
-           "trainer %u's job differs from trainer %d's: %s", req->key->trainer_id,
-           ps->configured_by, diff);
+           "trainer %u's job differs from %s: %s", req->key->trainer_id, whose, diff);
   } else if (!ps->configured && configure(ps, &job, (int)req->key->trainer_id, &err) != PS_ERR_OK) {
     refuse(call, "RegisterTrainer", err.code, "%s", err.msg);
   } else {
@@ -308,6 +334,19 @@ static void log_stats(pserver *ps) {
   ps->stats_since = now;
   ps->stats_pushes = 0;
   ps->stats_in = ps->stats_out = 0;
+}
+
+static ps_err write_checkpoint_locked(pserver *ps, ps_error *err);
+
+/* Writes a checkpoint every cfg.checkpoint_every steps (lock held). A failed
+ * write is logged and training goes on: the previous generation stays. */
+static void maybe_checkpoint(pserver *ps, long step) {
+  if (ps->cfg.checkpoint_dir[0] == '\0' || ps->cfg.checkpoint_every <= 0 ||
+      step % ps->cfg.checkpoint_every != 0) {
+    return;
+  }
+  ps_error err;
+  if (write_checkpoint_locked(ps, &err) != PS_ERR_OK) LOG_ERROR("checkpoint at step %ld: %s", step, err.msg);
 }
 
 /* Sync: stores the push; when every trainer has pushed, applies the step and
@@ -357,6 +396,7 @@ static void push_sync(pserver *ps, rpc_call *call, const rpc_message *msg,
   }
   if (calls != NULL) reply_params(ps, calls, n);
   if (calls != stack_calls) free(calls);
+  maybe_checkpoint(ps, ps->version);
   if (ps->cfg.log_every > 0 && ps->version % ps->cfg.log_every == 0) log_stats(ps);
 }
 
@@ -377,6 +417,7 @@ static void push_async(pserver *ps, rpc_call *call, const rpc_message *msg,
                     ps->version / ps->cfg.trainers);
     ps->version++;
     tr->last_step = step;
+    if (ps->version % ps->cfg.trainers == 0) maybe_checkpoint(ps, ps->version / ps->cfg.trainers);
     if (ps->cfg.log_every > 0 && ps->version % (ps->cfg.log_every * ps->cfg.trainers) == 0) {
       log_stats(ps);
     }
@@ -503,4 +544,194 @@ void pserver_abort_waiting(pserver *ps, const char *why) {
   }
   ps->pushed_count = 0;
   pthread_mutex_unlock(&ps->lock);
+}
+
+/* --- checkpoints ------------------------------------------------------------ */
+
+void pserver_checkpoint_path(const pserver *ps, long step, char *buf, size_t len) {
+  snprintf(buf, len, "%s/pserver-%d-of-%d-step-%09ld.safetensors", ps->cfg.checkpoint_dir,
+           ps->cfg.id, ps->cfg.pservers, step);
+}
+
+/* Steps of this pserver's checkpoints in the folder, newest first; returns
+ * how many (at most max), or -1 when the folder cannot be read. */
+static int list_checkpoints(const pserver *ps, long *steps, int max) {
+  DIR *dir = opendir(ps->cfg.checkpoint_dir);
+  if (dir == NULL) return -1;
+  char prefix[64];
+  snprintf(prefix, sizeof prefix, "pserver-%d-of-%d-step-", ps->cfg.id, ps->cfg.pservers);
+  size_t plen = strlen(prefix);
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(dir)) != NULL) {
+    if (strncmp(e->d_name, prefix, plen) != 0) continue;
+    char *end;
+    long step = strtol(e->d_name + plen, &end, 10);
+    if (strcmp(end, ".safetensors") != 0 || step < 0) continue;
+    /* Insert keeping the newest max, newest first. */
+    int at = n < max ? n : max - 1;
+    if (n == max && step <= steps[max - 1]) continue;
+    while (at > 0 && steps[at - 1] < step) {
+      steps[at] = steps[at - 1];
+      at--;
+    }
+    steps[at] = step;
+    if (n < max) n++;
+  }
+  closedir(dir);
+  return n;
+}
+
+/* Keeps the newest CHECKPOINTS_KEPT generations. */
+#define CHECKPOINTS_KEPT 3
+static void prune_checkpoints(const pserver *ps) {
+  long steps[64];
+  int n = list_checkpoints(ps, steps, 64);
+  for (int i = CHECKPOINTS_KEPT; i < n; i++) {
+    char path[4096];
+    pserver_checkpoint_path(ps, steps[i], path, sizeof path);
+    if (unlink(path) != 0) LOG_WARN("removing old checkpoint %s: %s", path, strerror(errno));
+  }
+}
+
+static void to_hex(const uint8_t *data, size_t len, char *out) {
+  static const char digits[] = "0123456789abcdef";
+  for (size_t i = 0; i < len; i++) {
+    out[2 * i] = digits[data[i] >> 4];
+    out[2 * i + 1] = digits[data[i] & 15];
+  }
+  out[2 * len] = '\0';
+}
+
+static int from_hex(const char *text, uint8_t *out, size_t cap, size_t *len) {
+  size_t n = strlen(text);
+  if (n % 2 != 0 || n / 2 > cap) return 0;
+  for (size_t i = 0; i < n / 2; i++) {
+    unsigned v = 0;
+    for (int k = 0; k < 2; k++) {
+      char ch = text[2 * i + k];
+      int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+      if (d < 0) return 0;
+      v = v * 16 + (unsigned)d;
+    }
+    out[i] = (uint8_t)v;
+  }
+  *len = n / 2;
+  return 1;
+}
+
+static ps_err write_checkpoint_locked(pserver *ps, ps_error *err) {
+  if (!ps->configured || ps->cfg.checkpoint_dir[0] == '\0') return PS_ERR_OK;
+  Pstrain__JobConfig jc;
+  Pstrain__OptimizerConfig oc;
+  char model[256], path[4096], step[32], hash[32], id[16], count[16], job_hex[1024];
+  wire_job_to_proto(&ps->job, &jc, &oc, model, sizeof model);
+  uint8_t packed[400];
+  size_t packed_len = protobuf_c_message_get_packed_size(&jc.base);
+  if (packed_len > sizeof packed) {
+    return ps_error_set(err, PS_ERR_INTERNAL, "checkpoint: the job description is too long");
+  }
+  protobuf_c_message_pack(&jc.base, packed);
+  to_hex(packed, packed_len, job_hex);
+  snprintf(step, sizeof step, "%ld", ps->version);
+  snprintf(hash, sizeof hash, "%016llx", (unsigned long long)ps->job_hash);
+  snprintf(id, sizeof id, "%d", ps->cfg.id);
+  snprintf(count, sizeof count, "%d", ps->cfg.pservers);
+  const char *meta[] = {"format", "pstrain-pserver-shard-1", "step", step, "config_hash", hash,
+                        "pserver", id, "pservers", count, "model", model, "job", job_hex, NULL};
+  pserver_checkpoint_path(ps, ps->version, path, sizeof path);
+  if (safetensors_write(path, &ps->checkpoint_layout, ps->table.params, meta, 0, err) !=
+      PS_ERR_OK) {
+    return err->code;
+  }
+  LOG_INFO("checkpoint at step %ld: %s", ps->version, path);
+  prune_checkpoints(ps);
+  return PS_ERR_OK;
+}
+
+ps_err pserver_checkpoint(pserver *ps, ps_error *err) {
+  pthread_mutex_lock(&ps->lock);
+  ps_err rc = write_checkpoint_locked(ps, err);
+  pthread_mutex_unlock(&ps->lock);
+  return rc;
+}
+
+ps_err pserver_resume(pserver *ps, long resume_step, ps_error *err) {
+  char path[4096];
+  if (resume_step < 0) {
+    long newest;
+    int n = list_checkpoints(ps, &newest, 1);
+    if (n < 0) {
+      return ps_error_set(err, PS_ERR_IO, "--resume: cannot read %s: %s", ps->cfg.checkpoint_dir,
+                          strerror(errno));
+    }
+    if (n == 0) {
+      return ps_error_set(err, PS_ERR_IO, "--resume: no checkpoint of pserver %d of %d in %s",
+                          ps->cfg.id, ps->cfg.pservers, ps->cfg.checkpoint_dir);
+    }
+    resume_step = newest;
+  }
+  pserver_checkpoint_path(ps, resume_step, path, sizeof path);
+  safetensors_meta meta;
+  if (safetensors_read(path, NULL, NULL, &meta, err) != PS_ERR_OK) {
+    return ps_error_set(err, err->code, "--resume: %s", err->msg);
+  }
+  const char *format = safetensors_meta_get(&meta, "format");
+  const char *step = safetensors_meta_get(&meta, "step");
+  const char *hash = safetensors_meta_get(&meta, "config_hash");
+  const char *id = safetensors_meta_get(&meta, "pserver");
+  const char *count = safetensors_meta_get(&meta, "pservers");
+  const char *job_hex = safetensors_meta_get(&meta, "job");
+  if (format == NULL || strcmp(format, "pstrain-pserver-shard-1") != 0 || step == NULL ||
+      hash == NULL || id == NULL || count == NULL || job_hex == NULL) {
+    return ps_error_set(err, PS_ERR_CORRUPT_DATA, "--resume: %s is not a pstrain pserver checkpoint",
+                        path);
+  }
+  if (atoi(id) != ps->cfg.id || atoi(count) != ps->cfg.pservers) {
+    return ps_error_set(err, PS_ERR_FAILED_PRECONDITION,
+                        "--resume: %s holds shard %s of %s pservers, but this is pserver %d of %d",
+                        path, id, count, ps->cfg.id, ps->cfg.pservers);
+  }
+  uint8_t packed[400];
+  size_t len;
+  Pstrain__JobConfig *jc = NULL;
+  if (!from_hex(job_hex, packed, sizeof packed, &len) ||
+      (jc = pstrain__job_config__unpack(NULL, len, packed)) == NULL) {
+    return ps_error_set(err, PS_ERR_CORRUPT_DATA, "--resume: %s: malformed job description", path);
+  }
+  job_config job;
+  ps_err rc = wire_job_from_proto(jc, &job, err);
+  pstrain__job_config__free_unpacked(jc, NULL);
+  if (rc != PS_ERR_OK) return ps_error_set(err, rc, "--resume: %s: %s", path, err->msg);
+  char want_hash[32];
+  snprintf(want_hash, sizeof want_hash, "%016llx", (unsigned long long)job_config_hash(&job));
+  if (strcmp(want_hash, hash) != 0) {
+    return ps_error_set(err, PS_ERR_CORRUPT_DATA, "--resume: %s: config hash %s does not match "
+                        "its job description (%s)", path, hash, want_hash);
+  }
+  if (job.trainers != ps->cfg.trainers) {
+    return ps_error_set(err, PS_ERR_FAILED_PRECONDITION,
+                        "--resume: %s was written for %d trainers; --trainers is %d", path,
+                        job.trainers, ps->cfg.trainers);
+  }
+  pthread_mutex_lock(&ps->lock);
+  rc = configure(ps, &job, -1, err);
+  if (rc == PS_ERR_OK) {
+    rc = safetensors_read(path, &ps->checkpoint_layout, ps->table.params, &meta, err);
+    if (rc == PS_ERR_OK) {
+      ps->version = atol(step);
+    } else {
+      ps_error_set(err, rc, "--resume: %s", err->msg);
+      table_free(&ps->table);
+      tensor_layout_free(&ps->checkpoint_layout);
+      free(ps->refs);
+      free(ps->seen);
+      ps->refs = NULL;
+      ps->seen = NULL;
+      ps->configured = 0;
+    }
+  }
+  pthread_mutex_unlock(&ps->lock);
+  if (rc == PS_ERR_OK) LOG_INFO("resumed from %s at step %ld", path, ps->version);
+  return rc;
 }

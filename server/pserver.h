@@ -21,6 +21,8 @@ typedef struct pserver_config {
   double step_timeout; /* seconds a sync step may wait for the last trainer */
   long log_every;      /* steps between statistics lines */
   long max_shard_mb;   /* largest shard (parameters, state, gradient slots) to accept */
+  const char *checkpoint_dir; /* "" for none */
+  long checkpoint_every;      /* steps between checkpoints (0: only at the end) */
 } pserver_config;
 
 typedef struct trainer_state {
@@ -50,7 +52,8 @@ typedef struct pserver {
   int configured;
   job_config job;
   uint64_t job_hash;
-  int configured_by;   /* the trainer whose registration set the job */
+  int configured_by;   /* the trainer whose registration set the job; -1: a checkpoint */
+  tensor_layout checkpoint_layout; /* params, optimizer state 1 and 2 of the shard */
   ps_table table;
   trainer_state *trainers;
   long version;        /* steps applied */
@@ -89,5 +92,19 @@ void pserver_abort_waiting(pserver *ps, const char *why);
 
 /* Steps applied so far (thread-safe). */
 long pserver_version(pserver *ps);
+
+/* The checkpoint file of this pserver at `step` in cfg.checkpoint_dir. */
+void pserver_checkpoint_path(const pserver *ps, long step, char *buf, size_t len);
+
+/* Writes this pserver's shard, optimizer state, step and job to a checkpoint
+ * file named by the step (atomically; the newest 3 are kept). Nothing to do
+ * before the job is known. Thread-safe. */
+ps_err pserver_checkpoint(pserver *ps, ps_error *err);
+
+/* Loads a checkpoint before serving (the newest when resume_step < 0): job,
+ * shard, optimizer state and step. A missing, corrupt or mismatched file
+ * (pserver id or count, trainers, CRC, hash) is refused with a message
+ * naming the file and the reason. */
+ps_err pserver_resume(pserver *ps, long resume_step, ps_error *err);
 
 #endif

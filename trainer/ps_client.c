@@ -137,7 +137,18 @@ ps_err ps_client_connect(ps_client *c, const endpoint_list *pservers, const job_
       break;
     }
     c->pserver_incarnation[p] = reply->pserver_incarnation;
+    long step = (long)reply->step;
     protobuf_c_message_free_unpacked(&reply->base, NULL);
+    if (job->update == UPDATE_ASYNC) step /= job->trainers; /* async counts pushes */
+    if (p == 0) {
+      c->start_step = step;
+    } else if (step != c->start_step && job->update == UPDATE_SYNC) {
+      rc = ps_error_set(err, PS_ERR_FAILED_PRECONDITION,
+                        "pserver 0 is at step %ld but pserver %d at %ld: restart them with "
+                        "--resume --resume-step of a step both have",
+                        c->start_step, p, step);
+      break;
+    }
   }
   if (rc == PS_ERR_OK) {
     for (int p = 0; p < n; p++) c->ops[p].wait_for_ready = 0;

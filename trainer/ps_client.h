@@ -26,6 +26,7 @@ typedef struct ps_client {
   rpc_client *rpc;
   rpc_channel **channels;   /* (pservers) */
   uint64_t *pserver_incarnation;
+  long start_step;          /* the pservers' step at registration (sync: all equal) */
   wire_writer *writers;     /* (pservers) */
   rpc_op *ops;              /* (pservers) */
   wire_block_ref *refs;

@@ -55,6 +55,12 @@ static ps_err connect_pservers(trainer *t, ps_error *err) {
     return err->code;
   }
   if (ps_client_pull(t->ps, t->host_params, err) != PS_ERR_OK) return err->code;
+  t->start_step = t->ps->start_step;
+  if (t->start_step > 0) {
+    LOG_INFO("resuming at step %ld (epoch %ld, step %ld of it), where the pservers are",
+             t->start_step, t->start_step / t->steps_per_epoch + 1,
+             t->start_step % t->steps_per_epoch + 1);
+  }
   if (t->staged) return mlp_set_params(t->model, t->host_params, err);
   return PS_ERR_OK;
 }
@@ -287,7 +293,10 @@ static ps_err train_epoch(trainer *t, long epoch, long *global_step, double *mea
   long correct = 0, seen = 0;
   double start = now_s(), next_progress = start + o->progress_interval;
 
-  for (long step = 0; step < t->steps_per_epoch; step++) {
+  /* A resumed run starts mid-epoch: the permutation is the epoch's, so
+   * skipping the steps already taken puts the data where it was. */
+  long first_step = *global_step - epoch * t->steps_per_epoch;
+  for (long step = first_step > 0 ? first_step : 0; step < t->steps_per_epoch; step++) {
     if (o->max_steps > 0 && *global_step >= o->max_steps) break;
     long first = step * o->batch;
     long left = t->samples_per_epoch - first;
@@ -337,7 +346,7 @@ static ps_err export_model(trainer *t, ps_error *err) {
   char model[256];
   model_format(&t->settings.model, model, sizeof model);
   const char *metadata[] = {"format", "pt", "model", model, "producer", "pstrain", NULL};
-  if (safetensors_write(path, &t->model->layout, t->host_params, metadata, err) != PS_ERR_OK) {
+  if (safetensors_write(path, &t->model->layout, t->host_params, metadata, 0, err) != PS_ERR_OK) {
     return err->code;
   }
   LOG_INFO("exported the model to %s", path);
@@ -347,13 +356,13 @@ static ps_err export_model(trainer *t, ps_error *err) {
 ps_err trainer_run(trainer *t, train_summary *summary, ps_error *err) {
   const trainer_options *o = &t->settings.opt;
   double run_start = now_s();
-  long global_step = 0;
+  long global_step = t->start_step;
   memset(summary, 0, sizeof *summary);
   LOG_INFO("training %s on %ld of %ld samples per epoch (trainer %d of %d; %ld steps of %ld), "
            "testing on %ld; backend %s: %s",
            o->model, t->samples_per_epoch, t->train.count, t->id, t->trainers, t->steps_per_epoch,
            o->batch, t->test.count, t->be->name, t->be->description);
-  for (long epoch = 0; epoch < o->epochs; epoch++) {
+  for (long epoch = global_step / t->steps_per_epoch; epoch < o->epochs; epoch++) {
     if (o->max_steps > 0 && global_step >= o->max_steps) break;
     double mean_loss = 0.0, rate = 0.0, accuracy = 0.0, test_loss = 0.0;
     epoch_comm comm = {0, 0};

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Checkpoints and resume (label "fault"): pservers stopped with SIGTERM mid-run
+# exit 0 and leave checkpoints (one file per pserver and step); restarted
+# with --resume at the newest step both have, with the trainers started
+# again, the job continues at that step and ends with parameters bitwise
+# equal to an uninterrupted run's (sync mode sums in a fixed order; data
+# order, momentum state and step all resume exactly). A corrupted byte, a
+# missing checkpoint and a job of another shape are refused.
+. "$(dirname "$0")/lib.sh"
+require_data
+LAUNCH="$(dirname "$0")/../scripts/launch"
+COMMON=(--train-samples 12800 --test-samples 200 --max-steps 400 --optimizer momentum --lr 0.05
+        --lr-schedule constant --seed 5 --batch 32 --progress-interval 0)
+
+# The uninterrupted run.
+timeout 300 "$LAUNCH" --bin "$BIN" --pservers 2 --trainers 2 --quiet --log-dir "$SCRATCH/a" \
+  -- "${COMMON[@]}" --export "$SCRATCH/a.safetensors" >"$SCRATCH/a.log" 2>&1 ||
+  { fail "uninterrupted run failed: $(tail -5 "$SCRATCH/a.log")"; finish; }
+
+# The same job, its pservers stopped after a checkpoint at step 100 or later.
+CK="$SCRATCH/ck"
+mkdir -p "$CK"
+read -r p0 p1 <<<"$(free_ports 2)"
+PS="127.0.0.1:$p0,127.0.0.1:$p1"
+run_job() { # run_job TAG [PSERVER FLAGS...]: starts 2 pservers and 2 trainers
+  local tag=$1
+  shift
+  start "$tag-s0" "$BIN/pserver" --pservers "$PS" --id 0 --trainers 2 --checkpoint-dir "$CK" \
+    --checkpoint-every 50 --log-every 50 "$@"; S0=$LAST_PID
+  start "$tag-s1" "$BIN/pserver" --pservers "$PS" --id 1 --trainers 2 --checkpoint-dir "$CK" \
+    --checkpoint-every 50 --log-every 50 "$@"; S1=$LAST_PID
+  start "$tag-t0" "$BIN/trainer" --mode pserver --pservers "$PS" --trainers 2 --id 0 "${COMMON[@]}" \
+    --export "$SCRATCH/$tag.safetensors"; T0=$LAST_PID
+  start "$tag-t1" "$BIN/trainer" --mode pserver --pservers "$PS" --trainers 2 --id 1 "${COMMON[@]}"; T1=$LAST_PID
+}
+run_job b
+for _ in $(seq 300); do
+  grep -qE "checkpoint at step (1[0-9]{2}|[2-9][0-9]{2})" "$SCRATCH/b-s0.log" 2>/dev/null && break
+  sleep 0.05
+done
+kill -TERM "$S0" "$S1"
+for who in S0 S1; do
+  status=0; wait_for "${!who}" 20 || status=$?
+  [ "$status" -eq 0 ] || fail "SIGTERM: pserver $who exited $status"
+done
+for who in T0 T1; do wait_for "${!who}" 30 >/dev/null 2>&1 || true; done
+stopped=$(grep -o "stopping on SIGTERM at step [0-9]*" "$SCRATCH/b-s0.log" | grep -o "[0-9]*$")
+echo "pservers stopped at step ${stopped:-?}" >&2
+[ -n "$stopped" ] && [ "$stopped" -lt 400 ] || fail "the pservers were not stopped mid-run (step ${stopped:-?})"
+steps_of() { ls "$CK" | sed -n "s/^pserver-$1-of-2-step-0*\([0-9][0-9]*\)\.safetensors$/\1/p" | sort -n; }
+both=$(comm -12 <(steps_of 0 | sort) <(steps_of 1 | sort) | sort -n | tail -1)
+echo "newest step both pservers hold: ${both:-none}" >&2
+[ -n "$both" ] && [ "$both" -ge 100 ] || { fail "no common checkpoint step >= 100"; finish; }
+steps_of 0 | grep -qx "$stopped" || fail "pserver 0 left no checkpoint at its stop step $stopped"
+
+# Resume: the job continues where it stopped and ends bitwise equal to run a.
+cp -r "$CK" "$SCRATCH/ck-copy"
+stopped=$both
+run_job c --resume --resume-step "$both"
+for who in T0 T1 S0 S1; do
+  status=0; wait_for "${!who}" 120 || status=$?
+  [ "$status" -eq 0 ] || fail "resumed job: $who exited $status"
+done
+grep -q "resumed from .* at step $stopped" "$SCRATCH/c-s0.log" || fail "pserver 0 did not resume at $stopped"
+grep -q "resuming at step $stopped" "$SCRATCH/c-t0.log" || fail "trainer 0 did not resume at $stopped"
+cmp -s "$SCRATCH/a.safetensors" "$SCRATCH/c.safetensors" ||
+  fail "the resumed run's parameters differ from the uninterrupted run's"
+
+# Refusals: a corrupted byte, a missing file, another layout.
+BAD="$SCRATCH/bad"
+cp -r "$SCRATCH/ck-copy" "$BAD"
+file="$BAD/$(printf 'pserver-0-of-2-step-%09d.safetensors' "$both")"
+size=$(stat -c %s "$file")
+printf '\xff' | dd of="$file" bs=1 seek=$((size - 100)) conv=notrunc 2>/dev/null
+expect_exit 2 "CRC-32C" -- "$BIN/pserver" --pservers "$PS" --id 0 --trainers 2 --checkpoint-dir "$BAD" \
+  --resume --resume-step "$both"
+expect_exit 2 "no checkpoint of pserver 0 of 2" -- "$BIN/pserver" --pservers "$PS" --id 0 --trainers 2 \
+  --checkpoint-dir "$SCRATCH" --resume
+expect_exit 2 "was written for 2 trainers; --trainers is 3" -- "$BIN/pserver" --pservers "$PS" --id 0 \
+  --trainers 3 --checkpoint-dir "$SCRATCH/ck-copy" --resume --resume-step "$both"
+finish
