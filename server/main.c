@@ -28,6 +28,7 @@ typedef struct pserver_options {
   long log_every;
   long max_message_mb;
   long max_shard_mb;
+  const char *on_trainer_loss;
   const char *checkpoint_dir;
   long checkpoint_every;
   bool resume;
@@ -63,6 +64,9 @@ static const option_def pserver_option_table[] = {
     {"max-shard-mb", NULL, OPT_INT, OFF(max_shard_mb), "8192",
      "refuse a job whose shard (parameters, optimizer state, gradients) needs more MiB", NULL,
      .min = 1, .max = 1 << 30},
+    {"on-trainer-loss", NULL, OPT_CHOICE, OFF(on_trainer_loss), "stop",
+     "sync mode, when a trainer misses --step-timeout: stop the job naming it, or continue "
+     "with the others", "stop|continue", .min = 1, .max = 0},
     {"checkpoint-dir", NULL, OPT_STRING, OFF(checkpoint_dir), "",
      "write checkpoints (safetensors) of this pserver's shard here: every --checkpoint-every "
      "steps, at the end and on SIGTERM/SIGINT", NULL, .min = 1, .max = 0},
@@ -154,6 +158,7 @@ int main(int argc, char **argv) {
   pserver_config cfg = {.id = id, .pservers = list.count, .trainers = (int)opt.trainers,
                         .step_timeout = opt.step_timeout, .log_every = opt.log_every,
                         .max_shard_mb = opt.max_shard_mb, .checkpoint_dir = opt.checkpoint_dir,
+                        .continue_on_trainer_loss = strcmp(opt.on_trainer_loss, "continue") == 0,
                         .checkpoint_every = opt.checkpoint_every};
   if (opt.resume && opt.checkpoint_dir[0] == '\0') {
     LOG_ERROR("--resume needs --checkpoint-dir");

@@ -32,11 +32,21 @@ ps_err pserver_init(pserver *ps, const pserver_config *cfg, ps_error *err) {
   if (ps->cfg.checkpoint_dir == NULL) ps->cfg.checkpoint_dir = "";
   ps->incarnation = process_random_u64();
   ps->trainers = calloc((size_t)cfg->trainers, sizeof *ps->trainers);
-  if (ps->trainers == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "pserver: out of memory");
+  ps->step_slots = calloc((size_t)cfg->trainers, sizeof *ps->step_slots);
+  ps->step_calls = calloc((size_t)cfg->trainers, sizeof *ps->step_calls);
+  if (ps->trainers == NULL || ps->step_slots == NULL || ps->step_calls == NULL) {
+    free(ps->trainers);
+    free(ps->step_slots);
+    free(ps->step_calls);
+    return ps_error_set(err, PS_ERR_NO_MEMORY, "pserver: out of memory");
+  }
   for (int i = 0; i < cfg->trainers; i++) ps->trainers[i].last_step = -1;
+  ps->active = cfg->trainers;
   int rc = pthread_mutex_init(&ps->lock, NULL);
   if (rc != 0) {
     free(ps->trainers);
+    free(ps->step_slots);
+    free(ps->step_calls);
     return ps_error_set(err, PS_ERR_INTERNAL, "pserver: mutex: %s", strerror(rc));
   }
   ps->stats_since = now_s();
@@ -57,6 +67,8 @@ void pserver_destroy(pserver *ps) {
   free(ps->refs);
   free(ps->seen);
   free(ps->trainers);
+  free(ps->step_slots);
+  free(ps->step_calls);
   pthread_mutex_destroy(&ps->lock);
 }
 
@@ -349,13 +361,39 @@ static void maybe_checkpoint(pserver *ps, long step) {
   if (write_checkpoint_locked(ps, &err) != PS_ERR_OK) LOG_ERROR("checkpoint at step %ld: %s", step, err.msg);
 }
 
-/* Sync: stores the push; when every trainer has pushed, applies the step and
- * answers them all. */
+/* Sync: every active trainer has pushed: sum their slots in trainer-id order,
+ * average, apply, and answer them all. */
+static void complete_step(pserver *ps) {
+  int n = ps->cfg.trainers, count = 0;
+  int *slots = ps->step_slots;
+  rpc_call **calls = ps->step_calls;
+  for (int i = 0; i < n; i++) {
+    if (!ps->trainers[i].pushed) continue;
+    slots[count] = i;
+    calls[count++] = ps->trainers[i].waiting;
+    ps->trainers[i].pushed = 0;
+    ps->trainers[i].waiting = NULL;
+  }
+  table_apply_sum(&ps->table, &ps->job.optimizer, slots, count, 1.0f / (float)count, ps->version);
+  ps->version++;
+  ps->pushed_count = 0;
+  reply_params(ps, calls, count);
+  maybe_checkpoint(ps, ps->version);
+  if (ps->cfg.log_every > 0 && ps->version % ps->cfg.log_every == 0) log_stats(ps);
+}
+
+/* Sync: stores the push; when every active trainer has pushed, completes the
+ * step. */
 static void push_sync(pserver *ps, rpc_call *call, const rpc_message *msg,
                       const wire_blocks_msg *m) {
   uint32_t id = m->key.trainer_id;
   trainer_state *tr = &ps->trainers[id];
   long step = (long)m->key.step;
+  if (tr->lost) {
+    refuse(call, "PushPull", PS_ERR_FAILED_PRECONDITION,
+           "trainer %u was dropped for missing a step (--on-trainer-loss continue)", id);
+    return;
+  }
   if (step == ps->version - 1 && !tr->pushed) {
     /* A resend of a push already applied (its reply was lost): answer again. */
     reply_params(ps, &call, 1);
@@ -380,23 +418,7 @@ static void push_sync(pserver *ps, rpc_call *call, const rpc_message *msg,
   tr->pushed = 1;
   tr->waiting = call;
   if (ps->pushed_count++ == 0) ps->step_started = now_s();
-  if (ps->pushed_count < ps->cfg.trainers) return;
-
-  int n = ps->cfg.trainers;
-  table_apply_sum(&ps->table, &ps->job.optimizer, n, 1.0f / (float)n, ps->version);
-  ps->version++;
-  ps->pushed_count = 0;
-  rpc_call *stack_calls[64];
-  rpc_call **calls = n <= 64 ? stack_calls : malloc((size_t)n * sizeof *calls);
-  for (int i = 0; i < n; i++) {
-    if (calls != NULL) calls[i] = ps->trainers[i].waiting;
-    else reply_params(ps, &ps->trainers[i].waiting, 1);
-    ps->trainers[i].pushed = 0;
-    ps->trainers[i].waiting = NULL;
-  }
-  if (calls != NULL) reply_params(ps, calls, n);
-  if (calls != stack_calls) free(calls);
-  maybe_checkpoint(ps, ps->version);
+  if (ps->pushed_count == ps->active) complete_step(ps);
   if (ps->cfg.log_every > 0 && ps->version % ps->cfg.log_every == 0) log_stats(ps);
 }
 
@@ -413,7 +435,8 @@ static void push_async(pserver *ps, rpc_call *call, const rpc_message *msg,
       wire_copy_block(msg, &m->blocks[i], slot + b->shard_offset);
     }
     /* The schedule advances once per N pushes, as in sync mode. */
-    table_apply_sum(&ps->table, &ps->job.optimizer, 1, 1.0f / (float)ps->cfg.trainers,
+    const int slot0 = 0;
+    table_apply_sum(&ps->table, &ps->job.optimizer, &slot0, 1, 1.0f / (float)ps->cfg.trainers,
                     ps->version / ps->cfg.trainers);
     ps->version++;
     tr->last_step = step;
@@ -509,10 +532,22 @@ pserver_status pserver_poll(pserver *ps) {
   pthread_mutex_lock(&ps->lock);
   if (ps->status == PSERVER_RUNNING && ps->configured) {
     int done = 0;
-    for (int i = 0; i < ps->cfg.trainers; i++) done += ps->trainers[i].done;
+    for (int i = 0; i < ps->cfg.trainers; i++) done += ps->trainers[i].done || ps->trainers[i].lost;
     if (done == ps->cfg.trainers) ps->status = PSERVER_FINISHED;
     if (ps->job.update == UPDATE_SYNC && ps->pushed_count > 0 &&
-        now_s() - ps->step_started > ps->cfg.step_timeout) {
+        now_s() - ps->step_started > ps->cfg.step_timeout && ps->cfg.continue_on_trainer_loss) {
+      for (int i = 0; i < ps->cfg.trainers; i++) {
+        trainer_state *tr = &ps->trainers[i];
+        if (tr->pushed || tr->done || tr->lost) continue;
+        tr->lost = 1;
+        ps->active--;
+        LOG_WARN("trainer %d missed step %ld for %.0f s (--step-timeout): continuing with %d "
+                 "trainer(s) (--on-trainer-loss continue)",
+                 i, ps->version, ps->cfg.step_timeout, ps->active);
+      }
+      if (ps->pushed_count == ps->active) complete_step(ps);
+    } else if (ps->job.update == UPDATE_SYNC && ps->pushed_count > 0 &&
+               now_s() - ps->step_started > ps->cfg.step_timeout) {
       char missing[256] = "";
       size_t used = 0;
       for (int i = 0; i < ps->cfg.trainers && used < sizeof missing; i++) {

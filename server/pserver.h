@@ -21,6 +21,7 @@ typedef struct pserver_config {
   double step_timeout; /* seconds a sync step may wait for the last trainer */
   long log_every;      /* steps between statistics lines */
   long max_shard_mb;   /* largest shard (parameters, state, gradient slots) to accept */
+  int continue_on_trainer_loss; /* sync: drop a trainer that misses --step-timeout */
   const char *checkpoint_dir; /* "" for none */
   long checkpoint_every;      /* steps between checkpoints (0: only at the end) */
 } pserver_config;
@@ -32,6 +33,7 @@ typedef struct trainer_state {
   int pushed;          /* sync: pushed the current step */
   rpc_call *waiting;   /* sync: its push, answered when the step completes */
   long last_step;      /* async: last step applied, -1 before any */
+  int lost;            /* dropped after missing a step (--on-trainer-loss continue) */
 } trainer_state;
 
 typedef enum { PSERVER_RUNNING, PSERVER_FINISHED, PSERVER_FAILED } pserver_status;
@@ -56,8 +58,11 @@ typedef struct pserver {
   tensor_layout checkpoint_layout; /* params, optimizer state 1 and 2 of the shard */
   ps_table table;
   trainer_state *trainers;
+  int *step_slots;         /* (trainers) scratch of complete_step */
+  rpc_call **step_calls;   /* (trainers) scratch of complete_step */
   long version;        /* steps applied */
   int pushed_count;    /* sync: trainers that pushed the current step */
+  int active;          /* trainers not lost */
   double step_started; /* sync: when the first push of the step arrived */
   params_snapshot snapshots[PSERVER_SNAPSHOTS];
   wire_writer reply;   /* reused under the lock */

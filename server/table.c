@@ -46,10 +46,11 @@ void table_free(ps_table *t) {
   memset(t, 0, sizeof *t);
 }
 
-void table_apply_sum(ps_table *t, const optimizer_config *opt, int slots, float scale, long step) {
-  float *restrict sum = t->grads;
-  for (int s = 1; s < slots; s++) {
-    const float *restrict g = table_slot(t, s);
+void table_apply_sum(ps_table *t, const optimizer_config *opt, const int *slots, int count,
+                     float scale, long step) {
+  float *restrict sum = table_slot(t, slots[0]);
+  for (int s = 1; s < count; s++) {
+    const float *restrict g = table_slot(t, slots[s]);
     for (size_t i = 0; i < t->n; i++) sum[i] += g[i];
   }
   if (scale != 1.0f) {

@@ -34,8 +34,10 @@ void table_free(ps_table *t);
 /* The gradient slot of `slot` (n floats). */
 static inline float *table_slot(ps_table *t, int slot) { return t->grads + (size_t)slot * t->n; }
 
-/* Sums slots 0..slots-1 in that order into slot 0, scales by `scale`, and
- * applies the optimizer at zero-based step `step`. */
-void table_apply_sum(ps_table *t, const optimizer_config *opt, int slots, float scale, long step);
+/* Sums the gradient slots listed in `slots` (count of them, in that order)
+ * into the first of them, scales by `scale`, and applies the optimizer at
+ * zero-based step `step`. */
+void table_apply_sum(ps_table *t, const optimizer_config *opt, const int *slots, int count,
+                     float scale, long step);
 
 #endif
