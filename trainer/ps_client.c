@@ -195,9 +195,6 @@ static ps_err apply_replies(ps_client *c, const char *what, long want_version, f
     if (wire_parse_blocks(msg, &m, err) != PS_ERR_OK) {
       char why[sizeof err->msg];
       snprintf(why, sizeof why, "%s", err->msg);
-      if (getenv("PSTRAIN_DEBUG_WIRE") != NULL) {
-        for (size_t k = 0; k < msg->count; k++) fprintf(stderr, "segment %zu: %zu bytes\n", k, msg->segments[k].len);
-      }
       return ps_error_set(err, err->code, "%s: pserver %d at %s sent a bad reply: %s", what, p,
                           c->targets.items[p], why);
     }
