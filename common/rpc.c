@@ -214,6 +214,7 @@ struct rpc_call {
 
 struct rpc_server {
   rpc_server_config cfg;
+  char *bearer; /* "Bearer TOKEN" when a token is required, else NULL */
   grpc_server *server;
   grpc_completion_queue *cq;
   void **method_handles;
@@ -298,10 +299,36 @@ void rpc_call_reply(rpc_call *c, ps_err code, const char *message, const rpc_par
 
 const char *rpc_call_peer(const rpc_call *call) { return call->peer; }
 
+/* Whether the call carries the expected bearer token; the comparison takes
+ * the same time wherever the first difference is. */
+static int authorized(const rpc_server *srv, const rpc_call *c) {
+  if (srv->bearer == NULL) return 1;
+  size_t want_len = strlen(srv->bearer);
+  for (size_t i = 0; i < c->request_metadata.count; i++) {
+    const grpc_metadata *md = &c->request_metadata.metadata[i];
+    if (grpc_slice_str_cmp(md->key, "authorization") != 0) continue;
+    size_t len = GRPC_SLICE_LENGTH(md->value);
+    const uint8_t *got = GRPC_SLICE_START_PTR(md->value);
+    unsigned diff = (unsigned)(len != want_len);
+    for (size_t k = 0; k < want_len; k++) {
+      uint8_t byte = k < len ? got[k] : 0;
+      diff |= (unsigned)(byte ^ (uint8_t)srv->bearer[k]);
+    }
+    return diff == 0;
+  }
+  return 0;
+}
+
 static void handle_request(rpc_call *c) {
   char *peer = grpc_call_get_peer(c->call);
   snprintf(c->peer, sizeof c->peer, "%s", peer != NULL ? peer : "unknown peer");
   gpr_free(peer);
+  if (!authorized(c->srv, c)) {
+    LOG_WARN("refused %s from %s: missing or wrong token (UNAUTHENTICATED)",
+             c->srv->cfg.methods[c->method], c->peer);
+    rpc_call_reply(c, PS_ERR_UNAUTHENTICATED, "missing or wrong token", NULL, 0);
+    return;
+  }
   if (c->payload == NULL) {
     rpc_call_reply(c, PS_ERR_INVALID_ARGUMENT, "the call carried no request message", NULL, 0);
     return;
@@ -358,6 +385,7 @@ static void server_free(rpc_server *srv) {
   }
   free(srv->method_handles);
   free(srv->threads);
+  free(srv->bearer);
   pthread_mutex_destroy(&srv->post_lock);
   free(srv);
 }
@@ -373,6 +401,16 @@ ps_err rpc_server_start(rpc_server **out, const rpc_server_config *cfg, int *bou
     free(srv);
     return ps_error_set(err, PS_ERR_INTERNAL, "rpc: mutex: %s", strerror(mrc));
   }
+  if (cfg->token != NULL && cfg->token[0] != '\0') {
+    size_t len = strlen(cfg->token) + 8;
+    srv->bearer = malloc(len);
+    if (srv->bearer == NULL) {
+      server_free(srv);
+      return ps_error_set(err, PS_ERR_NO_MEMORY, "rpc: out of memory");
+    }
+    snprintf(srv->bearer, len, "Bearer %s", cfg->token);
+  }
+  srv->cfg.token = NULL; /* the caller's copy may go; srv->bearer holds it */
   grpc_arg args[5];
   grpc_channel_args ca = make_args(args, cfg->max_message_bytes, 0);
   srv->server = grpc_server_create(&ca, NULL);
@@ -460,6 +498,8 @@ void rpc_server_stop(rpc_server *srv) {
   grpc_completion_queue_destroy(srv->cq);
   free(srv->method_handles);
   free(srv->threads);
+  free(srv->bearer);
+  pthread_mutex_destroy(&srv->post_lock);
   free(srv);
 }
 
@@ -472,15 +512,30 @@ struct rpc_channel {
 
 struct rpc_client {
   grpc_completion_queue *cq;
+  grpc_metadata auth;   /* authorization: Bearer TOKEN */
+  int has_auth;
   rpc_channel **channels;
   int channel_count;
 };
 
-ps_err rpc_client_create(rpc_client **out, ps_error *err) {
+ps_err rpc_client_create(rpc_client **out, const char *token, ps_error *err) {
   rpc_client *c = calloc(1, sizeof *c);
   if (c == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "rpc: out of memory");
+  if (token != NULL && token[0] != '\0') {
+    char *value = malloc(strlen(token) + 8);
+    if (value == NULL) {
+      free(c);
+      return ps_error_set(err, PS_ERR_NO_MEMORY, "rpc: out of memory");
+    }
+    sprintf(value, "Bearer %s", token);
+    c->auth.key = grpc_slice_from_static_string("authorization");
+    c->auth.value = grpc_slice_from_copied_string(value);
+    free(value);
+    c->has_auth = 1;
+  }
   c->cq = grpc_completion_queue_create_for_next(NULL);
   if (c->cq == NULL) {
+    if (c->has_auth) grpc_slice_unref(c->auth.value);
     free(c);
     return ps_error_set(err, PS_ERR_INTERNAL, "rpc: cannot create a completion queue");
   }
@@ -500,6 +555,7 @@ void rpc_client_destroy(rpc_client *c) {
          GRPC_QUEUE_SHUTDOWN) {
   }
   grpc_completion_queue_destroy(c->cq);
+  if (c->has_auth) grpc_slice_unref(c->auth.value);
   free(c);
 }
 
@@ -597,6 +653,8 @@ ps_err rpc_client_call_all(rpc_client *c, rpc_op *ops, int count, ps_error *err)
     grpc_op g[6];
     memset(g, 0, sizeof g);
     g[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    g[0].data.send_initial_metadata.count = c->has_auth ? 1 : 0;
+    g[0].data.send_initial_metadata.metadata = c->has_auth ? &c->auth : NULL;
     g[0].flags = op->wait_for_ready ? GRPC_INITIAL_METADATA_WAIT_FOR_READY |
                                           GRPC_INITIAL_METADATA_WAIT_FOR_READY_EXPLICITLY_SET
                                     : 0;

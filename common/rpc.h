@@ -69,6 +69,9 @@ typedef struct rpc_server_config {
   void *handler_ctx;
   int threads;                 /* worker threads, >= 1 */
   size_t max_message_bytes;    /* both directions */
+  const char *token;           /* when set, every call must carry "authorization: Bearer
+                                  TOKEN"; others get UNAUTHENTICATED and never reach the
+                                  handler. Copied at start. */
 } rpc_server_config;
 
 /* Binds and starts serving. *bound_port receives the port actually bound. */
@@ -92,8 +95,9 @@ void rpc_server_stop(rpc_server *srv);
 typedef struct rpc_client rpc_client;
 typedef struct rpc_channel rpc_channel;
 
-/* A client owns one completion queue and is used by one thread at a time. */
-ps_err rpc_client_create(rpc_client **out, ps_error *err);
+/* A client owns one completion queue and is used by one thread at a time.
+ * With a token (may be NULL), every call carries "authorization: Bearer TOKEN". */
+ps_err rpc_client_create(rpc_client **out, const char *token, ps_error *err);
 void rpc_client_destroy(rpc_client *client);
 
 /* A channel to target ("HOST:PORT"), reconnecting at most every

@@ -15,6 +15,7 @@
 #include "common/options.h"
 #include "common/process.h"
 #include "common/rpc.h"
+#include "common/token.h"
 #include "server/pserver.h"
 
 typedef struct pserver_options {
@@ -29,6 +30,8 @@ typedef struct pserver_options {
   long max_message_mb;
   long max_shard_mb;
   const char *on_trainer_loss;
+  const char *token_file;
+  bool insecure;
   const char *checkpoint_dir;
   long checkpoint_every;
   bool resume;
@@ -64,6 +67,12 @@ static const option_def pserver_option_table[] = {
     {"max-shard-mb", NULL, OPT_INT, OFF(max_shard_mb), "8192",
      "refuse a job whose shard (parameters, optimizer state, gradients) needs more MiB", NULL,
      .min = 1, .max = 1 << 30},
+    {"token-file", NULL, OPT_STRING, OFF(token_file), "",
+     "file whose first line is the job's shared secret: calls without it get UNAUTHENTICATED",
+     NULL, .min = 1, .max = 0},
+    {"insecure", NULL, OPT_BOOL, OFF(insecure), "false",
+     "allow listening beyond loopback without a token (anyone who reaches the port can "
+     "register, push and read the model)", NULL, .min = 1, .max = 0},
     {"on-trainer-loss", NULL, OPT_CHOICE, OFF(on_trainer_loss), "stop",
      "sync mode, when a trainer misses --step-timeout: stop the job naming it, or continue "
      "with the others", "stop|continue", .min = 1, .max = 0},
@@ -141,6 +150,20 @@ int main(int argc, char **argv) {
   } else {
     snprintf(listen, sizeof listen, "%s", list.items[id]);
   }
+  char token[TOKEN_MAX] = "";
+  if (opt.token_file[0] != '\0' && token_read_file(opt.token_file, token, sizeof token, &err) != PS_ERR_OK) {
+    LOG_ERROR("%s", err.msg);
+    return 2;
+  }
+  if (!token_is_loopback(listen) && token[0] == '\0') {
+    if (!opt.insecure) {
+      LOG_ERROR("refusing to listen on %s, beyond loopback, without --token-file: anyone who "
+                "reaches it could change the model (--insecure to do it anyway)", listen);
+      return 2;
+    }
+    LOG_WARN("listening on %s without a token (--insecure): anyone who reaches it can change "
+             "the model", listen);
+  }
   char effective[2048];
   options_format(pserver_option_table, PSERVER_OPTION_COUNT, &opt, effective, sizeof effective);
   LOG_INFO("starting pserver %d of %d: %s", id, list.count, effective);
@@ -181,7 +204,8 @@ int main(int argc, char **argv) {
   rpc_server_config rcfg = {.listen = listen, .methods = pserver_methods,
                             .method_count = pserver_method_count, .handler = pserver_handle,
                             .handler_ctx = &ps, .threads = (int)opt.threads,
-                            .max_message_bytes = (size_t)opt.max_message_mb << 20};
+                            .max_message_bytes = (size_t)opt.max_message_mb << 20,
+                            .token = token};
   if (rpc_server_start(&server, &rcfg, &port, &err) != PS_ERR_OK) {
     LOG_ERROR("%s", err.msg);
     pserver_destroy(&ps);

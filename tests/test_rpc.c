@@ -16,10 +16,12 @@ enum { METHOD_ECHO, METHOD_FAIL, METHOD_HOLD };
 static const char *const methods[] = {"/test.Svc/Echo", "/test.Svc/Fail", "/test.Svc/Hold"};
 
 static pthread_mutex_t held_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_int handled;
 static rpc_call *held;
 
 static void handler(void *ctx, rpc_call *call, int method, const rpc_message *req) {
   (void)ctx;
+  atomic_fetch_add(&handled, 1);
   if (method == METHOD_ECHO) {
     /* Echo the segments back as copied parts: the reply is what arrived. */
     rpc_part *parts = malloc((req->count + 1) * sizeof *parts);
@@ -57,7 +59,7 @@ int main(void) {
   snprintf(target, sizeof target, "127.0.0.1:%d", port);
   rpc_client *client;
   rpc_channel *ch;
-  REQUIRE(rpc_client_create(&client, &err) == PS_ERR_OK);
+  REQUIRE(rpc_client_create(&client, NULL, &err) == PS_ERR_OK);
   REQUIRE(rpc_channel_open(client, target, 8 << 20, 100, &ch, &err) == PS_ERR_OK);
 
   rng r;
@@ -146,6 +148,33 @@ int main(void) {
   op.wait_for_ready = 1;
   op.timeout_s = 0.5;
   CHECK_EQ_INT(rpc_client_call_all(client, &op, 1, &err), PS_ERR_TIMEOUT);
+
+  /* A server that requires a token: calls without it, or with another, are
+   * refused before the handler; the right one goes through. */
+  rpc_server *locked;
+  rpc_server_config lcfg = cfg;
+  lcfg.listen = "127.0.0.1:0";
+  lcfg.token = "the-right-token-0123";
+  int lport;
+  REQUIRE(rpc_server_start(&locked, &lcfg, &lport, &err) == PS_ERR_OK);
+  char ltarget[64];
+  snprintf(ltarget, sizeof ltarget, "127.0.0.1:%d", lport);
+  const char *tokens[3] = {NULL, "the-wrong-token-0123", "the-right-token-0123"};
+  const ps_err want[3] = {PS_ERR_UNAUTHENTICATED, PS_ERR_UNAUTHENTICATED, PS_ERR_OK};
+  for (int i = 0; i < 3; i++) {
+    rpc_client *tc;
+    rpc_channel *tch;
+    REQUIRE(rpc_client_create(&tc, tokens[i], &err) == PS_ERR_OK);
+    REQUIRE(rpc_channel_open(tc, ltarget, 1 << 20, 100, &tch, &err) == PS_ERR_OK);
+    int before = atomic_load(&handled);
+    op = (rpc_op){.channel = tch, .method = methods[METHOD_ECHO], .parts = &one, .part_count = 1,
+                  .timeout_s = 5};
+    CHECK_EQ_INT(rpc_client_call_all(tc, &op, 1, &err), want[i]);
+    rpc_reply_free(&op.reply);
+    CHECK_EQ_INT(atomic_load(&handled) - before, want[i] == PS_ERR_OK ? 1 : 0);
+    rpc_client_destroy(tc);
+  }
+  rpc_server_stop(locked);
 
   free(payload);
   rpc_client_destroy(client);

@@ -55,7 +55,7 @@ static void free_replies(ps_client *c) {
 
 ps_err ps_client_connect(ps_client *c, const endpoint_list *pservers, const job_config *job,
                          int trainer_id, double connect_timeout, double rpc_timeout,
-                         ps_error *err) {
+                         const char *token, ps_error *err) {
   memset(c, 0, sizeof *c);
   c->trainer_id = trainer_id;
   c->incarnation = process_random_u64();
@@ -82,7 +82,7 @@ ps_err ps_client_connect(ps_client *c, const endpoint_list *pservers, const job_
     ps_client_close(c);
     return ps_error_set(err, PS_ERR_NO_MEMORY, "ps client: out of memory");
   }
-  if (rpc_client_create(&c->rpc, err) != PS_ERR_OK) {
+  if (rpc_client_create(&c->rpc, token, err) != PS_ERR_OK) {
     ps_client_close(c);
     return err->code;
   }

@@ -41,10 +41,11 @@ typedef struct ps_client {
 
 /* Opens channels to every pserver and registers with each, waiting up to
  * connect_timeout seconds for each to come up. Fails naming the pserver it
- * could not reach, or the pserver's reason for refusing. */
+ * could not reach, or the pserver's reason for refusing. token: the shared
+ * secret every call carries (NULL for none). */
 ps_err ps_client_connect(ps_client *c, const endpoint_list *pservers, const job_config *job,
                          int trainer_id, double connect_timeout, double rpc_timeout,
-                         ps_error *err);
+                         const char *token, ps_error *err);
 void ps_client_close(ps_client *c);
 
 /* Fetches every block into params (the model's flat array). */

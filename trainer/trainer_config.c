@@ -4,6 +4,8 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "common/token.h"
+
 #define OFF(field) offsetof(trainer_options, field)
 #define NUM(lo, hi) .min = (lo), .max = (hi)
 #define ANY .min = 1, .max = 0
@@ -29,6 +31,9 @@ static const option_def trainer_option_table[] = {
     {"rpc-timeout", NULL, OPT_DOUBLE, OFF(rpc_timeout), "300",
      "pserver mode: seconds one push-pull may take (a sync step waits for every trainer)", NULL,
      NUM(0.1, 1e7)},
+    {"token-file", NULL, OPT_STRING, OFF(token_file), "",
+     "pserver mode: file whose first line is the job's shared secret (sent as a bearer token)",
+     NULL, ANY},
     {"max-steps", NULL, OPT_INT, OFF(max_steps), "0",
      "stop after this many steps (0: run all epochs)", NULL, NUM(0, 1e15)},
     {"export", NULL, OPT_STRING, OFF(export_path), "",
@@ -98,6 +103,10 @@ options_result trainer_settings_load(trainer_settings *s, int argc, char **argv,
   if (s->pserver_mode) {
     if (endpoints_check_role("TRAINER", err) != PS_ERR_OK ||
         endpoints_parse(o->pservers, "--pservers", &s->pservers, err) != PS_ERR_OK) {
+      return OPTIONS_ERROR;
+    }
+    if (o->token_file[0] != '\0' &&
+        token_read_file(o->token_file, s->token, sizeof s->token, err) != PS_ERR_OK) {
       return OPTIONS_ERROR;
     }
     if (o->id >= o->trainers) {

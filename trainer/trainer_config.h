@@ -25,6 +25,7 @@ typedef struct trainer_options {
   double connect_timeout;
   double rpc_timeout;
   long max_steps;
+  const char *token_file;
   const char *export_path;
   const char *data;
   const char *model;
@@ -58,6 +59,7 @@ typedef struct trainer_settings {
   int collective_mode;
   update_mode update;
   endpoint_list pservers; /* pserver mode */
+  char token[256];        /* from --token-file; "" for none */
   optimizer_config optimizer; /* total_steps is set once the data size is known */
   log_level level;
 } trainer_settings;

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Shared-secret tokens and the bind rule (label "security"): a pserver with
+# --token-file answers calls without the token, or with a wrong one, with
+# UNAUTHENTICATED before any handler runs; the right token trains; the token
+# never appears in a log; a pserver refuses to listen beyond loopback without
+# a token unless --insecure, which it warns about.
+. "$(dirname "$0")/lib.sh"
+require_data
+SHORT=(--train-samples 2000 --test-samples 200 --max-steps 20 --progress-interval 0 --connect-timeout 10)
+TOKEN="s3cret-token-$(date +%s%N)"
+printf '%s\n' "$TOKEN" >"$SCRATCH/token"
+printf 'wrong-token-0123456789\n' >"$SCRATCH/wrong"
+printf 'short\n' >"$SCRATCH/short"
+chmod 600 "$SCRATCH/token" "$SCRATCH/wrong" "$SCRATCH/short"
+
+read -r port <<<"$(free_ports 1)"
+PS="127.0.0.1:$port"
+start ps "$BIN/pserver" --pservers "$PS" --id 0 --trainers 1 --token-file "$SCRATCH/token"; S0=$LAST_PID
+expect_exit 1 "UNAUTHENTICATED" -- "$BIN/trainer" --mode pserver --pservers "$PS" "${SHORT[@]}"
+cp "$SCRATCH/stderr" "$SCRATCH/none.log"
+expect_exit 1 "missing or wrong token" -- "$BIN/trainer" --mode pserver --pservers "$PS" "${SHORT[@]}" \
+  --token-file "$SCRATCH/wrong"
+grep -q "registered" "$SCRATCH/ps.log" && fail "a handler ran for an unauthenticated call"
+expect_exit 0 "done: 1 epochs (20 steps)" -- "$BIN/trainer" --mode pserver --pservers "$PS" "${SHORT[@]}" \
+  --token-file "$SCRATCH/token"
+cp "$SCRATCH/stderr" "$SCRATCH/good.log"
+status=0; wait_for "$S0" 20 || status=$?
+[ "$status" -eq 0 ] || fail "the pserver exited $status"
+grep -q "refused .*missing or wrong token" "$SCRATCH/ps.log" || fail "the pserver did not log the refusals"
+for log in ps.log none.log good.log; do
+  grep -qF "$TOKEN" "$SCRATCH/$log" && fail "the token appears in $log"
+done
+"$BIN/pserver" --help | grep -qF "$TOKEN" && fail "the token appears in --help"
+expect_exit 2 "the token must be 16 to 255 characters" -- "$BIN/pserver" --pservers "$PS" --id 0 \
+  --token-file "$SCRATCH/short"
+
+# Beyond loopback: refused without a token, allowed (with a warning) by --insecure or a token.
+read -r port <<<"$(free_ports 1)"
+expect_exit 2 "refusing to listen on 0.0.0.0:$port" -- "$BIN/pserver" --pservers "127.0.0.1:$port" \
+  --id 0 --listen "0.0.0.0:$port"
+for extra in "--insecure" "--token-file $SCRATCH/token"; do
+  # shellcheck disable=SC2086
+  start open "$BIN/pserver" --pservers "127.0.0.1:$port" --id 0 --listen "0.0.0.0:$port" $extra; pid=$LAST_PID
+  for _ in $(seq 50); do grep -q "ready:" "$SCRATCH/open.log" && break; sleep 0.1; done
+  grep -q "ready:" "$SCRATCH/open.log" || fail "$extra: the pserver did not start"
+  if [ "$extra" = "--insecure" ]; then
+    grep -q "without a token (--insecure)" "$SCRATCH/open.log" || fail "--insecure gave no warning"
+  fi
+  kill "$pid"
+  wait_for "$pid" 10 >/dev/null || true
+done
+finish
