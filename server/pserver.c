@@ -510,8 +510,17 @@ static void handle_done(pserver *ps, rpc_call *call, const rpc_message *msg) {
   protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
+/* RegisterTrainer, Pull and Done are small; only PushPull carries tensors. */
+#define SMALL_REQUEST_MAX (64 * 1024)
+
 void pserver_handle(void *ctx, rpc_call *call, int method, const rpc_message *request) {
   pserver *ps = ctx;
+  if (method != METHOD_PUSH_PULL && request->total > SMALL_REQUEST_MAX) {
+    refuse(call, pserver_methods[method], PS_ERR_OUT_OF_RANGE,
+           "a request of %zu bytes is larger than this method's limit of %d", request->total,
+           SMALL_REQUEST_MAX);
+    return;
+  }
   switch (method) {
   case METHOD_REGISTER: handle_register(ps, call, request); break;
   case METHOD_PUSH_PULL: handle_push(ps, call, request); break;

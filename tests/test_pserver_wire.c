@@ -144,6 +144,13 @@ int main(void) {
   CHECK_EQ_INT(send_raw(WIRE_METHOD_PULL, junk, sizeof junk, last_msg), PS_ERR_INVALID_ARGUMENT);
   CHECK_EQ_INT(send_raw(WIRE_METHOD_DONE, junk, sizeof junk, last_msg), PS_ERR_INVALID_ARGUMENT);
 
+  /* Small methods refuse large bodies before parsing them. */
+  uint8_t *big = calloc(100 * 1024, 1);
+  REQUIRE(big != NULL);
+  CHECK_EQ_INT(send_raw(WIRE_METHOD_REGISTER, big, 100 * 1024, last_msg), PS_ERR_OUT_OF_RANGE);
+  CHECK_CONTAINS(last_msg, "larger than this method's limit");
+  free(big);
+
   /* Before any registration nothing is accepted. */
   float *grads = calloc(layout.total, sizeof *grads);
   REQUIRE(grads != NULL);
