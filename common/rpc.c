@@ -373,6 +373,15 @@ static void *worker_main(void *arg) {
   return NULL;
 }
 
+/* Frees the server's own memory once gRPC is done with it. */
+static void server_release(rpc_server *srv) {
+  free(srv->method_handles);
+  free(srv->threads);
+  free(srv->bearer);
+  pthread_mutex_destroy(&srv->post_lock);
+  free(srv);
+}
+
 /* Frees a server that never started serving. */
 static void server_free(rpc_server *srv) {
   if (srv->server != NULL) grpc_server_destroy(srv->server);
@@ -383,11 +392,7 @@ static void server_free(rpc_server *srv) {
     }
     grpc_completion_queue_destroy(srv->cq);
   }
-  free(srv->method_handles);
-  free(srv->threads);
-  free(srv->bearer);
-  pthread_mutex_destroy(&srv->post_lock);
-  free(srv);
+  server_release(srv);
 }
 
 ps_err rpc_server_start(rpc_server **out, const rpc_server_config *cfg, int *bound_port,
@@ -496,11 +501,7 @@ void rpc_server_stop(rpc_server *srv) {
     drain_until_shutdown(srv->cq);
   }
   grpc_completion_queue_destroy(srv->cq);
-  free(srv->method_handles);
-  free(srv->threads);
-  free(srv->bearer);
-  pthread_mutex_destroy(&srv->post_lock);
-  free(srv);
+  server_release(srv);
 }
 
 /* --- client ---------------------------------------------------------------- */
