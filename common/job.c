@@ -41,6 +41,14 @@ static void append(char *buf, size_t len, size_t *used, const char *field, const
   if (n > 0) *used += (size_t)n;
 }
 
+static void append_number(char *buf, size_t len, size_t *used, const char *field, long long a,
+                          long long b) {
+  char x[32], y[32];
+  snprintf(x, sizeof x, "%lld", a);
+  snprintf(y, sizeof y, "%lld", b);
+  append(buf, len, used, field, x, y);
+}
+
 void job_config_diff(const job_config *a, const job_config *b, char *buf, size_t len) {
   char x[512], y[512];
   size_t used = 0;
@@ -52,22 +60,10 @@ void job_config_diff(const job_config *a, const job_config *b, char *buf, size_t
   optimizer_text(&b->optimizer, y, sizeof y);
   append(buf, len, &used, "optimizer", x, y);
   append(buf, len, &used, "update", update_mode_name(a->update), update_mode_name(b->update));
-  snprintf(x, sizeof x, "%d", a->trainers);
-  snprintf(y, sizeof y, "%d", b->trainers);
-  append(buf, len, &used, "trainers", x, y);
-  snprintf(x, sizeof x, "%d", a->pservers);
-  snprintf(y, sizeof y, "%d", b->pservers);
-  append(buf, len, &used, "pservers", x, y);
-  snprintf(x, sizeof x, "%zu", a->block_size);
-  snprintf(y, sizeof y, "%zu", b->block_size);
-  append(buf, len, &used, "block size", x, y);
-  snprintf(x, sizeof x, "%llu", (unsigned long long)a->seed);
-  snprintf(y, sizeof y, "%llu", (unsigned long long)b->seed);
-  append(buf, len, &used, "seed", x, y);
-  snprintf(x, sizeof x, "%ld", a->batch);
-  snprintf(y, sizeof y, "%ld", b->batch);
-  append(buf, len, &used, "batch", x, y);
-  snprintf(x, sizeof x, "%ld", a->steps);
-  snprintf(y, sizeof y, "%ld", b->steps);
-  append(buf, len, &used, "steps", x, y);
+  append_number(buf, len, &used, "trainers", a->trainers, b->trainers);
+  append_number(buf, len, &used, "pservers", a->pservers, b->pservers);
+  append_number(buf, len, &used, "block size", (long long)a->block_size, (long long)b->block_size);
+  append_number(buf, len, &used, "seed", (long long)a->seed, (long long)b->seed);
+  append_number(buf, len, &used, "batch", a->batch, b->batch);
+  append_number(buf, len, &used, "steps", a->steps, b->steps);
 }

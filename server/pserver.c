@@ -469,6 +469,13 @@ static void handle_push(pserver *ps, rpc_call *call, const rpc_message *msg) {
   pthread_mutex_unlock(&ps->lock);
 }
 
+/* A request's key as the block messages carry it; zero when absent. */
+static wire_key key_of(const Pstrain__RequestKey *k) {
+  wire_key key = {0, 0, 0};
+  if (k != NULL) key = (wire_key){k->trainer_id, k->incarnation, k->step};
+  return key;
+}
+
 static void handle_pull(pserver *ps, rpc_call *call, const rpc_message *msg) {
   ps_error err;
   Pstrain__PullRequest *req =
@@ -477,8 +484,7 @@ static void handle_pull(pserver *ps, rpc_call *call, const rpc_message *msg) {
     refuse(call, "Pull", err.code, "%s", err.msg);
     return;
   }
-  wire_key key = {0, 0, 0};
-  if (req->key != NULL) key = (wire_key){req->key->trainer_id, req->key->incarnation, req->key->step};
+  wire_key key = key_of(req->key);
   pthread_mutex_lock(&ps->lock);
   if (check_sender(ps, call, "Pull", req->key != NULL, &key, req->config_hash) == PS_ERR_OK) {
     reply_params(ps, &call, 1);
@@ -495,8 +501,7 @@ static void handle_done(pserver *ps, rpc_call *call, const rpc_message *msg) {
     refuse(call, "Done", err.code, "%s", err.msg);
     return;
   }
-  wire_key key = {0, 0, 0};
-  if (req->key != NULL) key = (wire_key){req->key->trainer_id, req->key->incarnation, req->key->step};
+  wire_key key = key_of(req->key);
   pthread_mutex_lock(&ps->lock);
   if (check_sender(ps, call, "Done", req->key != NULL, &key, req->config_hash) == PS_ERR_OK) {
     trainer_state *tr = &ps->trainers[key.trainer_id];
