@@ -2,7 +2,10 @@
 #define _GNU_SOURCE
 #include "common/process.h"
 
+#include <errno.h>
 #include <malloc.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <time.h>
 #include <unistd.h>
@@ -27,4 +30,20 @@ uint64_t process_random_u64(void) {
   }
   if (f != NULL) fclose(f);
   return v;
+}
+
+ps_err process_prepare_dir(const char *path, const char *flag, ps_error *err) {
+  if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+    return ps_error_set(err, PS_ERR_IO, "%s %s: cannot make the folder: %s", flag, path,
+                        strerror(errno));
+  }
+  struct stat st;
+  if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return ps_error_set(err, PS_ERR_IO, "%s %s: not a folder", flag, path);
+  }
+  if (access(path, W_OK | X_OK) != 0) {
+    return ps_error_set(err, PS_ERR_IO, "%s %s: cannot write there: %s", flag, path,
+                        strerror(errno));
+  }
+  return PS_ERR_OK;
 }

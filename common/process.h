@@ -1,9 +1,11 @@
 /* Process-wide set-up both daemons share: the allocator's tuning for large
- * messages, and random incarnation ids. */
+ * messages, random incarnation ids, and the checkpoint folder. */
 #ifndef PSTRAIN_COMMON_PROCESS_H
 #define PSTRAIN_COMMON_PROCESS_H
 
 #include <stdint.h>
+
+#include "common/error.h"
 
 /* Keeps freed large buffers (gRPC's per-message slices) in the heap instead
  * of returning them to the kernel, so the next message of the same size does
@@ -12,5 +14,9 @@ void process_tune_malloc(void);
 
 /* A random 64-bit id, distinct per process start (not secret). */
 uint64_t process_random_u64(void);
+
+/* Makes folder `path` if it is missing (its parent must exist) and checks
+ * that this process can write there; `flag` names it in errors. */
+ps_err process_prepare_dir(const char *path, const char *flag, ps_error *err);
 
 #endif

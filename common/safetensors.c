@@ -119,10 +119,15 @@ ps_err safetensors_write(const char *path, const tensor_layout *layout, const fl
   if (close(fd) != 0 && rc == PS_ERR_OK) {
     rc = ps_error_set(err, PS_ERR_IO, "closing %s: %s", tmp, strerror(errno));
   }
-  /* The old generation stays (as .prev) until the new one has its name. */
+  /* The old generation gets a second name (.prev) while it still has its
+   * own, so path names a complete file at every moment. */
   struct stat st;
-  if (rc == PS_ERR_OK && keep_previous && stat(path, &st) == 0 && rename(path, prev) != 0) {
-    rc = ps_error_set(err, PS_ERR_IO, "keeping %s as %s: %s", path, prev, strerror(errno));
+  if (rc == PS_ERR_OK && keep_previous && stat(path, &st) == 0) {
+    if (unlink(prev) != 0 && errno != ENOENT) {
+      rc = ps_error_set(err, PS_ERR_IO, "removing %s: %s", prev, strerror(errno));
+    } else if (link(path, prev) != 0) {
+      rc = ps_error_set(err, PS_ERR_IO, "keeping %s as %s: %s", path, prev, strerror(errno));
+    }
   }
   if (rc == PS_ERR_OK && rename(tmp, path) != 0) {
     rc = ps_error_set(err, PS_ERR_IO, "renaming %s to %s: %s", tmp, path, strerror(errno));

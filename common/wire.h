@@ -23,6 +23,7 @@
 #define WIRE_METHOD_PUSH_PULL "/pstrain.PServer/PushPull"
 #define WIRE_METHOD_PULL "/pstrain.PServer/Pull"
 #define WIRE_METHOD_DONE "/pstrain.PServer/Done"
+#define WIRE_METHOD_ROLLBACK "/pstrain.PServer/Rollback"
 
 typedef struct wire_key {
   uint32_t trainer_id;

@@ -188,6 +188,12 @@ int main(int argc, char **argv) {
     rpc_global_shutdown();
     return 2;
   }
+  if (!opt.resume && opt.checkpoint_dir[0] != '\0' &&
+      process_prepare_dir(opt.checkpoint_dir, "--checkpoint-dir", &err) != PS_ERR_OK) {
+    LOG_ERROR("%s", err.msg);
+    rpc_global_shutdown();
+    return 2;
+  }
   rpc_server *server = NULL;
   int port = 0;
   if (pserver_init(&ps, &cfg, &err) != PS_ERR_OK) {
@@ -228,7 +234,7 @@ int main(int argc, char **argv) {
     pserver_status s = pserver_poll(&ps);
     if (s == PSERVER_FINISHED) {
       LOG_INFO("every trainer is done at step %ld: exiting", pserver_version(&ps));
-      pserver_abort_waiting(&ps, "the job is finished");
+      pserver_abort_waiting(&ps, PS_ERR_FAILED_PRECONDITION, "the job is finished");
       if (pserver_checkpoint(&ps, &err) != PS_ERR_OK) {
         LOG_ERROR("final checkpoint: %s", err.msg);
         status = 1;
@@ -237,14 +243,14 @@ int main(int argc, char **argv) {
     }
     if (s == PSERVER_FAILED) {
       LOG_ERROR("stopping the job: %s", ps.failure);
-      pserver_abort_waiting(&ps, ps.failure);
+      pserver_abort_waiting(&ps, PS_ERR_FAILED_PRECONDITION, ps.failure);
       status = 1;
       break;
     }
     if (stop_signal != 0) {
       LOG_INFO("stopping on %s at step %ld", stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
                pserver_version(&ps));
-      pserver_abort_waiting(&ps, "the pserver is shutting down");
+      pserver_abort_waiting(&ps, PS_ERR_UNAVAILABLE, "the pserver is shutting down");
       if (pserver_checkpoint(&ps, &err) != PS_ERR_OK) {
         LOG_ERROR("checkpoint on shutdown: %s", err.msg);
         status = 1;

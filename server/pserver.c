@@ -15,10 +15,10 @@
 #include "common/safetensors.h"
 #include "common/process.h"
 
-enum { METHOD_REGISTER, METHOD_PUSH_PULL, METHOD_PULL, METHOD_DONE };
+enum { METHOD_REGISTER, METHOD_PUSH_PULL, METHOD_PULL, METHOD_DONE, METHOD_ROLLBACK };
 const char *const pserver_methods[] = {WIRE_METHOD_REGISTER, WIRE_METHOD_PUSH_PULL,
-                                       WIRE_METHOD_PULL, WIRE_METHOD_DONE};
-const int pserver_method_count = 4;
+                                       WIRE_METHOD_PULL, WIRE_METHOD_DONE, WIRE_METHOD_ROLLBACK};
+const int pserver_method_count = 5;
 
 static double now_s(void) {
   struct timespec ts;
@@ -165,9 +165,11 @@ static ps_err check_sender(pserver *ps, rpc_call *call, const char *method, int 
     return PS_ERR_INVALID_ARGUMENT;
   }
   if (!ps->configured || !ps->trainers[key->trainer_id].registered) {
-    refuse(call, method, PS_ERR_FAILED_PRECONDITION, "trainer %u has not registered",
-           key->trainer_id);
-    return PS_ERR_FAILED_PRECONDITION;
+    /* ABORTED: the pserver may have restarted; the trainer registers again. */
+    refuse(call, method, PS_ERR_ABORTED, "trainer %u has not registered with this pserver "
+           "(incarnation %016llx): register again", key->trainer_id,
+           (unsigned long long)ps->incarnation);
+    return PS_ERR_ABORTED;
   }
   if (hash != ps->job_hash) {
     refuse(call, method, PS_ERR_FAILED_PRECONDITION,
@@ -216,6 +218,8 @@ static ps_err check_blocks(pserver *ps, rpc_call *call, const wire_blocks_msg *m
 }
 
 /* --- handlers ---------------------------------------------------------------- */
+
+static ps_err write_checkpoint_locked(pserver *ps, ps_error *err);
 
 static ps_err configure(pserver *ps, const job_config *job, int trainer, ps_error *err) {
   int slots = job->update == UPDATE_SYNC ? job->trainers : 1;
@@ -281,6 +285,7 @@ static void handle_register(pserver *ps, rpc_call *call, const rpc_message *msg)
   }
   job_config job;
   pthread_mutex_lock(&ps->lock);
+  int was_configured = ps->configured;
   if (req->key == NULL || req->job == NULL) {
     refuse(call, "RegisterTrainer", PS_ERR_INVALID_ARGUMENT, "registration without key or job");
   } else if (req->key->trainer_id >= (uint32_t)ps->cfg.trainers) {
@@ -327,6 +332,13 @@ static void handle_register(pserver *ps, rpc_call *call, const rpc_message *msg)
     }
     tr->registered = 1;
     tr->incarnation = req->key->incarnation;
+    if (!was_configured && ps->cfg.checkpoint_dir[0] != '\0') {
+      /* Step 0 too, so a pserver lost before the first periodic checkpoint
+       * can come back and the others roll back to it. */
+      if (write_checkpoint_locked(ps, &err) != PS_ERR_OK) {
+        LOG_ERROR("checkpoint at step 0: %s", err.msg);
+      }
+    }
     LOG_INFO("trainer %u registered from %s", req->key->trainer_id, rpc_call_peer(call));
     Pstrain__RegisterReply reply = PSTRAIN__REGISTER_REPLY__INIT;
     reply.pserver_incarnation = ps->incarnation;
@@ -347,8 +359,6 @@ static void log_stats(pserver *ps) {
   ps->stats_pushes = 0;
   ps->stats_in = ps->stats_out = 0;
 }
-
-static ps_err write_checkpoint_locked(pserver *ps, ps_error *err);
 
 /* Writes a checkpoint every cfg.checkpoint_every steps (lock held). A failed
  * write is logged and training goes on: the previous generation stays. */
@@ -400,8 +410,11 @@ static void push_sync(pserver *ps, rpc_call *call, const rpc_message *msg,
     return;
   }
   if (step != ps->version) {
-    refuse(call, "PushPull", PS_ERR_FAILED_PRECONDITION,
-           "trainer %u pushed step %ld but the pserver is at step %ld", id, step, ps->version);
+    /* Ahead: this pserver restarted or rolled back, which the trainer can
+     * recover from. Behind: the trainer missed steps. */
+    ps_err code = step > ps->version ? PS_ERR_ABORTED : PS_ERR_FAILED_PRECONDITION;
+    refuse(call, "PushPull", code, "trainer %u pushed step %ld but the pserver is at step %ld",
+           id, step, ps->version);
     return;
   }
   if (tr->pushed) {
@@ -453,10 +466,10 @@ static void handle_push(pserver *ps, rpc_call *call, const rpc_message *msg) {
   pthread_mutex_lock(&ps->lock);
   wire_blocks_msg m = {.blocks = ps->refs, .block_cap = ps->refs_cap};
   if (ps->stopping) {
-    refuse(call, "PushPull", PS_ERR_UNAVAILABLE, "%s", ps->failure[0] != '\0' ? ps->failure
-                                                                               : "the pserver is shutting down");
+    refuse(call, "PushPull", ps->stop_code, "%s", ps->stop_reason);
   } else if (!ps->configured) {
-    refuse(call, "PushPull", PS_ERR_FAILED_PRECONDITION, "no trainer has registered yet");
+    refuse(call, "PushPull", PS_ERR_ABORTED, "no trainer has registered with this pserver yet "
+           "(it may have restarted): register again");
   } else if (wire_parse_blocks(msg, &m, &err) != PS_ERR_OK) {
     refuse(call, "PushPull", err.code, "%s", err.msg);
   } else if (check_sender(ps, call, "PushPull", m.has_key, &m.key, m.field2) == PS_ERR_OK &&
@@ -515,7 +528,10 @@ static void handle_done(pserver *ps, rpc_call *call, const rpc_message *msg) {
   protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
-/* RegisterTrainer, Pull and Done are small; only PushPull carries tensors. */
+static void handle_rollback(pserver *ps, rpc_call *call, const rpc_message *msg);
+
+/* RegisterTrainer, Pull, Done and Rollback are small; only PushPull carries
+ * tensors. */
 #define SMALL_REQUEST_MAX (64 * 1024)
 
 void pserver_handle(void *ctx, rpc_call *call, int method, const rpc_message *request) {
@@ -531,6 +547,7 @@ void pserver_handle(void *ctx, rpc_call *call, int method, const rpc_message *re
   case METHOD_PUSH_PULL: handle_push(ps, call, request); break;
   case METHOD_PULL: handle_pull(ps, call, request); break;
   case METHOD_DONE: handle_done(ps, call, request); break;
+  case METHOD_ROLLBACK: handle_rollback(ps, call, request); break;
   default: rpc_call_reply(call, PS_ERR_UNSUPPORTED, "unknown method", NULL, 0); break;
   }
 }
@@ -581,17 +598,24 @@ pserver_status pserver_poll(pserver *ps) {
   return status;
 }
 
-void pserver_abort_waiting(pserver *ps, const char *why) {
-  pthread_mutex_lock(&ps->lock);
-  ps->stopping = 1;
+/* Answers every waiting push with code (lock held); they are not applied. */
+static void abort_waiting_locked(pserver *ps, ps_err code, const char *why) {
   for (int i = 0; i < ps->cfg.trainers; i++) {
     if (ps->trainers[i].waiting != NULL) {
-      rpc_call_reply(ps->trainers[i].waiting, PS_ERR_UNAVAILABLE, why, NULL, 0);
+      rpc_call_reply(ps->trainers[i].waiting, code, why, NULL, 0);
       ps->trainers[i].waiting = NULL;
       ps->trainers[i].pushed = 0;
     }
   }
   ps->pushed_count = 0;
+}
+
+void pserver_abort_waiting(pserver *ps, ps_err code, const char *why) {
+  pthread_mutex_lock(&ps->lock);
+  ps->stopping = 1;
+  ps->stop_code = code;
+  snprintf(ps->stop_reason, sizeof ps->stop_reason, "%s", why);
+  abort_waiting_locked(ps, code, why);
   pthread_mutex_unlock(&ps->lock);
 }
 
@@ -705,6 +729,53 @@ ps_err pserver_checkpoint(pserver *ps, ps_error *err) {
   return rc;
 }
 
+/* Reads a checkpoint's metadata and checks it is this pserver's shard of a
+ * well-formed job; *job and *step receive what it holds. err names path. */
+static ps_err read_checkpoint_job(const pserver *ps, const char *path, job_config *job,
+                                  long *step, ps_error *err) {
+  safetensors_meta meta;
+  if (safetensors_read(path, NULL, NULL, &meta, err) != PS_ERR_OK) return err->code;
+  const char *format = safetensors_meta_get(&meta, "format");
+  const char *step_text = safetensors_meta_get(&meta, "step");
+  const char *hash = safetensors_meta_get(&meta, "config_hash");
+  const char *id = safetensors_meta_get(&meta, "pserver");
+  const char *count = safetensors_meta_get(&meta, "pservers");
+  const char *job_hex = safetensors_meta_get(&meta, "job");
+  if (format == NULL || strcmp(format, "pstrain-pserver-shard-1") != 0 || step_text == NULL ||
+      hash == NULL || id == NULL || count == NULL || job_hex == NULL) {
+    return ps_error_set(err, PS_ERR_CORRUPT_DATA, "%s is not a pstrain pserver checkpoint", path);
+  }
+  if (atoi(id) != ps->cfg.id || atoi(count) != ps->cfg.pservers) {
+    return ps_error_set(err, PS_ERR_FAILED_PRECONDITION,
+                        "%s holds shard %s of %s pservers, but this is pserver %d of %d", path, id,
+                        count, ps->cfg.id, ps->cfg.pservers);
+  }
+  uint8_t packed[400];
+  size_t len;
+  Pstrain__JobConfig *jc = NULL;
+  if (!from_hex(job_hex, packed, sizeof packed, &len) ||
+      (jc = pstrain__job_config__unpack(NULL, len, packed)) == NULL) {
+    return ps_error_set(err, PS_ERR_CORRUPT_DATA, "%s: malformed job description", path);
+  }
+  ps_err rc = wire_job_from_proto(jc, job, err);
+  pstrain__job_config__free_unpacked(jc, NULL);
+  if (rc != PS_ERR_OK) return ps_error_set(err, rc, "%s: %s", path, err->msg);
+  char want_hash[32];
+  snprintf(want_hash, sizeof want_hash, "%016llx", (unsigned long long)job_config_hash(job));
+  if (strcmp(want_hash, hash) != 0) {
+    return ps_error_set(err, PS_ERR_CORRUPT_DATA,
+                        "%s: config hash %s does not match its job description (%s)", path, hash,
+                        want_hash);
+  }
+  char *end;
+  errno = 0;
+  *step = strtol(step_text, &end, 10);
+  if (errno != 0 || *end != '\0' || *step < 0) {
+    return ps_error_set(err, PS_ERR_CORRUPT_DATA, "%s: bad step '%s'", path, step_text);
+  }
+  return PS_ERR_OK;
+}
+
 ps_err pserver_resume(pserver *ps, long resume_step, ps_error *err) {
   char path[4096];
   if (resume_step < 0) {
@@ -721,42 +792,10 @@ ps_err pserver_resume(pserver *ps, long resume_step, ps_error *err) {
     resume_step = newest;
   }
   pserver_checkpoint_path(ps, resume_step, path, sizeof path);
-  safetensors_meta meta;
-  if (safetensors_read(path, NULL, NULL, &meta, err) != PS_ERR_OK) {
-    return ps_error_set(err, err->code, "--resume: %s", err->msg);
-  }
-  const char *format = safetensors_meta_get(&meta, "format");
-  const char *step = safetensors_meta_get(&meta, "step");
-  const char *hash = safetensors_meta_get(&meta, "config_hash");
-  const char *id = safetensors_meta_get(&meta, "pserver");
-  const char *count = safetensors_meta_get(&meta, "pservers");
-  const char *job_hex = safetensors_meta_get(&meta, "job");
-  if (format == NULL || strcmp(format, "pstrain-pserver-shard-1") != 0 || step == NULL ||
-      hash == NULL || id == NULL || count == NULL || job_hex == NULL) {
-    return ps_error_set(err, PS_ERR_CORRUPT_DATA, "--resume: %s is not a pstrain pserver checkpoint",
-                        path);
-  }
-  if (atoi(id) != ps->cfg.id || atoi(count) != ps->cfg.pservers) {
-    return ps_error_set(err, PS_ERR_FAILED_PRECONDITION,
-                        "--resume: %s holds shard %s of %s pservers, but this is pserver %d of %d",
-                        path, id, count, ps->cfg.id, ps->cfg.pservers);
-  }
-  uint8_t packed[400];
-  size_t len;
-  Pstrain__JobConfig *jc = NULL;
-  if (!from_hex(job_hex, packed, sizeof packed, &len) ||
-      (jc = pstrain__job_config__unpack(NULL, len, packed)) == NULL) {
-    return ps_error_set(err, PS_ERR_CORRUPT_DATA, "--resume: %s: malformed job description", path);
-  }
   job_config job;
-  ps_err rc = wire_job_from_proto(jc, &job, err);
-  pstrain__job_config__free_unpacked(jc, NULL);
-  if (rc != PS_ERR_OK) return ps_error_set(err, rc, "--resume: %s: %s", path, err->msg);
-  char want_hash[32];
-  snprintf(want_hash, sizeof want_hash, "%016llx", (unsigned long long)job_config_hash(&job));
-  if (strcmp(want_hash, hash) != 0) {
-    return ps_error_set(err, PS_ERR_CORRUPT_DATA, "--resume: %s: config hash %s does not match "
-                        "its job description (%s)", path, hash, want_hash);
+  long step;
+  if (read_checkpoint_job(ps, path, &job, &step, err) != PS_ERR_OK) {
+    return ps_error_set(err, err->code, "--resume: %s", err->msg);
   }
   if (job.trainers != ps->cfg.trainers) {
     return ps_error_set(err, PS_ERR_FAILED_PRECONDITION,
@@ -764,11 +803,12 @@ ps_err pserver_resume(pserver *ps, long resume_step, ps_error *err) {
                         job.trainers, ps->cfg.trainers);
   }
   pthread_mutex_lock(&ps->lock);
-  rc = configure(ps, &job, -1, err);
+  ps_err rc = configure(ps, &job, -1, err);
   if (rc == PS_ERR_OK) {
+    safetensors_meta meta;
     rc = safetensors_read(path, &ps->checkpoint_layout, ps->table.params, &meta, err);
     if (rc == PS_ERR_OK) {
-      ps->version = atol(step);
+      ps->version = step;
     } else {
       ps_error_set(err, rc, "--resume: %s", err->msg);
       table_free(&ps->table);
@@ -783,4 +823,88 @@ ps_err pserver_resume(pserver *ps, long resume_step, ps_error *err) {
   pthread_mutex_unlock(&ps->lock);
   if (rc == PS_ERR_OK) LOG_INFO("resumed from %s at step %ld", path, ps->version);
   return rc;
+}
+
+/* Loads this pserver's own checkpoint of `step` into the live table (lock
+ * held). The file is read whole and checked before anything changes. */
+static ps_err roll_back_locked(pserver *ps, long step, ps_error *err) {
+  char path[4096];
+  pserver_checkpoint_path(ps, step, path, sizeof path);
+  job_config job;
+  long file_step;
+  if (read_checkpoint_job(ps, path, &job, &file_step, err) != PS_ERR_OK) return err->code;
+  if (job_config_hash(&job) != ps->job_hash || file_step != step) {
+    return ps_error_set(err, PS_ERR_FAILED_PRECONDITION,
+                        "%s holds step %ld of another job", path, file_step);
+  }
+  size_t n = ps->checkpoint_layout.total;
+  float *data = malloc((n > 0 ? n : 1) * sizeof(float));
+  if (data == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "out of memory reading %s", path);
+  safetensors_meta meta;
+  ps_err rc = safetensors_read(path, &ps->checkpoint_layout, data, &meta, err);
+  if (rc == PS_ERR_OK) {
+    memcpy(ps->table.params, data, n * sizeof(float));
+    ps->version = step;
+  }
+  free(data);
+  return rc;
+}
+
+static void handle_rollback(pserver *ps, rpc_call *call, const rpc_message *msg) {
+  ps_error err;
+  Pstrain__RollbackRequest *req =
+      (Pstrain__RollbackRequest *)wire_unpack(&pstrain__rollback_request__descriptor, msg, &err);
+  if (req == NULL) {
+    refuse(call, "Rollback", err.code, "%s", err.msg);
+    return;
+  }
+  wire_key key = key_of(req->key);
+  long step = (long)req->step;
+  pthread_mutex_lock(&ps->lock);
+  if (check_sender(ps, call, "Rollback", req->key != NULL, &key, req->config_hash) != PS_ERR_OK) {
+    goto out; /* answered */
+  }
+  if (ps->stopping) {
+    refuse(call, "Rollback", ps->stop_code, "%s", ps->stop_reason);
+    goto out;
+  }
+  if (ps->job.update != UPDATE_SYNC) {
+    refuse(call, "Rollback", PS_ERR_FAILED_PRECONDITION, "only sync jobs roll back");
+    goto out;
+  }
+  if (req->step > (uint64_t)ps->version) {
+    refuse(call, "Rollback", PS_ERR_FAILED_PRECONDITION,
+           "cannot roll forward from step %ld to %llu", ps->version,
+           (unsigned long long)req->step);
+    goto out;
+  }
+  /* At the step already (another trainer asked first): the step's pushes stay. */
+  if (step != ps->version) {
+    if (ps->cfg.checkpoint_dir[0] == '\0') {
+      refuse(call, "Rollback", PS_ERR_FAILED_PRECONDITION,
+             "pserver %d cannot roll back from step %ld to %ld: it has no --checkpoint-dir",
+             ps->cfg.id, ps->version, step);
+      goto out;
+    }
+    long from = ps->version;
+    if (roll_back_locked(ps, step, &err) != PS_ERR_OK) {
+      refuse(call, "Rollback", PS_ERR_FAILED_PRECONDITION,
+             "pserver %d cannot roll back from step %ld to %ld: %s", ps->cfg.id, from, step,
+             err.msg);
+      goto out;
+    }
+    char why[128];
+    snprintf(why, sizeof why, "pserver %d rolled back to step %ld", ps->cfg.id, step);
+    abort_waiting_locked(ps, PS_ERR_ABORTED, why);
+    LOG_WARN("rolled back from step %ld to %ld, loading its checkpoint: pserver %u restarted "
+             "from there (asked by trainer %u)",
+             from, step, req->restarted_pserver, key.trainer_id);
+  }
+  Pstrain__RollbackReply reply = PSTRAIN__ROLLBACK_REPLY__INIT;
+  reply.pserver_incarnation = ps->incarnation;
+  reply.step = (uint64_t)ps->version;
+  reply_message(call, &reply.base);
+out:
+  pthread_mutex_unlock(&ps->lock);
+  protobuf_c_message_free_unpacked(&req->base, NULL);
 }

@@ -71,6 +71,8 @@ typedef struct pserver {
   unsigned char *seen; /* per-block flags while validating a push */
   pserver_status status;
   int stopping;        /* set by pserver_abort_waiting: pushes are refused */
+  ps_err stop_code;    /* ... with this code */
+  char stop_reason[512];
   char failure[512];
   /* statistics since the last line */
   double stats_since;
@@ -91,9 +93,11 @@ extern const int pserver_method_count;
  * failed with ps->failure when a step waited too long). Call periodically. */
 pserver_status pserver_poll(pserver *ps);
 
-/* Answers every waiting call with UNAVAILABLE (message says why) and refuses
- * pushes from then on: call before stopping the RPC server. */
-void pserver_abort_waiting(pserver *ps, const char *why);
+/* Answers every waiting push with code and why, and refuses pushes the same
+ * way from then on: call before stopping the RPC server. UNAVAILABLE tells
+ * trainers to wait for the pserver to come back (a shutdown); another code
+ * that the job is over for them (a failure). */
+void pserver_abort_waiting(pserver *ps, ps_err code, const char *why);
 
 /* Steps applied so far (thread-safe). */
 long pserver_version(pserver *ps);

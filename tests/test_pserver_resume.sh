@@ -29,9 +29,9 @@ run_job() { # run_job TAG [PSERVER FLAGS...]: starts 2 pservers and 2 trainers
     --checkpoint-every 50 --log-every 50 "$@"; S0=$LAST_PID
   start "$tag-s1" "$BIN/pserver" --pservers "$PS" --id 1 --trainers 2 --checkpoint-dir "$CK" \
     --checkpoint-every 50 --log-every 50 "$@"; S1=$LAST_PID
-  start "$tag-t0" "$BIN/trainer" --mode pserver --pservers "$PS" --trainers 2 --id 0 "${COMMON[@]}" \
+  start "$tag-t0" "$BIN/trainer" --mode pserver --pservers "$PS" --trainers 2 --id 0 "${COMMON[@]}" --recover-timeout 2 \
     --export "$SCRATCH/$tag.safetensors"; T0=$LAST_PID
-  start "$tag-t1" "$BIN/trainer" --mode pserver --pservers "$PS" --trainers 2 --id 1 "${COMMON[@]}"; T1=$LAST_PID
+  start "$tag-t1" "$BIN/trainer" --mode pserver --pservers "$PS" --trainers 2 --id 1 "${COMMON[@]}" --recover-timeout 2; T1=$LAST_PID
 }
 run_job b
 for _ in $(seq 300); do

@@ -1,9 +1,14 @@
 /* A real pserver (in this process, over gRPC on 127.0.0.1) answers every
  * malformed or inconsistent request with the right status and leaves its
- * parameters byte-identical; good requests still work afterwards, and a
- * completed sync step changes the parameters as the optimizer says. */
+ * parameters byte-identical; good requests still work afterwards, a
+ * completed sync step changes the parameters as the optimizer says, a push
+ * sent twice (same trainer, incarnation and step) is applied once, and a
+ * rollback loads the pserver's own checkpoint of an earlier step. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/rpc.h"
 #include "common/wire.h"
@@ -90,6 +95,24 @@ static ps_err send_push(const push_spec *s, const float *grads, char *msg, rpc_r
   return rc;
 }
 
+static ps_err send_rollback(uint32_t trainer, uint64_t incarnation, uint64_t step, char *msg) {
+  Pstrain__RequestKey key = PSTRAIN__REQUEST_KEY__INIT;
+  key.trainer_id = trainer;
+  key.incarnation = incarnation;
+  key.step = step;
+  Pstrain__RollbackRequest req = PSTRAIN__ROLLBACK_REQUEST__INIT;
+  req.key = &key;
+  req.config_hash = job_hash;
+  req.step = step;
+  uint8_t *buf;
+  size_t len;
+  ps_error err;
+  REQUIRE(wire_pack(&req.base, &buf, &len, &err) == PS_ERR_OK);
+  ps_err rc = send_raw(WIRE_METHOD_ROLLBACK, buf, len, msg);
+  free(buf);
+  return rc;
+}
+
 static float *snapshot(void) {
   pthread_mutex_lock(&ps.lock);
   float *copy = malloc(ps.table.n * sizeof *copy);
@@ -111,8 +134,10 @@ static char last_msg[384];
 int main(void) {
   ps_error err;
   rpc_global_init();
+  char ckdir[] = "/tmp/pstrain-test-pw-XXXXXX";
+  REQUIRE(mkdtemp(ckdir) != NULL);
   pserver_config cfg = {.id = 0, .pservers = 1, .trainers = TRAINERS, .step_timeout = 60,
-                        .log_every = 0, .max_shard_mb = 64};
+                        .log_every = 0, .max_shard_mb = 64, .checkpoint_dir = ckdir};
   REQUIRE(pserver_init(&ps, &cfg, &err) == PS_ERR_OK);
   rpc_server_config rcfg = {.listen = "127.0.0.1:0", .methods = pserver_methods,
                             .method_count = pserver_method_count, .handler = pserver_handle,
@@ -139,8 +164,7 @@ int main(void) {
   const uint8_t junk[] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
   CHECK_EQ_INT(send_raw(WIRE_METHOD_REGISTER, junk, sizeof junk, last_msg), PS_ERR_INVALID_ARGUMENT);
   CHECK_CONTAINS(last_msg, "malformed pstrain.RegisterRequest");
-  CHECK_EQ_INT(send_raw(WIRE_METHOD_PUSH_PULL, junk, sizeof junk, last_msg),
-               PS_ERR_FAILED_PRECONDITION);
+  CHECK_EQ_INT(send_raw(WIRE_METHOD_PUSH_PULL, junk, sizeof junk, last_msg), PS_ERR_ABORTED);
   CHECK_EQ_INT(send_raw(WIRE_METHOD_PULL, junk, sizeof junk, last_msg), PS_ERR_INVALID_ARGUMENT);
   CHECK_EQ_INT(send_raw(WIRE_METHOD_DONE, junk, sizeof junk, last_msg), PS_ERR_INVALID_ARGUMENT);
 
@@ -156,8 +180,8 @@ int main(void) {
   REQUIRE(grads != NULL);
   for (size_t i = 0; i < layout.total; i++) grads[i] = 0.01f * (float)(i % 7) - 0.03f;
   push_spec good0 = {.trainer = 0, .incarnation = 100, .step = 0, .hash = job_hash};
-  CHECK_EQ_INT(send_push(&good0, grads, last_msg, NULL), PS_ERR_FAILED_PRECONDITION);
-  CHECK_CONTAINS(last_msg, "registered");
+  CHECK_EQ_INT(send_push(&good0, grads, last_msg, NULL), PS_ERR_ABORTED);
+  CHECK_CONTAINS(last_msg, "register again");
 
   /* Bad registrations. */
   CHECK_EQ_INT(send_register(5, 1, &job, 0, job_hash, last_msg), PS_ERR_INVALID_ARGUMENT);
@@ -217,8 +241,8 @@ int main(void) {
   s = good0; s.short_first = 1;
   CHECK_EQ_INT(send_push(&s, grads, last_msg, NULL), PS_ERR_INVALID_ARGUMENT);
   CHECK_CONTAINS(last_msg, "bytes, expected");
-  s = good0; s.step = 5;
-  CHECK_EQ_INT(send_push(&s, grads, last_msg, NULL), PS_ERR_FAILED_PRECONDITION);
+  s = good0; s.step = 5; /* ahead: the trainer can recover (register, roll back) */
+  CHECK_EQ_INT(send_push(&s, grads, last_msg, NULL), PS_ERR_ABORTED);
   CHECK_CONTAINS(last_msg, "pushed step 5 but the pserver is at step 0");
   /* A block id the map does not have. */
   {
@@ -240,11 +264,13 @@ int main(void) {
   CHECK(unchanged(before));
 
   /* A good sync step: trainer 0 waits until trainer 1 pushes; both get the
-   * parameters after one SGD step on the mean gradient. */
+   * parameters after one SGD step on the mean gradient. Trainer 0's push is
+   * sent twice: the copy either supersedes the waiting one (ABORTED) or
+   * arrives after the step and gets its parameters; it counts once. */
   float *grads1 = malloc(layout.total * sizeof *grads1);
   REQUIRE(grads1 != NULL);
   for (size_t i = 0; i < layout.total; i++) grads1[i] = 0.02f;
-  rpc_op ops[2];
+  rpc_op ops[3];
   wire_writer w0 = {0}, w1 = {0};
   REQUIRE(wire_writer_begin(&w0, map.block_count, &err) == PS_ERR_OK);
   REQUIRE(wire_writer_begin(&w1, map.block_count, &err) == PS_ERR_OK);
@@ -259,7 +285,18 @@ int main(void) {
                     .part_count = w0.part_count, .timeout_s = 10};
   ops[1] = (rpc_op){.channel = channel, .method = WIRE_METHOD_PUSH_PULL, .parts = w1.parts,
                     .part_count = w1.part_count, .timeout_s = 10};
-  REQUIRE(rpc_client_call_all(client, ops, 2, &err) == PS_ERR_OK);
+  ops[2] = ops[0];
+  rpc_client_call_all(client, ops, 3, &err);
+  CHECK_EQ_INT(ops[1].code, PS_ERR_OK);
+  int answered = (ops[0].code == PS_ERR_OK) + (ops[2].code == PS_ERR_OK);
+  int superseded = (ops[0].code == PS_ERR_ABORTED) + (ops[2].code == PS_ERR_ABORTED);
+  CHECK(answered >= 1 && answered + superseded == 2);
+  if (ops[0].code != PS_ERR_OK) {
+    rpc_reply_free(&ops[0].reply);
+    ops[0].reply = ops[2].reply;
+    ops[2].reply = (rpc_reply){0};
+  }
+  rpc_reply_free(&ops[2].reply);
   wire_block_ref refs[64];
   wire_blocks_msg m = {.blocks = refs, .block_cap = 64};
   REQUIRE(wire_parse_blocks(&ops[0].reply.message, &m, &err) == PS_ERR_OK);
@@ -288,7 +325,33 @@ int main(void) {
   /* A stale step is refused. */
   CHECK_EQ_INT(send_push(&good0, grads, last_msg, NULL), PS_ERR_OK); /* still step 0: resend */
   s = good0; s.step = 3;
-  CHECK_EQ_INT(send_push(&s, grads, last_msg, NULL), PS_ERR_FAILED_PRECONDITION);
+  CHECK_EQ_INT(send_push(&s, grads, last_msg, NULL), PS_ERR_ABORTED);
+  CHECK(unchanged(stepped));
+
+  /* Rollbacks: forward and to a step without a checkpoint are refused; to
+   * the current step is a no-op; to step 0 (written at registration) loads
+   * the parameters from before the step. */
+  CHECK_EQ_INT(send_rollback(0, 100, 5, last_msg), PS_ERR_FAILED_PRECONDITION);
+  CHECK_CONTAINS(last_msg, "cannot roll forward from step 1 to 5");
+  CHECK_EQ_INT(send_rollback(0, 100, 1, last_msg), PS_ERR_OK);
+  CHECK(unchanged(stepped));
+  char ck0[512];
+  pserver_checkpoint_path(&ps, 0, ck0, sizeof ck0);
+  char hidden[600];
+  snprintf(hidden, sizeof hidden, "%s.hidden", ck0);
+  REQUIRE(rename(ck0, hidden) == 0);
+  CHECK_EQ_INT(send_rollback(0, 100, 0, last_msg), PS_ERR_FAILED_PRECONDITION);
+  CHECK_CONTAINS(last_msg, "cannot roll back from step 1 to 0");
+  CHECK(unchanged(stepped));
+  REQUIRE(rename(hidden, ck0) == 0);
+  CHECK_EQ_INT(send_rollback(9, 100, 0, last_msg), PS_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(send_rollback(0, 100, 0, last_msg), PS_ERR_OK);
+  CHECK(unchanged(before));
+  CHECK_EQ_INT(pserver_version(&ps), 0);
+  /* Step 0 again from both trainers: the same parameters as the first time. */
+  REQUIRE(rpc_client_call_all(client, ops, 2, &err) == PS_ERR_OK);
+  rpc_reply_free(&ops[0].reply);
+  rpc_reply_free(&ops[1].reply);
   CHECK(unchanged(stepped));
 
   /* A restarted trainer 1 registers again: the old incarnation's pushes are refused. */
@@ -322,9 +385,12 @@ int main(void) {
   free(grads);
   free(grads1);
   rpc_client_destroy(client);
-  pserver_abort_waiting(&ps, "test over");
+  pserver_abort_waiting(&ps, PS_ERR_UNAVAILABLE, "test over");
   rpc_server_stop(server);
   pserver_destroy(&ps);
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", ckdir);
+  CHECK(system(cmd) == 0);
   shard_map_free(&map);
   tensor_layout_free(&layout);
   rpc_global_shutdown();

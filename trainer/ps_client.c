@@ -53,6 +53,64 @@ static void free_replies(ps_client *c) {
   for (int p = 0; p < c->job.pservers; p++) rpc_reply_free(&c->ops[p].reply);
 }
 
+/* Registers with every pserver at once, each call waiting up to timeout
+ * seconds for its pserver to come up. Records each pserver's incarnation and
+ * puts its step (async: pushes / trainers) in steps[p]. */
+static ps_err register_all(ps_client *c, double timeout, long *steps, ps_error *err) {
+  int n = c->job.pservers;
+  Pstrain__RequestKey key;
+  Pstrain__JobConfig job_msg;
+  Pstrain__OptimizerConfig opt_msg;
+  char model_text[256];
+  fill_key(c, 0, &key);
+  wire_job_to_proto(&c->job, &job_msg, &opt_msg, model_text, sizeof model_text);
+  uint8_t **bufs = calloc((size_t)n, sizeof *bufs);
+  rpc_part *parts = calloc((size_t)n, sizeof *parts);
+  if (bufs == NULL || parts == NULL) {
+    free(bufs);
+    free(parts);
+    return ps_error_set(err, PS_ERR_NO_MEMORY, "ps client: out of memory");
+  }
+  ps_err rc = PS_ERR_OK;
+  for (int p = 0; p < n && rc == PS_ERR_OK; p++) {
+    Pstrain__RegisterRequest req = PSTRAIN__REGISTER_REQUEST__INIT;
+    req.key = &key;
+    req.config_hash = c->hash;
+    req.job = &job_msg;
+    req.pserver_id = (uint32_t)p;
+    size_t len;
+    rc = wire_pack(&req.base, &bufs[p], &len, err);
+    parts[p] = (rpc_part){bufs[p], len, NULL};
+    c->ops[p] = (rpc_op){.channel = c->channels[p], .method = WIRE_METHOD_REGISTER,
+                         .parts = &parts[p], .part_count = 1, .timeout_s = timeout,
+                         .wait_for_ready = 1};
+  }
+  if (rc == PS_ERR_OK && rpc_client_call_all(c->rpc, c->ops, n, err) != PS_ERR_OK) {
+    rc = batch_error(c, "registering", err->code, err);
+  }
+  for (int p = 0; p < n && rc == PS_ERR_OK; p++) {
+    Pstrain__RegisterReply *reply = (Pstrain__RegisterReply *)wire_unpack(
+        &pstrain__register_reply__descriptor, &c->ops[p].reply.message, err);
+    if (reply == NULL) {
+      char why[sizeof err->msg];
+      snprintf(why, sizeof why, "%s", err->msg);
+      rc = ps_error_set(err, PS_ERR_CORRUPT_DATA, "registering: pserver %d at %s: %s", p,
+                        c->targets.items[p], why);
+      break;
+    }
+    c->pserver_incarnation[p] = reply->pserver_incarnation;
+    steps[p] = (long)reply->step;
+    protobuf_c_message_free_unpacked(&reply->base, NULL);
+    if (c->job.update == UPDATE_ASYNC) steps[p] /= c->job.trainers; /* async counts pushes */
+  }
+  for (int p = 0; p < n; p++) c->ops[p].wait_for_ready = 0;
+  free_replies(c);
+  for (int p = 0; p < n; p++) free(bufs[p]);
+  free(bufs);
+  free(parts);
+  return rc;
+}
+
 ps_err ps_client_connect(ps_client *c, const endpoint_list *pservers, const job_config *job,
                          int trainer_id, double connect_timeout, double rpc_timeout,
                          const char *token, ps_error *err) {
@@ -94,69 +152,22 @@ ps_err ps_client_connect(ps_client *c, const endpoint_list *pservers, const job_
     }
   }
 
-  /* One registration per pserver, all at once, each waiting for its pserver. */
-  Pstrain__RequestKey key;
-  Pstrain__JobConfig job_msg;
-  Pstrain__OptimizerConfig opt_msg;
-  char model_text[256];
-  fill_key(c, 0, &key);
-  wire_job_to_proto(job, &job_msg, &opt_msg, model_text, sizeof model_text);
-  uint8_t **bufs = calloc((size_t)n, sizeof *bufs);
-  rpc_part *parts = calloc((size_t)n, sizeof *parts);
-  if (bufs == NULL || parts == NULL) {
-    free(bufs);
-    free(parts);
+  long *steps = malloc((size_t)n * sizeof *steps);
+  if (steps == NULL) {
     ps_client_close(c);
     return ps_error_set(err, PS_ERR_NO_MEMORY, "ps client: out of memory");
   }
-  ps_err rc = PS_ERR_OK;
-  for (int p = 0; p < n && rc == PS_ERR_OK; p++) {
-    Pstrain__RegisterRequest req = PSTRAIN__REGISTER_REQUEST__INIT;
-    req.key = &key;
-    req.config_hash = c->hash;
-    req.job = &job_msg;
-    req.pserver_id = (uint32_t)p;
-    size_t len;
-    rc = wire_pack(&req.base, &bufs[p], &len, err);
-    parts[p] = (rpc_part){bufs[p], len, NULL};
-    c->ops[p] = (rpc_op){.channel = c->channels[p], .method = WIRE_METHOD_REGISTER,
-                         .parts = &parts[p], .part_count = 1, .timeout_s = connect_timeout,
-                         .wait_for_ready = 1};
-  }
-  if (rc == PS_ERR_OK && rpc_client_call_all(c->rpc, c->ops, n, err) != PS_ERR_OK) {
-    rc = batch_error(c, "registering", err->code, err);
-  }
-  for (int p = 0; p < n && rc == PS_ERR_OK; p++) {
-    Pstrain__RegisterReply *reply = (Pstrain__RegisterReply *)wire_unpack(
-        &pstrain__register_reply__descriptor, &c->ops[p].reply.message, err);
-    if (reply == NULL) {
-      char why[sizeof err->msg];
-      snprintf(why, sizeof why, "%s", err->msg);
-      rc = ps_error_set(err, PS_ERR_CORRUPT_DATA, "registering: pserver %d at %s: %s", p,
-                        pservers->items[p], why);
-      break;
-    }
-    c->pserver_incarnation[p] = reply->pserver_incarnation;
-    long step = (long)reply->step;
-    protobuf_c_message_free_unpacked(&reply->base, NULL);
-    if (job->update == UPDATE_ASYNC) step /= job->trainers; /* async counts pushes */
-    if (p == 0) {
-      c->start_step = step;
-    } else if (step != c->start_step && job->update == UPDATE_SYNC) {
+  ps_err rc = register_all(c, connect_timeout, steps, err);
+  for (int p = 1; p < n && rc == PS_ERR_OK; p++) {
+    if (steps[p] != steps[0] && job->update == UPDATE_SYNC) {
       rc = ps_error_set(err, PS_ERR_FAILED_PRECONDITION,
                         "pserver 0 is at step %ld but pserver %d at %ld: restart them with "
                         "--resume --resume-step of a step both have",
-                        c->start_step, p, step);
-      break;
+                        steps[0], p, steps[p]);
     }
   }
-  if (rc == PS_ERR_OK) {
-    for (int p = 0; p < n; p++) c->ops[p].wait_for_ready = 0;
-  }
-  free_replies(c);
-  for (int p = 0; p < n; p++) free(bufs[p]);
-  free(bufs);
-  free(parts);
+  c->start_step = steps[0];
+  free(steps);
   if (rc != PS_ERR_OK) {
     ps_client_close(c);
     return rc;
@@ -311,5 +322,116 @@ ps_err ps_client_done(ps_client *c, long step, ps_error *err) {
   req.config_hash = c->hash;
   ps_err rc = send_to_all(c, WIRE_METHOD_DONE, &req.base, "saying done", err);
   free_replies(c);
+  return rc;
+}
+
+int ps_client_recoverable(ps_err code) {
+  return code == PS_ERR_UNAVAILABLE || code == PS_ERR_ABORTED;
+}
+
+/* Asks every pserver to roll back to step (a no-op where it is there). */
+static ps_err roll_back_all(ps_client *c, long step, int restarted, ps_error *err) {
+  Pstrain__RequestKey key;
+  fill_key(c, step, &key);
+  Pstrain__RollbackRequest req = PSTRAIN__ROLLBACK_REQUEST__INIT;
+  req.key = &key;
+  req.config_hash = c->hash;
+  req.step = (uint64_t)step;
+  req.restarted_pserver = (uint32_t)restarted;
+  char what[64];
+  snprintf(what, sizeof what, "rolling back to step %ld", step);
+  ps_err rc = send_to_all(c, WIRE_METHOD_ROLLBACK, &req.base, what, err);
+  for (int p = 0; p < c->job.pservers && rc == PS_ERR_OK; p++) {
+    Pstrain__RollbackReply *reply = (Pstrain__RollbackReply *)wire_unpack(
+        &pstrain__rollback_reply__descriptor, &c->ops[p].reply.message, err);
+    if (reply == NULL) {
+      rc = ps_error_set(err, PS_ERR_CORRUPT_DATA, "%s: pserver %d sent a bad reply", what, p);
+      break;
+    }
+    if (reply->pserver_incarnation != c->pserver_incarnation[p] || reply->step != (uint64_t)step) {
+      rc = ps_error_set(err, PS_ERR_ABORTED, "%s: pserver %d is at step %llu (incarnation %016llx)",
+                        what, p, (unsigned long long)reply->step,
+                        (unsigned long long)reply->pserver_incarnation);
+    }
+    protobuf_c_message_free_unpacked(&reply->base, NULL);
+  }
+  free_replies(c);
+  return rc;
+}
+
+ps_err ps_client_recover(ps_client *c, long step, const float *grads, float *params,
+                         double timeout, long *resume_at, ps_error *err) {
+  int n = c->job.pservers;
+  double start = now_s(), deadline = start + timeout;
+  long *steps = malloc((size_t)n * sizeof *steps);
+  uint64_t *before = malloc((size_t)n * sizeof *before);
+  if (steps == NULL || before == NULL) {
+    free(steps);
+    free(before);
+    return ps_error_set(err, PS_ERR_NO_MEMORY, "ps client: out of memory");
+  }
+  memcpy(before, c->pserver_incarnation, (size_t)n * sizeof *before);
+  ps_err rc;
+  char last[sizeof err->msg];
+  snprintf(last, sizeof last, "%s", err->msg);
+  for (int attempt = 1;; attempt++) {
+    double left = deadline - now_s();
+    if (left <= 0) {
+      rc = ps_error_set(err, PS_ERR_UNAVAILABLE,
+                        "step %ld: gave up after %.0f s (--recover-timeout) and %d attempt(s); "
+                        "last error: %s",
+                        step, timeout, attempt - 1, last);
+      break;
+    }
+    rc = register_all(c, left, steps, err);
+    int restarted = -1;
+    for (int p = 0; p < n && rc == PS_ERR_OK; p++) {
+      if (c->pserver_incarnation[p] != before[p]) {
+        restarted = p;
+        LOG_WARN("pserver %d at %s restarted (new incarnation %016llx) at step %ld", p,
+                 c->targets.items[p], (unsigned long long)c->pserver_incarnation[p], steps[p]);
+        before[p] = c->pserver_incarnation[p];
+      }
+    }
+    long lo = steps[0], hi = steps[0];
+    for (int p = 1; p < n && rc == PS_ERR_OK; p++) {
+      if (steps[p] < lo) lo = steps[p];
+      if (steps[p] > hi) hi = steps[p];
+    }
+    if (rc == PS_ERR_OK && c->job.update == UPDATE_SYNC && (hi > step + 1 || lo > step)) {
+      rc = ps_error_set(err, PS_ERR_FAILED_PRECONDITION,
+                        "step %ld: the pservers are at steps %ld to %ld, ahead of this trainer",
+                        step, lo, hi);
+      break;
+    }
+    if (rc == PS_ERR_OK && (c->job.update == UPDATE_ASYNC || lo >= step)) {
+      /* Every pserver has step's state or the next: the push is resent, and
+       * applied once (a pserver past it answers with its parameters). */
+      rc = ps_client_push_pull(c, step, grads, params, err);
+      if (rc == PS_ERR_OK) {
+        *resume_at = step + 1;
+        LOG_INFO("step %ld: recovered in %.2f s (%d attempt(s)): push resent", step,
+                 now_s() - start, attempt);
+        break;
+      }
+    } else if (rc == PS_ERR_OK) {
+      /* A pserver came back from an older checkpoint: all go back to it. */
+      rc = roll_back_all(c, lo, restarted, err);
+      if (rc == PS_ERR_OK) rc = ps_client_pull(c, params, err);
+      if (rc == PS_ERR_OK) {
+        *resume_at = lo;
+        LOG_WARN("step %ld: recovered in %.2f s (%d attempt(s)): every pserver rolled back to "
+                 "step %ld; steps %ld to %ld are taken again",
+                 step, now_s() - start, attempt, lo, lo, step);
+        break;
+      }
+    }
+    if (!ps_client_recoverable(rc)) break;
+    snprintf(last, sizeof last, "%s", err->msg);
+    struct timespec pause = {0, 100 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+  }
+  free(steps);
+  free(before);
   return rc;
 }

@@ -57,6 +57,20 @@ ps_err ps_client_pull(ps_client *c, float *params, ps_error *err);
 ps_err ps_client_push_pull(ps_client *c, long step, const float *grads, float *params,
                            ps_error *err);
 
+/* Whether a failed call may succeed once the pservers are back: a pserver
+ * unreachable or restarted (UNAVAILABLE), or rolled back (ABORTED). */
+int ps_client_recoverable(ps_err code);
+
+/* After the push-pull of `step` failed recoverably: registers again with
+ * every pserver (waiting for those that are down), and if one restarted
+ * from an older checkpoint, rolls every pserver back to its step (sync
+ * mode); retries until timeout seconds have passed. On success *resume_at
+ * is step + 1 when the push was resent and params hold the next step's
+ * parameters, or an earlier step the job went back to, whose parameters
+ * params then hold. */
+ps_err ps_client_recover(ps_client *c, long step, const float *grads, float *params,
+                         double timeout, long *resume_at, ps_error *err);
+
 /* Tells every pserver this trainer is finished. */
 ps_err ps_client_done(ps_client *c, long step, ps_error *err);
 

@@ -111,7 +111,21 @@ static ps_err apply_update(trainer *t, long step, ps_error *err) {
   }
   uint64_t before = t->ps->bytes_sent + t->ps->bytes_received;
   if (ps_client_push_pull(t->ps, step, t->host_grads, t->host_params, err) != PS_ERR_OK) {
-    return err->code;
+    double timeout = t->settings.opt.recover_timeout;
+    if (!ps_client_recoverable(err->code) || timeout <= 0) return err->code;
+    LOG_WARN("%s: recovering (--recover-timeout %.0f s)", err->msg, timeout);
+    long resume_at;
+    if (ps_client_recover(t->ps, step, t->host_grads, t->host_params, timeout, &resume_at,
+                          err) != PS_ERR_OK) {
+      return err->code;
+    }
+    if (resume_at <= step) {
+      t->rewind_to = resume_at;
+      if (t->staged && mlp_set_params(t->model, t->host_params, err) != PS_ERR_OK) {
+        return err->code;
+      }
+      return PS_ERR_ABORTED;
+    }
   }
   t->comm_seconds += now_s() - start;
   t->comm_bytes += (double)(t->ps->bytes_sent + t->ps->bytes_received - before);
@@ -121,6 +135,7 @@ static ps_err apply_update(trainer *t, long step, ps_error *err) {
 
 ps_err trainer_init(trainer *t, const trainer_settings *settings, ps_error *err) {
   memset(t, 0, sizeof *t);
+  t->rewind_to = -1;
   t->settings = *settings;
   t->mode_label = "local";
   const trainer_options *o = &settings->opt;
@@ -308,6 +323,7 @@ static ps_err train_epoch(trainer *t, long epoch, long *global_step, double *mea
         mlp_forward(t->model, count, 1, &batch_loss, &correct, err) != PS_ERR_OK ||
         mlp_backward(t->model, count, err) != PS_ERR_OK ||
         apply_update(t, *global_step, err) != PS_ERR_OK) {
+      if (t->rewind_to >= 0) return PS_ERR_OK; /* trainer_run takes the steps again */
       return err->code;
     }
     if (!isfinite(batch_loss)) {
@@ -368,6 +384,13 @@ ps_err trainer_run(trainer *t, train_summary *summary, ps_error *err) {
     epoch_comm comm = {0, 0};
     if (train_epoch(t, epoch, &global_step, &mean_loss, &rate, &comm, err) != PS_ERR_OK) {
       return err->code;
+    }
+    if (t->rewind_to >= 0) {
+      /* The data position follows from the step, as when resuming. */
+      global_step = t->rewind_to;
+      t->rewind_to = -1;
+      epoch = global_step / t->steps_per_epoch - 1;
+      continue;
     }
     double wall = now_s() - run_start;
     if (t->evaluates) {

@@ -26,6 +26,7 @@ typedef struct trainer {
   long samples_per_epoch; /* equal on every trainer, so sync steps line up */
   long steps_per_epoch;
   long start_step;     /* where training resumes (the pservers' step), else 0 */
+  long rewind_to;      /* >= 0: the pservers went back to this step; take it again */
   int id, trainers;
   int evaluates;       /* trainer 0 evaluates and writes metrics */
   FILE *metrics;       /* NULL without --metrics */

@@ -31,6 +31,9 @@ static const option_def trainer_option_table[] = {
     {"rpc-timeout", NULL, OPT_DOUBLE, OFF(rpc_timeout), "300",
      "pserver mode: seconds one push-pull may take (a sync step waits for every trainer)", NULL,
      NUM(0.1, 1e7)},
+    {"recover-timeout", NULL, OPT_DOUBLE, OFF(recover_timeout), "120",
+     "pserver mode: seconds to wait for a lost or restarted pserver to come back before "
+     "failing (0: fail at once)", NULL, NUM(0, 1e7)},
     {"token-file", NULL, OPT_STRING, OFF(token_file), "",
      "pserver mode: file whose first line is the job's shared secret (sent as a bearer token)",
      NULL, ANY},

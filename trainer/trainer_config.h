@@ -24,6 +24,7 @@ typedef struct trainer_options {
   long block_size;
   double connect_timeout;
   double rpc_timeout;
+  double recover_timeout;
   long max_steps;
   const char *token_file;
   const char *export_path;
