@@ -23,7 +23,7 @@ ps_err safetensors_write(const char *path, const tensor_layout *layout, const fl
 typedef struct safetensors_meta {
   int count;
   char keys[SAFETENSORS_MAX_META][64];
-  char values[SAFETENSORS_MAX_META][256];
+  char values[SAFETENSORS_MAX_META][1024];
 } safetensors_meta;
 
 /* The value of key, or NULL. */

@@ -2,7 +2,6 @@
 #define _POSIX_C_SOURCE 200809L
 #include "server/pserver.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -11,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/checkpoint.h"
 #include "common/log.h"
 #include "common/safetensors.h"
 #include "common/process.h"
@@ -621,105 +621,27 @@ void pserver_abort_waiting(pserver *ps, ps_err code, const char *why) {
 
 /* --- checkpoints ------------------------------------------------------------ */
 
+static void shard_prefix(const pserver *ps, char *buf, size_t len) {
+  snprintf(buf, len, "pserver-%d-of-%d-step-", ps->cfg.id, ps->cfg.pservers);
+}
+
 void pserver_checkpoint_path(const pserver *ps, long step, char *buf, size_t len) {
-  snprintf(buf, len, "%s/pserver-%d-of-%d-step-%09ld.safetensors", ps->cfg.checkpoint_dir,
-           ps->cfg.id, ps->cfg.pservers, step);
-}
-
-/* Steps of this pserver's checkpoints in the folder, newest first; returns
- * how many (at most max), or -1 when the folder cannot be read. */
-static int list_checkpoints(const pserver *ps, long *steps, int max) {
-  DIR *dir = opendir(ps->cfg.checkpoint_dir);
-  if (dir == NULL) return -1;
   char prefix[64];
-  snprintf(prefix, sizeof prefix, "pserver-%d-of-%d-step-", ps->cfg.id, ps->cfg.pservers);
-  size_t plen = strlen(prefix);
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(dir)) != NULL) {
-    if (strncmp(e->d_name, prefix, plen) != 0) continue;
-    char *end;
-    long step = strtol(e->d_name + plen, &end, 10);
-    if (strcmp(end, ".safetensors") != 0 || step < 0) continue;
-    /* Insert keeping the newest max, newest first. */
-    int at = n < max ? n : max - 1;
-    if (n == max && step <= steps[max - 1]) continue;
-    while (at > 0 && steps[at - 1] < step) {
-      steps[at] = steps[at - 1];
-      at--;
-    }
-    steps[at] = step;
-    if (n < max) n++;
-  }
-  closedir(dir);
-  return n;
+  shard_prefix(ps, prefix, sizeof prefix);
+  checkpoint_path(ps->cfg.checkpoint_dir, prefix, step, buf, len);
 }
 
-/* Keeps the newest CHECKPOINTS_KEPT generations. */
-#define CHECKPOINTS_KEPT 3
-static void prune_checkpoints(const pserver *ps) {
-  long steps[64];
-  int n = list_checkpoints(ps, steps, 64);
-  for (int i = CHECKPOINTS_KEPT; i < n; i++) {
-    char path[4096];
-    pserver_checkpoint_path(ps, steps[i], path, sizeof path);
-    if (unlink(path) != 0) LOG_WARN("removing old checkpoint %s: %s", path, strerror(errno));
-  }
-}
-
-static void to_hex(const uint8_t *data, size_t len, char *out) {
-  static const char digits[] = "0123456789abcdef";
-  for (size_t i = 0; i < len; i++) {
-    out[2 * i] = digits[data[i] >> 4];
-    out[2 * i + 1] = digits[data[i] & 15];
-  }
-  out[2 * len] = '\0';
-}
-
-static int from_hex(const char *text, uint8_t *out, size_t cap, size_t *len) {
-  size_t n = strlen(text);
-  if (n % 2 != 0 || n / 2 > cap) return 0;
-  for (size_t i = 0; i < n / 2; i++) {
-    unsigned v = 0;
-    for (int k = 0; k < 2; k++) {
-      char ch = text[2 * i + k];
-      int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
-      if (d < 0) return 0;
-      v = v * 16 + (unsigned)d;
-    }
-    out[i] = (uint8_t)v;
-  }
-  *len = n / 2;
-  return 1;
-}
+#define SHARD_FORMAT "pstrain-pserver-shard-1"
 
 static ps_err write_checkpoint_locked(pserver *ps, ps_error *err) {
   if (!ps->configured || ps->cfg.checkpoint_dir[0] == '\0') return PS_ERR_OK;
-  Pstrain__JobConfig jc;
-  Pstrain__OptimizerConfig oc;
-  char model[256], path[4096], step[32], hash[32], id[16], count[16], job_hex[1024];
-  wire_job_to_proto(&ps->job, &jc, &oc, model, sizeof model);
-  uint8_t packed[400];
-  size_t packed_len = protobuf_c_message_get_packed_size(&jc.base);
-  if (packed_len > sizeof packed) {
-    return ps_error_set(err, PS_ERR_INTERNAL, "checkpoint: the job description is too long");
-  }
-  protobuf_c_message_pack(&jc.base, packed);
-  to_hex(packed, packed_len, job_hex);
-  snprintf(step, sizeof step, "%ld", ps->version);
-  snprintf(hash, sizeof hash, "%016llx", (unsigned long long)ps->job_hash);
+  char prefix[64], id[16], count[16];
+  shard_prefix(ps, prefix, sizeof prefix);
   snprintf(id, sizeof id, "%d", ps->cfg.id);
   snprintf(count, sizeof count, "%d", ps->cfg.pservers);
-  const char *meta[] = {"format", "pstrain-pserver-shard-1", "step", step, "config_hash", hash,
-                        "pserver", id, "pservers", count, "model", model, "job", job_hex, NULL};
-  pserver_checkpoint_path(ps, ps->version, path, sizeof path);
-  if (safetensors_write(path, &ps->checkpoint_layout, ps->table.params, meta, 0, err) !=
-      PS_ERR_OK) {
-    return err->code;
-  }
-  LOG_INFO("checkpoint at step %ld: %s", ps->version, path);
-  prune_checkpoints(ps);
-  return PS_ERR_OK;
+  const char *extra[] = {"pserver", id, "pservers", count, NULL};
+  return checkpoint_write(ps->cfg.checkpoint_dir, prefix, SHARD_FORMAT, ps->version, &ps->job,
+                          extra, &ps->checkpoint_layout, ps->table.params, err);
 }
 
 ps_err pserver_checkpoint(pserver *ps, ps_error *err) {
@@ -734,44 +656,18 @@ ps_err pserver_checkpoint(pserver *ps, ps_error *err) {
 static ps_err read_checkpoint_job(const pserver *ps, const char *path, job_config *job,
                                   long *step, ps_error *err) {
   safetensors_meta meta;
-  if (safetensors_read(path, NULL, NULL, &meta, err) != PS_ERR_OK) return err->code;
-  const char *format = safetensors_meta_get(&meta, "format");
-  const char *step_text = safetensors_meta_get(&meta, "step");
-  const char *hash = safetensors_meta_get(&meta, "config_hash");
+  if (checkpoint_read_job(path, SHARD_FORMAT, job, step, &meta, err) != PS_ERR_OK) {
+    return err->code;
+  }
   const char *id = safetensors_meta_get(&meta, "pserver");
   const char *count = safetensors_meta_get(&meta, "pservers");
-  const char *job_hex = safetensors_meta_get(&meta, "job");
-  if (format == NULL || strcmp(format, "pstrain-pserver-shard-1") != 0 || step_text == NULL ||
-      hash == NULL || id == NULL || count == NULL || job_hex == NULL) {
-    return ps_error_set(err, PS_ERR_CORRUPT_DATA, "%s is not a pstrain pserver checkpoint", path);
+  if (id == NULL || count == NULL) {
+    return ps_error_set(err, PS_ERR_CORRUPT_DATA, "%s does not say which shard it holds", path);
   }
   if (atoi(id) != ps->cfg.id || atoi(count) != ps->cfg.pservers) {
     return ps_error_set(err, PS_ERR_FAILED_PRECONDITION,
                         "%s holds shard %s of %s pservers, but this is pserver %d of %d", path, id,
                         count, ps->cfg.id, ps->cfg.pservers);
-  }
-  uint8_t packed[400];
-  size_t len;
-  Pstrain__JobConfig *jc = NULL;
-  if (!from_hex(job_hex, packed, sizeof packed, &len) ||
-      (jc = pstrain__job_config__unpack(NULL, len, packed)) == NULL) {
-    return ps_error_set(err, PS_ERR_CORRUPT_DATA, "%s: malformed job description", path);
-  }
-  ps_err rc = wire_job_from_proto(jc, job, err);
-  pstrain__job_config__free_unpacked(jc, NULL);
-  if (rc != PS_ERR_OK) return ps_error_set(err, rc, "%s: %s", path, err->msg);
-  char want_hash[32];
-  snprintf(want_hash, sizeof want_hash, "%016llx", (unsigned long long)job_config_hash(job));
-  if (strcmp(want_hash, hash) != 0) {
-    return ps_error_set(err, PS_ERR_CORRUPT_DATA,
-                        "%s: config hash %s does not match its job description (%s)", path, hash,
-                        want_hash);
-  }
-  char *end;
-  errno = 0;
-  *step = strtol(step_text, &end, 10);
-  if (errno != 0 || *end != '\0' || *step < 0) {
-    return ps_error_set(err, PS_ERR_CORRUPT_DATA, "%s: bad step '%s'", path, step_text);
   }
   return PS_ERR_OK;
 }
@@ -780,7 +676,9 @@ ps_err pserver_resume(pserver *ps, long resume_step, ps_error *err) {
   char path[4096];
   if (resume_step < 0) {
     long newest;
-    int n = list_checkpoints(ps, &newest, 1);
+    char prefix[64];
+    shard_prefix(ps, prefix, sizeof prefix);
+    int n = checkpoint_list(ps->cfg.checkpoint_dir, prefix, &newest, 1);
     if (n < 0) {
       return ps_error_set(err, PS_ERR_IO, "--resume: cannot read %s: %s", ps->cfg.checkpoint_dir,
                           strerror(errno));

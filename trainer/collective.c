@@ -145,6 +145,16 @@ ps_err collective_allreduce_mean(collective *c, float *grads, size_t n, ps_error
   return PS_ERR_OK;
 }
 
+ps_err collective_broadcast(collective *c, void *data, size_t bytes, ps_error *err) {
+  (void)c;
+  const size_t chunk = (size_t)1 << 30;
+  for (size_t at = 0; at < bytes; at += chunk) {
+    int count = (int)(bytes - at < chunk ? bytes - at : chunk);
+    MPI_TRY(err, MPI_Bcast((char *)data + at, count, MPI_BYTE, 0, MPI_COMM_WORLD));
+  }
+  return PS_ERR_OK;
+}
+
 #ifdef PSTRAIN_HAVE_NCCL
 ps_err collective_use_nccl(collective *c, int device, void *stream, ps_error *err) {
   ncclUniqueId id;
@@ -237,6 +247,13 @@ ps_err collective_allreduce_mean_device(collective *c, float *grads, size_t n, p
   (void)c;
   (void)grads;
   (void)n;
+  return ps_error_set(err, PS_ERR_UNSUPPORTED, "collective mode is not built");
+}
+
+ps_err collective_broadcast(collective *c, void *data, size_t bytes, ps_error *err) {
+  (void)c;
+  (void)data;
+  (void)bytes;
   return ps_error_set(err, PS_ERR_UNSUPPORTED, "collective mode is not built");
 }
 

@@ -37,6 +37,9 @@ ps_err collective_use_nccl(collective *c, int device, void *stream, ps_error *er
 /* ncclAllReduce with ncclAvg of n floats in device memory, in place. */
 ps_err collective_allreduce_mean_device(collective *c, float *grads, size_t n, ps_error *err);
 
+/* Sends rank 0's `bytes` bytes at data to every other rank (host memory). */
+ps_err collective_broadcast(collective *c, void *data, size_t bytes, ps_error *err);
+
 void collective_finalize(collective *c);
 
 /* Whether this build has collective mode. */

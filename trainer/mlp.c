@@ -149,13 +149,12 @@ ps_err mlp_backward(mlp *m, int batch, ps_error *err) {
   return PS_ERR_OK;
 }
 
+static ps_err ensure_state(mlp *m, ps_error *err);
+
 ps_err mlp_apply_optimizer(mlp *m, const optimizer_config *cfg, long step, ps_error *err) {
   size_t n = m->layout.total;
   int states = optimizer_state_per_param(cfg->kind);
-  if (states > 0 && m->opt_state == NULL) {
-    m->opt_state = m->be->ops->alloc(m->be, 2 * n * sizeof(float), err);
-    if (m->opt_state == NULL) return err->code;
-  }
+  if (states > 0 && ensure_state(m, err) != PS_ERR_OK) return err->code;
   float *s1 = states >= 1 ? m->opt_state : NULL;
   float *s2 = states >= 2 ? m->opt_state + n : NULL;
   return m->be->ops->optimizer_step(m->be, cfg, step, m->params, m->grads, s1, s2, n, err);
@@ -175,4 +174,23 @@ ps_err mlp_get_grads(mlp *m, float *host, ps_error *err) {
 
 ps_err mlp_set_grads(mlp *m, const float *host, ps_error *err) {
   return m->be->ops->upload(m->be, m->grads, host, m->layout.total * sizeof(float), err);
+}
+
+/* Allocates the optimizer state (zeroed), once. */
+static ps_err ensure_state(mlp *m, ps_error *err) {
+  if (m->opt_state == NULL) {
+    m->opt_state = m->be->ops->alloc(m->be, 2 * m->layout.total * sizeof(float), err);
+    if (m->opt_state == NULL) return err->code;
+  }
+  return PS_ERR_OK;
+}
+
+ps_err mlp_get_state(mlp *m, float *host, ps_error *err) {
+  if (ensure_state(m, err) != PS_ERR_OK) return err->code;
+  return m->be->ops->download(m->be, host, m->opt_state, 2 * m->layout.total * sizeof(float), err);
+}
+
+ps_err mlp_set_state(mlp *m, const float *host, ps_error *err) {
+  if (ensure_state(m, err) != PS_ERR_OK) return err->code;
+  return m->be->ops->upload(m->be, m->opt_state, host, 2 * m->layout.total * sizeof(float), err);
 }

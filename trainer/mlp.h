@@ -62,6 +62,10 @@ ps_err mlp_apply_optimizer(mlp *m, const optimizer_config *cfg, long step, ps_er
 ps_err mlp_get_params(mlp *m, float *host, ps_error *err);
 ps_err mlp_set_params(mlp *m, const float *host, ps_error *err);
 ps_err mlp_get_grads(mlp *m, float *host, ps_error *err);
+/* The optimizer's two state vectors (2 * layout.total floats; zeros before
+ * the first step), for checkpoints. */
+ps_err mlp_get_state(mlp *m, float *host, ps_error *err);
+ps_err mlp_set_state(mlp *m, const float *host, ps_error *err);
 ps_err mlp_set_grads(mlp *m, const float *host, ps_error *err);
 
 #endif

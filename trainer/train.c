@@ -9,7 +9,9 @@
 #include <time.h>
 
 #include "common/log.h"
+#include "common/process.h"
 #include "common/safetensors.h"
+#include "trainer/model_checkpoint.h"
 
 /* Evaluation batches are larger than training ones: no backward pass. */
 #define EVAL_BATCH 256
@@ -37,15 +39,22 @@ static ps_err check_model_fits_data(const model_desc *m, const dataset *ds, cons
   return PS_ERR_OK;
 }
 
-/* Registers with the pservers and takes their initial parameters. */
-static ps_err connect_pservers(trainer *t, ps_error *err) {
+void trainer_job(const trainer *t, int pservers, job_config *job) {
   const trainer_settings *s = &t->settings;
   long steps = t->steps_per_epoch * s->opt.epochs;
   if (s->opt.max_steps > 0 && s->opt.max_steps < steps) steps = s->opt.max_steps;
-  job_config job = {.model = s->model, .optimizer = t->settings.optimizer, .update = s->update,
-                    .trainers = t->trainers, .pservers = s->pservers.count,
-                    .block_size = (size_t)s->opt.block_size, .seed = (uint64_t)s->opt.seed,
-                    .batch = s->opt.batch, .steps = steps};
+  *job = (job_config){.model = s->model, .optimizer = s->optimizer,
+                      .update = t->ps != NULL || s->pserver_mode ? s->update : UPDATE_SYNC,
+                      .trainers = t->trainers, .pservers = pservers,
+                      .block_size = (size_t)s->opt.block_size, .seed = (uint64_t)s->opt.seed,
+                      .batch = s->opt.batch, .steps = steps};
+}
+
+/* Registers with the pservers and takes their initial parameters. */
+static ps_err connect_pservers(trainer *t, ps_error *err) {
+  const trainer_settings *s = &t->settings;
+  job_config job;
+  trainer_job(t, s->pservers.count, &job);
   t->ps = calloc(1, sizeof *t->ps);
   if (t->ps == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "out of memory");
   if (ps_client_connect(t->ps, &s->pservers, &job, t->id, s->opt.connect_timeout,
@@ -209,6 +218,15 @@ ps_err trainer_init(trainer *t, const trainer_settings *settings, ps_error *err)
     t->host_grads = t->model->grads;
   }
   if (settings->pserver_mode && connect_pservers(t, err) != PS_ERR_OK) goto fail;
+  if (o->checkpoint_dir[0] != '\0' && t->id == 0 && !o->resume &&
+      process_prepare_dir(o->checkpoint_dir, "--checkpoint-dir", err) != PS_ERR_OK) {
+    goto fail;
+  }
+  if (o->resume && model_checkpoint_resume(t, err) != PS_ERR_OK) goto fail;
+  if (o->resume && t->start_step > 0) {
+    LOG_INFO("resuming at step %ld (epoch %ld, step %ld of it)", t->start_step,
+             t->start_step / t->steps_per_epoch + 1, t->start_step % t->steps_per_epoch + 1);
+  }
   if (t->coll != NULL) {
     /* Every rank must take the same road: all on GPUs (NCCL) or all on CPUs. */
     char backend_text[64];
@@ -335,6 +353,10 @@ static ps_err train_epoch(trainer *t, long epoch, long *global_step, double *mea
     loss_sum += batch_loss;
     seen += count;
     (*global_step)++;
+    if (model_checkpoint_due(t, *global_step, 0) &&
+        model_checkpoint_write(t, *global_step, err) != PS_ERR_OK) {
+      return err->code;
+    }
 
     if (o->progress_interval > 0) {
       double now = now_s();
@@ -413,6 +435,10 @@ ps_err trainer_run(trainer *t, train_summary *summary, ps_error *err) {
     summary->samples_per_s = rate;
   }
   summary->steps = global_step;
+  if (model_checkpoint_due(t, global_step, 1) && !model_checkpoint_due(t, global_step, 0) &&
+      model_checkpoint_write(t, global_step, err) != PS_ERR_OK) {
+    return err->code;
+  }
   if (t->ps != NULL) {
     LOG_INFO("communication: %.1f MB sent, %.1f MB received, %.1f s in push-pull",
              (double)t->ps->bytes_sent / 1e6, (double)t->ps->bytes_received / 1e6,

@@ -47,6 +47,10 @@ typedef struct train_summary {
   double samples_per_s;   /* of the last epoch's training */
 } train_summary;
 
+/* The job this trainer takes part in, as pservers and checkpoints know it
+ * (local and collective mode: the equivalent sync job with one pserver). */
+void trainer_job(const trainer *t, int pservers, job_config *job);
+
 /* Loads and checks the data, checks the model against it, opens the backend
  * and the metrics file, and builds the model. Every failure here happens
  * before training starts; nothing is left allocated on error. */

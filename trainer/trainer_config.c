@@ -39,6 +39,16 @@ static const option_def trainer_option_table[] = {
      NULL, ANY},
     {"max-steps", NULL, OPT_INT, OFF(max_steps), "0",
      "stop after this many steps (0: run all epochs)", NULL, NUM(0, 1e15)},
+    {"checkpoint-dir", NULL, OPT_STRING, OFF(checkpoint_dir), "",
+     "local and collective mode: trainer 0 writes checkpoints of the whole model here (pserver "
+     "mode: the pservers' --checkpoint-dir)", NULL, ANY},
+    {"checkpoint-every", NULL, OPT_INT, OFF(checkpoint_every), "0",
+     "steps between checkpoints (0: only at the end)", NULL, NUM(0, 1e15)},
+    {"resume", NULL, OPT_BOOL, OFF(resume), "false",
+     "start from the newest checkpoint in --checkpoint-dir (refused if missing, corrupt or "
+     "another job's)", NULL, ANY},
+    {"resume-step", NULL, OPT_INT, OFF(resume_step), "-1",
+     "with --resume: the checkpoint of this step (-1: the newest)", NULL, NUM(-1, 1e15)},
     {"export", NULL, OPT_STRING, OFF(export_path), "",
      "write the trained model to this safetensors file (fc1.weight (out, in), fc1.bias, ...)",
      NULL, ANY},
@@ -117,6 +127,15 @@ options_result trainer_settings_load(trainer_settings *s, int argc, char **argv,
                    o->trainers - 1, o->trainers);
       return OPTIONS_ERROR;
     }
+  }
+  if (o->checkpoint_dir[0] != '\0' && s->pserver_mode) {
+    ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "--checkpoint-dir is for local and collective mode; "
+                 "in pserver mode the pservers write checkpoints (pserver --checkpoint-dir)");
+    return OPTIONS_ERROR;
+  }
+  if (o->resume && o->checkpoint_dir[0] == '\0') {
+    ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "--resume needs --checkpoint-dir");
+    return OPTIONS_ERROR;
   }
   if (log_level_parse(o->log_level, &s->level) != 0) {
     ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "--log-level '%s' is unknown", o->log_level);

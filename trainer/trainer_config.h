@@ -28,6 +28,10 @@ typedef struct trainer_options {
   long max_steps;
   const char *token_file;
   const char *export_path;
+  const char *checkpoint_dir;
+  long checkpoint_every;
+  bool resume;
+  long resume_step;
   const char *data;
   const char *model;
   long epochs;
