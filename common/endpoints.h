@@ -14,8 +14,20 @@ typedef struct endpoint_list {
 } endpoint_list;
 
 /* Splits a comma-separated list; each entry must be HOST:PORT with a port
- * 1..65535 (IPv6 hosts in brackets). `what` names the option in errors. */
+ * 1..65535 (IPv6 hosts in brackets), and no entry may repeat another. `what`
+ * names the option in errors. */
 ps_err endpoints_parse(const char *text, const char *what, endpoint_list *out, ps_error *err);
+
+/* The host part of HOST:PORT, without the brackets of an IPv6 address. */
+ps_err endpoint_host(const char *endpoint, char *host, size_t len, ps_error *err);
+
+/* Checks that HOST:PORT's host resolves (getaddrinfo), retrying for up to
+ * wait_s seconds while the name is unknown; the error names the entry. */
+ps_err endpoint_resolve(const char *endpoint, const char *what, double wait_s, ps_error *err);
+
+/* Under srun (SLURM_STEP_ID set): this task's SLURM_PROCID and the step's
+ * SLURM_NTASKS; -1 and -1 elsewhere. Malformed values are an error. */
+ps_err endpoints_slurm_task(long *procid, long *ntasks, ps_error *err);
 
 /* Refuses to start when TRAINING_ROLE is set to another role than `role`. */
 ps_err endpoints_check_role(const char *role, ps_error *err);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/endpoints.h"
 #include "common/log.h"
@@ -37,12 +38,14 @@ typedef struct pserver_options {
   bool resume;
   long resume_step;
   const char *log_level;
+  bool check_config;
 } pserver_options;
 
 #define OFF(field) offsetof(pserver_options, field)
 static const option_def pserver_option_table[] = {
     {"id", "PADDLE_PSERVER_ID", OPT_INT, OFF(id), "-1",
-     "this pserver's index in --pservers (-1: find POD_IP:PADDLE_PORT in it)", NULL, .min = -1,
+     "this pserver's index in --pservers (-1: SLURM_PROCID under srun, else the entry of "
+     "POD_IP:PADDLE_PORT or of this host's name)", NULL, .min = -1,
      .max = 4095},
     {"pservers", "PADDLE_PSERVERS_IP_PORT_LIST", OPT_STRING, OFF(pservers), "",
      "every pserver's HOST:PORT, comma-separated, the same list on every process", NULL, .min = 1,
@@ -90,22 +93,72 @@ static const option_def pserver_option_table[] = {
      "must resume at the same step", NULL, .min = -1, .max = 1e15},
     {"log-level", NULL, OPT_CHOICE, OFF(log_level), "info", "logging detail",
      "error|warn|info|debug", .min = 1, .max = 0},
+    {"check-config", NULL, OPT_BOOL, OFF(check_config), "false",
+     "check flags and environment, print the configuration they give and exit (0 if usable)",
+     NULL, .min = 1, .max = 0},
 };
 #define PSERVER_OPTION_COUNT (sizeof pserver_option_table / sizeof pserver_option_table[0])
 
 static volatile sig_atomic_t stop_signal = 0;
 static void on_signal(int sig) { stop_signal = sig; }
 
-/* Finds this pserver's index from POD_IP and PADDLE_PORT, as Paddle does. */
-static int find_own_index(const endpoint_list *list, long port) {
-  const char *ip = getenv("POD_IP");
-  if (ip == NULL || port == 0) return -1;
-  char want[ENDPOINT_LEN];
-  snprintf(want, sizeof want, "%s:%ld", ip, port);
-  for (int i = 0; i < list->count; i++) {
-    if (strcmp(list->items[i], want) == 0) return i;
+/* Whether list entry `e` is HOST:PORT with HOST this machine's name (or its
+ * first label, as in a StatefulSet's pserver-1.pserver.ns.svc) and, when
+ * port > 0, that port. */
+static int entry_is_this_host(const char *e, const char *hostname, long port) {
+  const char *colon = strrchr(e, ':');
+  size_t host_len = (size_t)(colon - e), name_len = strlen(hostname);
+  if (port > 0 && strtol(colon + 1, NULL, 10) != port) return 0;
+  if (name_len == 0 || host_len < name_len || strncmp(e, hostname, name_len) != 0) return 0;
+  return host_len == name_len || e[name_len] == '.';
+}
+
+/* This pserver's index when --id is not given: SLURM_PROCID under srun (a
+ * step of pservers only), else the entry POD_IP:PADDLE_PORT (as Paddle
+ * does), else the one entry naming this host. -1 with err set when none. */
+static int find_own_index(const endpoint_list *list, long port, const char **how, ps_error *err) {
+  long procid, ntasks;
+  if (endpoints_slurm_task(&procid, &ntasks, err) != PS_ERR_OK) return -1;
+  if (procid >= 0 && ntasks == list->count) {
+    *how = "SLURM_PROCID";
+    return (int)procid;
   }
-  return -1;
+  const char *ip = getenv("POD_IP");
+  if (ip != NULL && port > 0) {
+    char want[ENDPOINT_LEN];
+    snprintf(want, sizeof want, "%s:%ld", ip, port);
+    for (int i = 0; i < list->count; i++) {
+      if (strcmp(list->items[i], want) == 0) {
+        *how = "POD_IP and PADDLE_PORT";
+        return i;
+      }
+    }
+  }
+  char hostname[256];
+  if (gethostname(hostname, sizeof hostname) != 0) hostname[0] = '\0';
+  hostname[sizeof hostname - 1] = '\0';
+  char *dot = strchr(hostname, '.');
+  if (dot != NULL) *dot = '\0';
+  int found = -1;
+  for (int i = 0; i < list->count; i++) {
+    if (!entry_is_this_host(list->items[i], hostname, port)) continue;
+    if (found >= 0) {
+      ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                   "this host (%s) has entries %d and %d of --pservers: give --id (PADDLE_PSERVER_ID)"
+                   " or PADDLE_PORT", hostname, found, i);
+      return -1;
+    }
+    found = i;
+  }
+  if (found < 0) {
+    ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                 "no --id (PADDLE_PSERVER_ID) given, and no entry of --pservers is this pserver's:"
+                 " not POD_IP:PADDLE_PORT, nor this host's name '%s'%s: give --id 0..%d",
+                 hostname, port > 0 ? " with PADDLE_PORT" : "", list->count - 1);
+    return -1;
+  }
+  *how = "this host's name";
+  return found;
 }
 
 int main(int argc, char **argv) {
@@ -134,10 +187,15 @@ int main(int argc, char **argv) {
     LOG_ERROR("%s", err.msg);
     return 2;
   }
-  int id = opt.id >= 0 ? (int)opt.id : find_own_index(&list, opt.port);
-  if (id < 0 || id >= list.count) {
-    LOG_ERROR("--id %ld: give this pserver's index 0..%d in --pservers (or POD_IP and PADDLE_PORT "
-              "matching an entry)", opt.id, list.count - 1);
+  const char *id_from = "--id";
+  int id = (int)opt.id;
+  if (opt.id < 0 && (id = find_own_index(&list, opt.port, &id_from, &err)) < 0) {
+    LOG_ERROR("%s", err.msg);
+    return 2;
+  }
+  if (id >= list.count) {
+    LOG_ERROR("%s %d is outside --pservers, which has %d entr%s (0..%d)", id_from, id, list.count,
+              list.count == 1 ? "y" : "ies", list.count - 1);
     return 2;
   }
   char listen[ENDPOINT_LEN + 16];
@@ -164,9 +222,24 @@ int main(int argc, char **argv) {
     LOG_WARN("listening on %s without a token (--insecure): anyone who reaches it can change "
              "the model", listen);
   }
+  if (opt.resume && opt.checkpoint_dir[0] == '\0') {
+    LOG_ERROR("--resume needs --checkpoint-dir");
+    return 2;
+  }
   char effective[2048];
   options_format(pserver_option_table, PSERVER_OPTION_COUNT, &opt, effective, sizeof effective);
-  LOG_INFO("starting pserver %d of %d: %s", id, list.count, effective);
+  if (opt.check_config) {
+    /* Names need not resolve here: the check may run away from the cluster. */
+    printf("pserver %d of %d (id from %s) listen=%s pservers=%s trainers=%ld token=%s\n", id,
+           list.count, id_from, listen, opt.pservers, opt.trainers, token[0] ? "yes" : "no");
+    printf("%s\n", effective);
+    return 0;
+  }
+  if (endpoint_resolve(listen, "--listen", 0, &err) != PS_ERR_OK) {
+    LOG_ERROR("%s", err.msg);
+    return 2;
+  }
+  LOG_INFO("starting pserver %d of %d (id from %s): %s", id, list.count, id_from, effective);
 
   /* gRPC's threads must not take our signals: block them before grpc_init. */
   sigset_t signals;
@@ -183,11 +256,6 @@ int main(int argc, char **argv) {
                         .max_shard_mb = opt.max_shard_mb, .checkpoint_dir = opt.checkpoint_dir,
                         .continue_on_trainer_loss = strcmp(opt.on_trainer_loss, "continue") == 0,
                         .checkpoint_every = opt.checkpoint_every};
-  if (opt.resume && opt.checkpoint_dir[0] == '\0') {
-    LOG_ERROR("--resume needs --checkpoint-dir");
-    rpc_global_shutdown();
-    return 2;
-  }
   if (!opt.resume && opt.checkpoint_dir[0] != '\0' &&
       process_prepare_dir(opt.checkpoint_dir, "--checkpoint-dir", &err) != PS_ERR_OK) {
     LOG_ERROR("%s", err.msg);

@@ -181,5 +181,18 @@ int main(void) {
   CHECK_EQ_INT(endpoints_parse("localhost", "--pservers", &list, &err), PS_ERR_INVALID_ARGUMENT);
   CHECK_CONTAINS(err.msg, "'localhost' is not HOST:PORT");
   CHECK_EQ_INT(endpoints_parse("h:70000", "--pservers", &list, &err), PS_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(endpoints_parse("a:1,b:2,A:1", "--pservers", &list, &err), PS_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(err.msg, "entry 3 'A:1' repeats entry 1");
+  CHECK_EQ_INT(endpoints_parse("a:1,b c:2", "--pservers", &list, &err), PS_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(err.msg, "'b c:2' is not HOST:PORT (the host has a ' ')");
+  char host[64];
+  REQUIRE(endpoint_host("[::1]:7002", host, sizeof host, &err) == PS_ERR_OK);
+  CHECK_EQ_STR(host, "::1");
+  REQUIRE(endpoint_host("10.88.0.2:7000", host, sizeof host, &err) == PS_ERR_OK);
+  CHECK_EQ_STR(host, "10.88.0.2");
+  CHECK_EQ_INT(endpoint_resolve("127.0.0.1:7000", "--pservers", 0, &err), PS_ERR_OK);
+  CHECK_EQ_INT(endpoint_resolve("no-such-host.invalid:7000", "--pservers", 0, &err),
+               PS_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(err.msg, "--pservers: host 'no-such-host.invalid' of 'no-such-host.invalid:7000' does not resolve");
   return check_report("test_wire");
 }

@@ -42,6 +42,14 @@ int main(int argc, char **argv) {
   log_set_level(settings.level);
   char effective[2048];
   trainer_settings_format(&settings, effective, sizeof effective);
+  if (settings.opt.check_config) {
+    /* Names need not resolve here: the check may run away from the cluster. */
+    printf("trainer %ld of %ld mode=%s pservers=%s token=%s\n", settings.opt.id,
+           settings.opt.trainers, settings.opt.mode, settings.opt.pservers,
+           settings.token[0] ? "yes" : "no");
+    printf("%s\n", effective);
+    return 0;
+  }
   LOG_INFO("starting: %s", effective);
 
   /* The trainer keeps the default signal actions: Ctrl-C stops it at once,

@@ -20,10 +20,12 @@ static const option_def trainer_option_table[] = {
     {"pservers", "PADDLE_PSERVERS_IP_PORT_LIST", OPT_STRING, OFF(pservers), "",
      "pserver mode: every pserver's HOST:PORT, comma-separated, in the same order everywhere",
      NULL, ANY},
-    {"trainers", "PADDLE_TRAINERS_NUM", OPT_INT, OFF(trainers), "1",
-     "pserver mode: trainers in the job", NULL, NUM(1, 4096)},
-    {"id", "PADDLE_TRAINER_ID", OPT_INT, OFF(id), "0", "pserver mode: this trainer's id, 0..N-1",
-     NULL, NUM(0, 4095)},
+    {"trainers", "PADDLE_TRAINERS_NUM", OPT_INT, OFF(trainers), "-1",
+     "pserver mode: trainers in the job (-1: SLURM_NTASKS under srun, else 1)", NULL,
+     NUM(-1, 4096)},
+    {"id", "PADDLE_TRAINER_ID", OPT_INT, OFF(id), "-1",
+     "pserver mode: this trainer's id, 0..N-1 (-1: SLURM_PROCID under srun, else 0)", NULL,
+     NUM(-1, 4095)},
     {"block-size", NULL, OPT_INT, OFF(block_size), "32768",
      "pserver mode: most floats per block of the shard map", NULL, NUM(1, 1 << 26)},
     {"connect-timeout", NULL, OPT_DOUBLE, OFF(connect_timeout), "60",
@@ -98,6 +100,9 @@ static const option_def trainer_option_table[] = {
      "seconds between progress lines (0: none)", NULL, NUM(0, 86400)},
     {"log-level", NULL, OPT_CHOICE, OFF(log_level), "info", "logging detail",
      "error|warn|info|debug", ANY},
+    {"check-config", NULL, OPT_BOOL, OFF(check_config), "false",
+     "check flags and environment, print the configuration they give and exit (0 if usable)",
+     NULL, ANY},
 };
 
 #define TRAINER_OPTION_COUNT (sizeof trainer_option_table / sizeof trainer_option_table[0])
@@ -108,7 +113,13 @@ options_result trainer_settings_load(trainer_settings *s, int argc, char **argv,
       options_parse(trainer_option_table, TRAINER_OPTION_COUNT, &s->opt, argc, argv, err);
   if (r != OPTIONS_OK) return r;
 
-  const trainer_options *o = &s->opt;
+  trainer_options *o = &s->opt;
+  /* Under srun, the task's place in its step stands in for absent ids. */
+  long procid, ntasks;
+  if (endpoints_slurm_task(&procid, &ntasks, err) != PS_ERR_OK) return OPTIONS_ERROR;
+  int from_slurm = strcmp(o->mode, "pserver") == 0 && procid >= 0;
+  if (o->id < 0) o->id = from_slurm ? procid : 0;
+  if (o->trainers < 0) o->trainers = from_slurm ? ntasks : 1;
   if (model_parse(o->model, &s->model, err) != PS_ERR_OK) return OPTIONS_ERROR;
   s->pserver_mode = strcmp(o->mode, "pserver") == 0;
   s->collective_mode = strcmp(o->mode, "collective") == 0;
@@ -121,6 +132,12 @@ options_result trainer_settings_load(trainer_settings *s, int argc, char **argv,
     if (o->token_file[0] != '\0' &&
         token_read_file(o->token_file, s->token, sizeof s->token, err) != PS_ERR_OK) {
       return OPTIONS_ERROR;
+    }
+    for (int i = 0; i < s->pservers.count && !o->check_config; i++) {
+      if (endpoint_resolve(s->pservers.items[i], "--pservers", o->connect_timeout, err) !=
+          PS_ERR_OK) {
+        return OPTIONS_ERROR;
+      }
     }
     if (o->id >= o->trainers) {
       ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "--id %ld is not 0..%ld (--trainers %ld)", o->id,

@@ -4,6 +4,7 @@
 #ifndef PSTRAIN_TRAINER_TRAINER_CONFIG_H
 #define PSTRAIN_TRAINER_TRAINER_CONFIG_H
 
+#include <stdbool.h>
 #include <stdio.h>
 
 #include "common/endpoints.h"
@@ -54,6 +55,7 @@ typedef struct trainer_options {
   long test_samples;
   double progress_interval;
   const char *log_level;
+  bool check_config;
 } trainer_options;
 
 /* Options plus what was parsed out of them. */
