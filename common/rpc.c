@@ -210,11 +210,13 @@ struct rpc_call {
   grpc_slice details;
   int cancelled;
   char peer[128];
+  char identity[128]; /* the verified client certificate's name, or "" */
 };
 
 struct rpc_server {
   rpc_server_config cfg;
   char *bearer; /* "Bearer TOKEN" when a token is required, else NULL */
+  int verify_clients; /* TLS with a CA: every peer has a verified certificate */
   grpc_server *server;
   grpc_completion_queue *cq;
   void **method_handles;
@@ -299,6 +301,35 @@ void rpc_call_reply(rpc_call *c, ps_err code, const char *message, const rpc_par
 
 const char *rpc_call_peer(const rpc_call *call) { return call->peer; }
 
+const char *rpc_call_peer_identity(const rpc_call *call) { return call->identity; }
+
+/* Whether the call's auth context has property `property` equal to name
+ * (NULL name: copies the first value into out instead). */
+static int auth_find(const rpc_call *call, const char *property, const char *name, char *out,
+                     size_t out_len) {
+  grpc_auth_context *ctx = grpc_call_auth_context(call->call);
+  if (ctx == NULL) return 0;
+  int found = 0;
+  grpc_auth_property_iterator it = grpc_auth_context_find_properties_by_name(ctx, property);
+  for (const grpc_auth_property *p; !found && (p = grpc_auth_property_iterator_next(&it)) != NULL;) {
+    if (p->value == NULL) continue;
+    if (name == NULL) {
+      snprintf(out, out_len, "%.*s", (int)p->value_length, p->value);
+      found = 1;
+    } else {
+      found = strlen(name) == p->value_length && memcmp(name, p->value, p->value_length) == 0;
+    }
+  }
+  grpc_auth_context_release(ctx);
+  return found;
+}
+
+int rpc_call_peer_has_name(const rpc_call *call, const char *name) {
+  if (!call->srv->verify_clients) return 0;
+  return auth_find(call, "x509_common_name", name, NULL, 0) ||
+         auth_find(call, "x509_subject_alternative_name", name, NULL, 0);
+}
+
 /* Whether the call carries the expected bearer token; the comparison takes
  * the same time wherever the first difference is. */
 static int authorized(const rpc_server *srv, const rpc_call *c) {
@@ -323,6 +354,10 @@ static void handle_request(rpc_call *c) {
   char *peer = grpc_call_get_peer(c->call);
   snprintf(c->peer, sizeof c->peer, "%s", peer != NULL ? peer : "unknown peer");
   gpr_free(peer);
+  if (c->srv->verify_clients &&
+      !auth_find(c, "x509_subject_alternative_name", NULL, c->identity, sizeof c->identity)) {
+    auth_find(c, "x509_common_name", NULL, c->identity, sizeof c->identity);
+  }
   if (!authorized(c->srv, c)) {
     LOG_WARN("refused %s from %s: missing or wrong token (UNAUTHENTICATED)",
              c->srv->cfg.methods[c->method], c->peer);
@@ -395,6 +430,34 @@ static void server_free(rpc_server *srv) {
   server_release(srv);
 }
 
+/* Plaintext, or TLS from the PEM files (gRPC copies the texts). */
+static ps_err server_credentials(const tls_config *tls, grpc_server_credentials **out,
+                                 ps_error *err) {
+  if (!tls_enabled(tls)) {
+    *out = grpc_insecure_server_credentials_create();
+    return PS_ERR_OK;
+  }
+  if (tls_check_server(tls, err) != PS_ERR_OK) return err->code;
+  char *cert = NULL, *key = NULL, *ca = NULL;
+  int has_ca = tls->ca != NULL && tls->ca[0] != '\0';
+  if (tls_read_pem(tls->cert, "--tls-cert", "CERTIFICATE", &cert, err) == PS_ERR_OK &&
+      tls_read_pem(tls->key, "--tls-key", "PRIVATE KEY", &key, err) == PS_ERR_OK &&
+      (!has_ca || tls_read_pem(tls->ca, "--tls-ca", "CERTIFICATE", &ca, err) == PS_ERR_OK)) {
+    grpc_ssl_pem_key_cert_pair pair = {key, cert};
+    *out = grpc_ssl_server_credentials_create_ex(
+        ca, &pair, 1,
+        has_ca ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+               : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE,
+        NULL);
+    if (*out == NULL) ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "gRPC refused the TLS settings");
+  }
+  if (key != NULL) memset(key, 0, strlen(key));
+  free(cert);
+  free(key);
+  free(ca);
+  return *out != NULL ? PS_ERR_OK : err->code;
+}
+
 ps_err rpc_server_start(rpc_server **out, const rpc_server_config *cfg, int *bound_port,
                         ps_error *err) {
   rpc_server *srv = calloc(1, sizeof *srv);
@@ -437,11 +500,23 @@ ps_err rpc_server_start(rpc_server **out, const rpc_server_config *cfg, int *bou
                           cfg->methods[m]);
     }
   }
-  grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+  grpc_server_credentials *creds = NULL;
+  if (server_credentials(cfg->tls, &creds, err) != PS_ERR_OK) {
+    server_free(srv);
+    return err->code;
+  }
+  srv->verify_clients = tls_enabled(cfg->tls) && cfg->tls->ca != NULL && cfg->tls->ca[0] != '\0';
+  srv->cfg.tls = NULL; /* the caller's copy may go */
   int port = grpc_server_add_http2_port(srv->server, cfg->listen, creds);
   grpc_server_credentials_release(creds);
   if (port == 0) {
     server_free(srv);
+    if (tls_enabled(cfg->tls)) {
+      return ps_error_set(err, PS_ERR_UNAVAILABLE,
+                          "cannot listen on %s over TLS: the address is in use, not local or "
+                          "malformed, or gRPC refused the certificate %s with the key %s (do "
+                          "they belong together?)", cfg->listen, cfg->tls->cert, cfg->tls->key);
+    }
     return ps_error_set(err, PS_ERR_UNAVAILABLE,
                         "cannot listen on %s: the address is in use, not local, or malformed",
                         cfg->listen);
@@ -513,18 +588,57 @@ struct rpc_channel {
 
 struct rpc_client {
   grpc_completion_queue *cq;
+  grpc_channel_credentials *creds; /* plaintext or TLS, shared by the channels */
+  char server_name[256];           /* TLS: override of the name verified, or "" */
+  int tls;
   grpc_metadata auth;   /* authorization: Bearer TOKEN */
   int has_auth;
   rpc_channel **channels;
   int channel_count;
 };
 
-ps_err rpc_client_create(rpc_client **out, const char *token, ps_error *err) {
+/* Plaintext, or TLS from the PEM files (gRPC copies the texts). */
+static ps_err client_credentials(const tls_config *tls, grpc_channel_credentials **out,
+                                 ps_error *err) {
+  if (!tls_enabled(tls)) {
+    *out = grpc_insecure_credentials_create();
+    return PS_ERR_OK;
+  }
+  if (tls_check_client(tls, err) != PS_ERR_OK) return err->code;
+  char *cert = NULL, *key = NULL, *ca = NULL;
+  int has_pair = tls->cert != NULL && tls->cert[0] != '\0';
+  *out = NULL;
+  if (tls_read_pem(tls->ca, "--tls-ca", "CERTIFICATE", &ca, err) == PS_ERR_OK &&
+      (!has_pair ||
+       (tls_read_pem(tls->cert, "--tls-cert", "CERTIFICATE", &cert, err) == PS_ERR_OK &&
+        tls_read_pem(tls->key, "--tls-key", "PRIVATE KEY", &key, err) == PS_ERR_OK))) {
+    grpc_ssl_pem_key_cert_pair pair = {key, cert};
+    *out = grpc_ssl_credentials_create_ex(ca, has_pair ? &pair : NULL, NULL, NULL);
+    if (*out == NULL) ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "gRPC refused the TLS settings");
+  }
+  if (key != NULL) memset(key, 0, strlen(key));
+  free(cert);
+  free(key);
+  free(ca);
+  return *out != NULL ? PS_ERR_OK : err->code;
+}
+
+ps_err rpc_client_create(rpc_client **out, const char *token, const tls_config *tls,
+                         ps_error *err) {
   rpc_client *c = calloc(1, sizeof *c);
   if (c == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "rpc: out of memory");
+  if (client_credentials(tls, &c->creds, err) != PS_ERR_OK) {
+    free(c);
+    return err->code;
+  }
+  c->tls = tls_enabled(tls);
+  if (c->tls && tls->server_name != NULL) {
+    snprintf(c->server_name, sizeof c->server_name, "%s", tls->server_name);
+  }
   if (token != NULL && token[0] != '\0') {
     char *value = malloc(strlen(token) + 8);
     if (value == NULL) {
+      grpc_channel_credentials_release(c->creds);
       free(c);
       return ps_error_set(err, PS_ERR_NO_MEMORY, "rpc: out of memory");
     }
@@ -537,6 +651,7 @@ ps_err rpc_client_create(rpc_client **out, const char *token, ps_error *err) {
   c->cq = grpc_completion_queue_create_for_next(NULL);
   if (c->cq == NULL) {
     if (c->has_auth) grpc_slice_unref(c->auth.value);
+    grpc_channel_credentials_release(c->creds);
     free(c);
     return ps_error_set(err, PS_ERR_INTERNAL, "rpc: cannot create a completion queue");
   }
@@ -557,6 +672,7 @@ void rpc_client_destroy(rpc_client *c) {
   }
   grpc_completion_queue_destroy(c->cq);
   if (c->has_auth) grpc_slice_unref(c->auth.value);
+  grpc_channel_credentials_release(c->creds);
   free(c);
 }
 
@@ -571,11 +687,14 @@ ps_err rpc_channel_open(rpc_client *c, const char *target, size_t max_message_by
   }
   c->channels = grown;
   snprintf(ch->target, sizeof ch->target, "%s", target);
-  grpc_arg args[5];
+  grpc_arg args[6];
   grpc_channel_args ca = make_args(args, max_message_bytes, max_reconnect_ms);
-  grpc_channel_credentials *creds = grpc_insecure_credentials_create();
-  ch->channel = grpc_channel_create(target, creds, &ca);
-  grpc_channel_credentials_release(creds);
+  if (c->server_name[0] != '\0') {
+    args[ca.num_args].type = GRPC_ARG_STRING;
+    args[ca.num_args].key = (char *)GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
+    args[ca.num_args++].value.string = c->server_name;
+  }
+  ch->channel = grpc_channel_create(target, c->creds, &ca);
   if (ch->channel == NULL) {
     free(ch);
     return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "rpc: cannot create a channel to '%s'",
@@ -628,6 +747,66 @@ typedef struct call_state {
   const char *error_string;
   int started;
 } call_state;
+
+/* gRPC's last connection error, shortened, with what it likely means. */
+static void explain_connect_error(const rpc_client *c, const char *text, char *why, size_t len) {
+  static const char prefix[] = "failed to connect to all addresses; last error: ";
+  if (strncmp(text, prefix, sizeof prefix - 1) == 0) text += sizeof prefix - 1;
+  const char *hint = "";
+  if (c->tls && strstr(text, "Peer name") != NULL) {
+    hint = "TLS: the pserver's certificate does not carry the name dialled (give --tls-server-name "
+           "a name it carries, or make it a certificate for this address)";
+  } else if (c->tls && (strstr(text, "andshake") != NULL || strstr(text, "certificate") != NULL)) {
+    hint = "the TLS handshake failed: is the pserver's certificate signed by the --tls-ca CA, and "
+           "does the pserver serve TLS?";
+  } else if (c->tls && strstr(text, "Socket closed") != NULL) {
+    hint = "the pserver closed the TLS handshake: one with --tls-ca requires this trainer's "
+           "--tls-cert and --tls-key, signed by that CA";
+  } else if (!c->tls && strstr(text, "Socket closed") != NULL) {
+    hint = "this trainer talks plaintext: if the pserver serves TLS, give --tls-ca (and "
+           "--tls-cert, --tls-key)";
+  }
+  snprintf(why, len, "%s%s%s", text, hint[0] != '\0' ? "; " : "", hint);
+}
+
+/* Why a channel does not connect: a wait-for-ready call that times out
+ * says only "Deadline Exceeded", but a fail-fast call on a failing channel
+ * ends at once with gRPC's last connection error. Leaves why as it is when
+ * the probe reaches the server (the channel works) or learns nothing within
+ * 2 s (a server never answers a method it does not serve). */
+static void probe_connection(rpc_client *c, rpc_channel *ch, char *why, size_t len) {
+  grpc_call *call = grpc_channel_create_call(
+      ch->channel, NULL, GRPC_PROPAGATE_DEFAULTS, c->cq,
+      grpc_slice_from_static_string("/pstrain.Probe/Connect"), NULL, deadline_in(2), NULL);
+  if (call == NULL) return;
+  grpc_metadata_array trailing;
+  grpc_metadata_array_init(&trailing);
+  grpc_status_code status = GRPC_STATUS_OK;
+  grpc_slice details = grpc_empty_slice();
+  const char *error_string = NULL;
+  grpc_op g[3];
+  memset(g, 0, sizeof g);
+  g[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+  g[1].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+  g[2].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+  g[2].data.recv_status_on_client.trailing_metadata = &trailing;
+  g[2].data.recv_status_on_client.status = &status;
+  g[2].data.recv_status_on_client.status_details = &details;
+  g[2].data.recv_status_on_client.error_string = &error_string;
+  if (grpc_call_start_batch(call, g, 3, &status, NULL) == GRPC_CALL_OK) {
+    grpc_event ev;
+    do {
+      ev = grpc_completion_queue_next(c->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    } while (ev.type != GRPC_OP_COMPLETE || ev.tag != &status);
+    char *text = grpc_slice_to_c_string(details);
+    if (status == GRPC_STATUS_UNAVAILABLE && text != NULL) explain_connect_error(c, text, why, len);
+    gpr_free(text);
+  }
+  if (error_string != NULL) gpr_free((void *)error_string);
+  grpc_slice_unref(details);
+  grpc_metadata_array_destroy(&trailing);
+  grpc_call_unref(call);
+}
 
 ps_err rpc_client_call_all(rpc_client *c, rpc_op *ops, int count, ps_error *err) {
   call_state *states = calloc((size_t)count, sizeof *states);
@@ -697,6 +876,9 @@ ps_err rpc_client_call_all(rpc_client *c, rpc_op *ops, int count, ps_error *err)
         char *details = grpc_slice_to_c_string(s->details);
         snprintf(op->message, sizeof op->message, "%s", details != NULL ? details : "");
         gpr_free(details);
+        if (op->code == PS_ERR_TIMEOUT && op->wait_for_ready) {
+          probe_connection(c, op->channel, op->message, sizeof op->message);
+        }
         if (s->response != NULL) grpc_byte_buffer_destroy(s->response);
       } else if (s->response == NULL) {
         op->code = PS_ERR_CORRUPT_DATA;

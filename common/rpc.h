@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "common/error.h"
+#include "common/tls.h"
 
 /* Starts and stops gRPC for the process; call once each, from main, after
  * blocking the signals the process handles itself (gRPC starts threads). */
@@ -72,6 +73,9 @@ typedef struct rpc_server_config {
   const char *token;           /* when set, every call must carry "authorization: Bearer
                                   TOKEN"; others get UNAUTHENTICATED and never reach the
                                   handler. Copied at start. */
+  const tls_config *tls;       /* NULL or empty: plaintext. With cert and key: TLS; with a
+                                  CA as well, clients must present a certificate it signed
+                                  (others fail the handshake). Files are read at start. */
 } rpc_server_config;
 
 /* Binds and starts serving. *bound_port receives the port actually bound. */
@@ -86,6 +90,15 @@ void rpc_call_reply(rpc_call *call, ps_err code, const char *message, const rpc_
 /* The peer's address, e.g. "ipv4:127.0.0.1:51234". Valid until the reply. */
 const char *rpc_call_peer(const rpc_call *call);
 
+/* The name in the peer's verified client certificate (its SAN or CN), or ""
+ * when the server does not verify client certificates. Valid until the reply. */
+const char *rpc_call_peer_identity(const rpc_call *call);
+
+/* Whether the peer's verified client certificate carries name as its common
+ * name or one of its subject alternative names; 0 without one. Call before
+ * the reply. */
+int rpc_call_peer_has_name(const rpc_call *call, const char *name);
+
 /* Stops accepting calls, cancels those still open, waits for the workers and
  * frees the server. Every deferred call must have been answered before. */
 void rpc_server_stop(rpc_server *srv);
@@ -96,8 +109,12 @@ typedef struct rpc_client rpc_client;
 typedef struct rpc_channel rpc_channel;
 
 /* A client owns one completion queue and is used by one thread at a time.
- * With a token (may be NULL), every call carries "authorization: Bearer TOKEN". */
-ps_err rpc_client_create(rpc_client **out, const char *token, ps_error *err);
+ * With a token (may be NULL), every call carries "authorization: Bearer TOKEN".
+ * With tls (NULL or empty: plaintext), channels verify the server's
+ * certificate against tls->ca and the target's host (or tls->server_name),
+ * presenting tls->cert when given; the files are read here. */
+ps_err rpc_client_create(rpc_client **out, const char *token, const tls_config *tls,
+                         ps_error *err);
 void rpc_client_destroy(rpc_client *client);
 
 /* A channel to target ("HOST:PORT"), reconnecting at most every
@@ -128,7 +145,9 @@ typedef struct rpc_op {
   int wait_for_ready;     /* wait (until the deadline) for the peer to come up */
   /* results */
   ps_err code;
-  char message[384];      /* the peer's status message, or why the call failed */
+  char message[384];      /* the peer's status message, or why the call failed; for a
+                             wait_for_ready call that timed out, why the channel could
+                             not connect, where gRPC says */
   rpc_reply reply;        /* when code == PS_ERR_OK */
 } rpc_op;
 

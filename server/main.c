@@ -16,6 +16,7 @@
 #include "common/options.h"
 #include "common/process.h"
 #include "common/rpc.h"
+#include "common/tls.h"
 #include "common/token.h"
 #include "server/pserver.h"
 
@@ -32,6 +33,8 @@ typedef struct pserver_options {
   long max_shard_mb;
   const char *on_trainer_loss;
   const char *token_file;
+  const char *tls_cert, *tls_key, *tls_ca;
+  bool tls_check_trainer_id;
   bool insecure;
   const char *checkpoint_dir;
   long checkpoint_every;
@@ -73,9 +76,20 @@ static const option_def pserver_option_table[] = {
     {"token-file", NULL, OPT_STRING, OFF(token_file), "",
      "file whose first line is the job's shared secret: calls without it get UNAUTHENTICATED",
      NULL, .min = 1, .max = 0},
+    {"tls-cert", NULL, OPT_STRING, OFF(tls_cert), "",
+     "serve TLS with this certificate (PEM; scripts/make-certs makes one)", NULL, .min = 1,
+     .max = 0},
+    {"tls-key", NULL, OPT_STRING, OFF(tls_key), "", "the private key of --tls-cert (PEM)", NULL,
+     .min = 1, .max = 0},
+    {"tls-ca", NULL, OPT_STRING, OFF(tls_ca), "",
+     "mutual TLS: require client certificates signed by this CA (PEM); others fail the handshake",
+     NULL, .min = 1, .max = 0},
+    {"tls-check-trainer-id", NULL, OPT_BOOL, OFF(tls_check_trainer_id), "true",
+     "with --tls-ca: a trainer's certificate must name its id (CN or SAN trainer-<id>), else "
+     "PERMISSION_DENIED; false accepts any certificate the CA signed", NULL, .min = 1, .max = 0},
     {"insecure", NULL, OPT_BOOL, OFF(insecure), "false",
-     "allow listening beyond loopback without a token (anyone who reaches the port can "
-     "register, push and read the model)", NULL, .min = 1, .max = 0},
+     "allow listening beyond loopback with neither a token nor TLS (anyone who reaches the port "
+     "can register, push and read the model)", NULL, .min = 1, .max = 0},
     {"on-trainer-loss", NULL, OPT_CHOICE, OFF(on_trainer_loss), "stop",
      "sync mode, when a trainer misses --step-timeout: stop the job naming it, or continue "
      "with the others", "stop|continue", .min = 1, .max = 0},
@@ -213,14 +227,20 @@ int main(int argc, char **argv) {
     LOG_ERROR("%s", err.msg);
     return 2;
   }
-  if (!token_is_loopback(listen) && token[0] == '\0') {
+  tls_config tls = {opt.tls_cert, opt.tls_key, opt.tls_ca, NULL};
+  if (tls_check_server(&tls, &err) != PS_ERR_OK) {
+    LOG_ERROR("%s", err.msg);
+    return 2;
+  }
+  if (!token_is_loopback(listen) && token[0] == '\0' && !tls_enabled(&tls)) {
     if (!opt.insecure) {
-      LOG_ERROR("refusing to listen on %s, beyond loopback, without --token-file: anyone who "
-                "reaches it could change the model (--insecure to do it anyway)", listen);
+      LOG_ERROR("refusing to listen on %s, beyond loopback, with neither --token-file nor TLS "
+                "(--tls-cert): anyone who reaches it could change the model (--insecure to do "
+                "it anyway)", listen);
       return 2;
     }
-    LOG_WARN("listening on %s without a token (--insecure): anyone who reaches it can change "
-             "the model", listen);
+    LOG_WARN("listening on %s with neither a token nor TLS (--insecure): anyone who reaches it "
+             "can change the model", listen);
   }
   if (opt.resume && opt.checkpoint_dir[0] == '\0') {
     LOG_ERROR("--resume needs --checkpoint-dir");
@@ -255,7 +275,8 @@ int main(int argc, char **argv) {
                         .step_timeout = opt.step_timeout, .log_every = opt.log_every,
                         .max_shard_mb = opt.max_shard_mb, .checkpoint_dir = opt.checkpoint_dir,
                         .continue_on_trainer_loss = strcmp(opt.on_trainer_loss, "continue") == 0,
-                        .checkpoint_every = opt.checkpoint_every};
+                        .checkpoint_every = opt.checkpoint_every,
+                        .check_trainer_identity = opt.tls_ca[0] != '\0' && opt.tls_check_trainer_id};
   if (!opt.resume && opt.checkpoint_dir[0] != '\0' &&
       process_prepare_dir(opt.checkpoint_dir, "--checkpoint-dir", &err) != PS_ERR_OK) {
     LOG_ERROR("%s", err.msg);
@@ -279,7 +300,7 @@ int main(int argc, char **argv) {
                             .method_count = pserver_method_count, .handler = pserver_handle,
                             .handler_ctx = &ps, .threads = (int)opt.threads,
                             .max_message_bytes = (size_t)opt.max_message_mb << 20,
-                            .token = token};
+                            .token = token, .tls = &tls};
   if (rpc_server_start(&server, &rcfg, &port, &err) != PS_ERR_OK) {
     LOG_ERROR("%s", err.msg);
     pserver_destroy(&ps);
@@ -293,8 +314,10 @@ int main(int argc, char **argv) {
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
   pthread_sigmask(SIG_UNBLOCK, &signals, NULL);
-  LOG_INFO("ready: pserver %d of %d listening on %s (port %d), expecting %ld trainer(s)", id,
-           list.count, listen, port, opt.trainers);
+  LOG_INFO("ready: pserver %d of %d listening on %s (port %d, %s%s%s), expecting %ld "
+           "trainer(s)", id, list.count, listen, port, tls_describe_server(&tls),
+           cfg.check_trainer_identity ? " naming the trainer id" : "",
+           token[0] != '\0' ? ", token" : "", opt.trainers);
 
   int status = 0;
   const struct timespec tick = {0, 50 * 1000 * 1000};

@@ -152,6 +152,19 @@ static void refuse(rpc_call *call, const char *method, ps_err code, const char *
 
 /* --- checks shared by the handlers (lock held) ----------------------------- */
 
+/* Mutual TLS: a trainer acts only as the id its certificate names; answers if not. */
+static ps_err check_identity(pserver *ps, rpc_call *call, const char *method, uint32_t trainer_id) {
+  if (!ps->cfg.check_trainer_identity) return PS_ERR_OK;
+  char want[32];
+  snprintf(want, sizeof want, "trainer-%u", trainer_id);
+  if (rpc_call_peer_has_name(call, want)) return PS_ERR_OK;
+  const char *who = rpc_call_peer_identity(call);
+  refuse(call, method, PS_ERR_PERMISSION_DENIED,
+         "the client certificate names %s, not %s: a trainer may only act as the id its "
+         "certificate names", who[0] != '\0' ? who : "no one", want);
+  return PS_ERR_PERMISSION_DENIED;
+}
+
 /* Checks a request's key and config hash; returns PS_ERR_OK or answers. */
 static ps_err check_sender(pserver *ps, rpc_call *call, const char *method, int has_key,
                            const wire_key *key, uint64_t hash) {
@@ -164,6 +177,7 @@ static ps_err check_sender(pserver *ps, rpc_call *call, const char *method, int 
            ps->cfg.trainers - 1);
     return PS_ERR_INVALID_ARGUMENT;
   }
+  if (check_identity(ps, call, method, key->trainer_id) != PS_ERR_OK) return PS_ERR_PERMISSION_DENIED;
   if (!ps->configured || !ps->trainers[key->trainer_id].registered) {
     /* ABORTED: the pserver may have restarted; the trainer registers again. */
     refuse(call, method, PS_ERR_ABORTED, "trainer %u has not registered with this pserver "
@@ -292,6 +306,8 @@ static void handle_register(pserver *ps, rpc_call *call, const rpc_message *msg)
     refuse(call, "RegisterTrainer", PS_ERR_INVALID_ARGUMENT,
            "trainer id %u is not 0..%d (this pserver expects %d trainers)", req->key->trainer_id,
            ps->cfg.trainers - 1, ps->cfg.trainers);
+  } else if (check_identity(ps, call, "RegisterTrainer", req->key->trainer_id) != PS_ERR_OK) {
+    /* answered */
   } else if (req->pserver_id != (uint32_t)ps->cfg.id) {
     refuse(call, "RegisterTrainer", PS_ERR_FAILED_PRECONDITION,
            "trainer %u called this pserver %u, but it is pserver %d: the pserver lists differ",

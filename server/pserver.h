@@ -24,6 +24,7 @@ typedef struct pserver_config {
   int continue_on_trainer_loss; /* sync: drop a trainer that misses --step-timeout */
   const char *checkpoint_dir; /* "" for none */
   long checkpoint_every;      /* steps between checkpoints (0: only at the end) */
+  int check_trainer_identity; /* mutual TLS: a trainer's certificate must name trainer-<id> */
 } pserver_config;
 
 typedef struct trainer_state {

@@ -146,7 +146,7 @@ int main(void) {
   REQUIRE(rpc_server_start(&server, &rcfg, &port, &err) == PS_ERR_OK);
   char target[64];
   snprintf(target, sizeof target, "127.0.0.1:%d", port);
-  REQUIRE(rpc_client_create(&client, NULL, &err) == PS_ERR_OK);
+  REQUIRE(rpc_client_create(&client, NULL, NULL, &err) == PS_ERR_OK);
   REQUIRE(rpc_channel_open(client, target, 64 << 20, 100, &channel, &err) == PS_ERR_OK);
 
   job = (job_config){.update = UPDATE_SYNC, .trainers = TRAINERS, .pservers = 1,

@@ -59,7 +59,7 @@ int main(void) {
   snprintf(target, sizeof target, "127.0.0.1:%d", port);
   rpc_client *client;
   rpc_channel *ch;
-  REQUIRE(rpc_client_create(&client, NULL, &err) == PS_ERR_OK);
+  REQUIRE(rpc_client_create(&client, NULL, NULL, &err) == PS_ERR_OK);
   REQUIRE(rpc_channel_open(client, target, 8 << 20, 100, &ch, &err) == PS_ERR_OK);
 
   rng r;
@@ -164,7 +164,7 @@ int main(void) {
   for (int i = 0; i < 3; i++) {
     rpc_client *tc;
     rpc_channel *tch;
-    REQUIRE(rpc_client_create(&tc, tokens[i], &err) == PS_ERR_OK);
+    REQUIRE(rpc_client_create(&tc, tokens[i], NULL, &err) == PS_ERR_OK);
     REQUIRE(rpc_channel_open(tc, ltarget, 1 << 20, 100, &tch, &err) == PS_ERR_OK);
     int before = atomic_load(&handled);
     op = (rpc_op){.channel = tch, .method = methods[METHOD_ECHO], .parts = &one, .part_count = 1,

@@ -35,8 +35,9 @@ static ps_err batch_error(ps_client *c, const char *what, ps_err code, ps_error 
     if (op->code == PS_ERR_OK) continue;
     if (op->code == PS_ERR_TIMEOUT && op->wait_for_ready) {
       return ps_error_set(err, PS_ERR_UNAVAILABLE,
-                          "could not reach pserver %d at %s within %.0f s (--connect-timeout)", p,
-                          c->targets.items[p], op->timeout_s);
+                          "could not reach pserver %d at %s within %.0f s (--connect-timeout)%s%s",
+                          p, c->targets.items[p], op->timeout_s, op->message[0] ? ": " : "",
+                          op->message);
     }
     if (op->code == PS_ERR_TIMEOUT) {
       return ps_error_set(err, PS_ERR_TIMEOUT,
@@ -113,7 +114,7 @@ static ps_err register_all(ps_client *c, double timeout, long *steps, ps_error *
 
 ps_err ps_client_connect(ps_client *c, const endpoint_list *pservers, const job_config *job,
                          int trainer_id, double connect_timeout, double rpc_timeout,
-                         const char *token, ps_error *err) {
+                         const char *token, const tls_config *tls, ps_error *err) {
   memset(c, 0, sizeof *c);
   c->trainer_id = trainer_id;
   c->incarnation = process_random_u64();
@@ -140,7 +141,7 @@ ps_err ps_client_connect(ps_client *c, const endpoint_list *pservers, const job_
     ps_client_close(c);
     return ps_error_set(err, PS_ERR_NO_MEMORY, "ps client: out of memory");
   }
-  if (rpc_client_create(&c->rpc, token, err) != PS_ERR_OK) {
+  if (rpc_client_create(&c->rpc, token, tls, err) != PS_ERR_OK) {
     ps_client_close(c);
     return err->code;
   }

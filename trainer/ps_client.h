@@ -42,10 +42,10 @@ typedef struct ps_client {
 /* Opens channels to every pserver and registers with each, waiting up to
  * connect_timeout seconds for each to come up. Fails naming the pserver it
  * could not reach, or the pserver's reason for refusing. token: the shared
- * secret every call carries (NULL for none). */
+ * secret every call carries (NULL for none); tls: NULL for plaintext. */
 ps_err ps_client_connect(ps_client *c, const endpoint_list *pservers, const job_config *job,
                          int trainer_id, double connect_timeout, double rpc_timeout,
-                         const char *token, ps_error *err);
+                         const char *token, const tls_config *tls, ps_error *err);
 void ps_client_close(ps_client *c);
 
 /* Fetches every block into params (the model's flat array). */

@@ -58,7 +58,7 @@ static ps_err connect_pservers(trainer *t, ps_error *err) {
   t->ps = calloc(1, sizeof *t->ps);
   if (t->ps == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "out of memory");
   if (ps_client_connect(t->ps, &s->pservers, &job, t->id, s->opt.connect_timeout,
-                        s->opt.rpc_timeout, s->token, err) != PS_ERR_OK) {
+                        s->opt.rpc_timeout, s->token, &s->tls, err) != PS_ERR_OK) {
     free(t->ps);
     t->ps = NULL;
     return err->code;

@@ -39,6 +39,17 @@ static const option_def trainer_option_table[] = {
     {"token-file", NULL, OPT_STRING, OFF(token_file), "",
      "pserver mode: file whose first line is the job's shared secret (sent as a bearer token)",
      NULL, ANY},
+    {"tls-ca", NULL, OPT_STRING, OFF(tls_ca), "",
+     "pserver mode: talk TLS, verifying the pservers' certificates against this CA (PEM)", NULL,
+     ANY},
+    {"tls-cert", NULL, OPT_STRING, OFF(tls_cert), "",
+     "pserver mode, with --tls-ca: this trainer's certificate (PEM), for pservers that require "
+     "one (CN or SAN trainer-<id>)", NULL, ANY},
+    {"tls-key", NULL, OPT_STRING, OFF(tls_key), "", "pserver mode: the private key of --tls-cert",
+     NULL, ANY},
+    {"tls-server-name", NULL, OPT_STRING, OFF(tls_server_name), "",
+     "pserver mode, with --tls-ca: the name the pservers' certificates must carry (default: the "
+     "host of each --pservers entry)", NULL, ANY},
     {"max-steps", NULL, OPT_INT, OFF(max_steps), "0",
      "stop after this many steps (0: run all epochs)", NULL, NUM(0, 1e15)},
     {"checkpoint-dir", NULL, OPT_STRING, OFF(checkpoint_dir), "",
@@ -133,6 +144,8 @@ options_result trainer_settings_load(trainer_settings *s, int argc, char **argv,
         token_read_file(o->token_file, s->token, sizeof s->token, err) != PS_ERR_OK) {
       return OPTIONS_ERROR;
     }
+    s->tls = (tls_config){o->tls_cert, o->tls_key, o->tls_ca, o->tls_server_name};
+    if (tls_check_client(&s->tls, err) != PS_ERR_OK) return OPTIONS_ERROR;
     for (int i = 0; i < s->pservers.count && !o->check_config; i++) {
       if (endpoint_resolve(s->pservers.items[i], "--pservers", o->connect_timeout, err) !=
           PS_ERR_OK) {

@@ -14,6 +14,7 @@
 #include "common/model.h"
 #include "common/optimizer.h"
 #include "common/options.h"
+#include "common/tls.h"
 
 /* Raw option values, as the table fills them. */
 typedef struct trainer_options {
@@ -28,6 +29,7 @@ typedef struct trainer_options {
   double recover_timeout;
   long max_steps;
   const char *token_file;
+  const char *tls_cert, *tls_key, *tls_ca, *tls_server_name;
   const char *export_path;
   const char *checkpoint_dir;
   long checkpoint_every;
@@ -67,6 +69,7 @@ typedef struct trainer_settings {
   update_mode update;
   endpoint_list pservers; /* pserver mode */
   char token[256];        /* from --token-file; "" for none */
+  tls_config tls;         /* the --tls-* paths (checked); all empty for plaintext */
   optimizer_config optimizer; /* total_steps is set once the data size is known */
   log_level level;
 } trainer_settings;
