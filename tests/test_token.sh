@@ -44,7 +44,7 @@ for extra in "--insecure" "--token-file $SCRATCH/token"; do
   for _ in $(seq 50); do grep -q "ready:" "$SCRATCH/open.log" && break; sleep 0.1; done
   grep -q "ready:" "$SCRATCH/open.log" || fail "$extra: the pserver did not start"
   if [ "$extra" = "--insecure" ]; then
-    grep -q "without a token (--insecure)" "$SCRATCH/open.log" || fail "--insecure gave no warning"
+    grep -q "with neither a token nor TLS (--insecure)" "$SCRATCH/open.log" || fail "--insecure gave no warning"
   fi
   kill "$pid"
   wait_for "$pid" 10 >/dev/null || true
