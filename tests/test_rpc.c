@@ -3,8 +3,14 @@
  * arrive byte-exact however gRPC slices them (small slices keep their bytes
  * inside the slice struct: a past bug); several calls run at once; a reply
  * deferred past the deadline gives TIMEOUT; status codes and messages map
- * both ways; an unreachable peer fails fast with UNAVAILABLE. */
+ * both ways; an unreachable peer fails fast with UNAVAILABLE, and a
+ * wait-for-ready call to it says why it could not connect. TLS (certificates
+ * from scripts/make-certs): the handler sees the verified client
+ * certificate's names; a client without a certificate, or in plaintext,
+ * never reaches the handler. */
+#define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,8 +18,9 @@
 #include "common/rng.h"
 #include "tests/check.h"
 
-enum { METHOD_ECHO, METHOD_FAIL, METHOD_HOLD };
-static const char *const methods[] = {"/test.Svc/Echo", "/test.Svc/Fail", "/test.Svc/Hold"};
+enum { METHOD_ECHO, METHOD_FAIL, METHOD_HOLD, METHOD_WHO };
+static const char *const methods[] = {"/test.Svc/Echo", "/test.Svc/Fail", "/test.Svc/Hold",
+                                      "/test.Svc/Who"};
 
 static pthread_mutex_t held_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int handled;
@@ -28,6 +35,12 @@ static void handler(void *ctx, rpc_call *call, int method, const rpc_message *re
     for (size_t i = 0; i < req->count; i++) parts[i] = (rpc_part){req->segments[i].data, req->segments[i].len, NULL};
     rpc_call_reply(call, PS_ERR_OK, NULL, parts, (int)req->count);
     free(parts);
+  } else if (method == METHOD_WHO) {
+    char who[256];
+    snprintf(who, sizeof who, "%s|%d|%d", rpc_call_peer_identity(call),
+             rpc_call_peer_has_name(call, "trainer-0"), rpc_call_peer_has_name(call, "trainer-1"));
+    rpc_part part = {who, strlen(who), NULL};
+    rpc_call_reply(call, PS_ERR_OK, NULL, &part, 1);
   } else if (method == METHOD_FAIL) {
     rpc_call_reply(call, PS_ERR_OUT_OF_RANGE, "step 9 is beyond the end", NULL, 0);
   } else {
@@ -47,11 +60,95 @@ static uint8_t *flatten(const rpc_message *m) {
   return buf;
 }
 
+/* One Who call with a fresh client; returns its code, the reply text in who. */
+static ps_err call_who(const char *target, const tls_config *tls, const rpc_part *one,
+                       int wait_for_ready, char *who, size_t len, char *message, size_t mlen) {
+  ps_error err;
+  rpc_client *c;
+  rpc_channel *ch;
+  REQUIRE(rpc_client_create(&c, NULL, tls, &err) == PS_ERR_OK);
+  REQUIRE(rpc_channel_open(c, target, 1 << 20, 100, &ch, &err) == PS_ERR_OK);
+  rpc_op op = {.channel = ch, .method = methods[METHOD_WHO], .parts = one, .part_count = 1,
+               .timeout_s = wait_for_ready ? 1 : 10, .wait_for_ready = wait_for_ready};
+  rpc_client_call_all(c, &op, 1, &err);
+  who[0] = '\0';
+  if (op.code == PS_ERR_OK) {
+    const rpc_message *m = &op.reply.message;
+    uint8_t *flat = flatten(m);
+    snprintf(who, len, "%.*s", (int)m->total, (const char *)flat);
+    free(flat);
+  }
+  snprintf(message, mlen, "%s", op.message);
+  rpc_reply_free(&op.reply);
+  rpc_client_destroy(c);
+  return op.code;
+}
+
+static void test_tls(const rpc_server_config *base, const rpc_part *one) {
+  char dir[] = "/tmp/pstrain-test-rpc-XXXXXX";
+  REQUIRE(mkdtemp(dir) != NULL);
+  char cmd[512], cert[300], key[300], ca[300], t1cert[300], t1key[300];
+  snprintf(cmd, sizeof cmd, "%s/scripts/make-certs %s --trainers 2 2>/dev/null", PSTRAIN_SOURCE_DIR,
+           dir);
+  REQUIRE(system(cmd) == 0);
+  snprintf(cert, sizeof cert, "%s/server.pem", dir);
+  snprintf(key, sizeof key, "%s/server.key", dir);
+  snprintf(ca, sizeof ca, "%s/ca.pem", dir);
+  snprintf(t1cert, sizeof t1cert, "%s/trainer-1.pem", dir);
+  snprintf(t1key, sizeof t1key, "%s/trainer-1.key", dir);
+  ps_error err;
+  char target[64], who[256], message[384];
+
+  /* Mutual TLS: the handler sees trainer-1's names; no certificate or
+   * plaintext never reaches it. */
+  tls_config mtls = {cert, key, ca, NULL};
+  rpc_server_config scfg = *base;
+  scfg.listen = "127.0.0.1:0";
+  scfg.tls = &mtls;
+  rpc_server *srv;
+  int port;
+  REQUIRE(rpc_server_start(&srv, &scfg, &port, &err) == PS_ERR_OK);
+  snprintf(target, sizeof target, "127.0.0.1:%d", port);
+  tls_config as_trainer1 = {t1cert, t1key, ca, NULL};
+  CHECK_EQ_INT(call_who(target, &as_trainer1, one, 0, who, sizeof who, message, sizeof message),
+               PS_ERR_OK);
+  CHECK_EQ_STR(who, "trainer-1|0|1");
+  int before = atomic_load(&handled);
+  tls_config no_cert = {NULL, NULL, ca, NULL};
+  CHECK_EQ_INT(call_who(target, &no_cert, one, 1, who, sizeof who, message, sizeof message),
+               PS_ERR_TIMEOUT);
+  CHECK_CONTAINS(message, "requires this trainer's --tls-cert");
+  CHECK_EQ_INT(call_who(target, NULL, one, 0, who, sizeof who, message, sizeof message),
+               PS_ERR_UNAVAILABLE);
+  CHECK_EQ_INT(atomic_load(&handled), before);
+  rpc_server_stop(srv);
+
+  /* TLS without client certificates: no identity; a server name override
+   * that the certificate carries. */
+  tls_config server_only = {cert, key, NULL, NULL};
+  scfg.tls = &server_only;
+  REQUIRE(rpc_server_start(&srv, &scfg, &port, &err) == PS_ERR_OK);
+  snprintf(target, sizeof target, "127.0.0.1:%d", port);
+  tls_config by_name = {NULL, NULL, ca, "localhost"};
+  CHECK_EQ_INT(call_who(target, &by_name, one, 0, who, sizeof who, message, sizeof message),
+               PS_ERR_OK);
+  CHECK_EQ_STR(who, "|0|0");
+  rpc_server_stop(srv);
+
+  /* A key that is not the certificate's: refused at start, naming both. */
+  tls_config mismatched = {cert, t1key, NULL, NULL};
+  scfg.tls = &mismatched;
+  CHECK_EQ_INT(rpc_server_start(&srv, &scfg, &port, &err), PS_ERR_UNAVAILABLE);
+  CHECK_CONTAINS(err.msg, t1key);
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  CHECK_EQ_INT(system(cmd), 0);
+}
+
 int main(void) {
   ps_error err;
   rpc_global_init();
   rpc_server *srv;
-  rpc_server_config cfg = {.listen = "127.0.0.1:0", .methods = methods, .method_count = 3,
+  rpc_server_config cfg = {.listen = "127.0.0.1:0", .methods = methods, .method_count = 4,
                            .handler = handler, .threads = 2, .max_message_bytes = 8 << 20};
   int port;
   REQUIRE(rpc_server_start(&srv, &cfg, &port, &err) == PS_ERR_OK);
@@ -148,6 +245,7 @@ int main(void) {
   op.wait_for_ready = 1;
   op.timeout_s = 0.5;
   CHECK_EQ_INT(rpc_client_call_all(client, &op, 1, &err), PS_ERR_TIMEOUT);
+  CHECK_CONTAINS(op.message, "Connection refused");
 
   /* A server that requires a token: calls without it, or with another, are
    * refused before the handler; the right one goes through. */
@@ -175,6 +273,7 @@ int main(void) {
     rpc_client_destroy(tc);
   }
   rpc_server_stop(locked);
+  test_tls(&cfg, &one);
 
   free(payload);
   rpc_client_destroy(client);
