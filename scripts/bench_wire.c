@@ -2,7 +2,8 @@
  * pserver as the only trainer of a model whose parameters are SIZE bytes,
  * then pushes SIZE bytes of gradients and gets SIZE bytes of parameters
  * back, through the trainer's own client code, for SECONDS; prints the
- * payload moved per second (both directions) and the round-trip time. */
+ * payload moved per second (both directions) and the round-trip time. With
+ * CERT_DIR (scripts/make-certs) it talks mutual TLS as trainer 0. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,9 +22,16 @@ static double now_s(void) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 4) {
-    fprintf(stderr, "usage: bench_wire PSERVER_HOST:PORT SIZE_BYTES SECONDS\n");
+  if (argc != 4 && argc != 5) {
+    fprintf(stderr, "usage: bench_wire PSERVER_HOST:PORT SIZE_BYTES SECONDS [CERT_DIR]\n");
     return 2;
+  }
+  char cert[4096], key[4096], ca[4096];
+  tls_config tls = {cert, key, ca, NULL};
+  if (argc == 5) {
+    snprintf(cert, sizeof cert, "%s/trainer-0.pem", argv[4]);
+    snprintf(key, sizeof key, "%s/trainer-0.key", argv[4]);
+    snprintf(ca, sizeof ca, "%s/ca.pem", argv[4]);
   }
   log_set_role("bench_wire");
   log_set_level(LOG_LEVEL_WARN);
@@ -52,7 +60,7 @@ int main(int argc, char **argv) {
   rpc_global_init();
   process_tune_malloc();
   ps_client c;
-  if (ps_client_connect(&c, &list, &job, 0, 30, 60, NULL, NULL, &err) != PS_ERR_OK) {
+  if (ps_client_connect(&c, &list, &job, 0, 30, 60, NULL, argc == 5 ? &tls : NULL, &err) != PS_ERR_OK) {
     fprintf(stderr, "bench_wire: %s\n", err.msg);
     return 1;
   }
