@@ -108,7 +108,7 @@ int main(void) {
   free(grads);
   ps_client_close(&t0);
   ps_client_close(&t1);
-  pserver_abort_waiting(&ps, "the test is over");
+  pserver_abort_waiting(&ps, PS_ERR_UNAVAILABLE, "the test is over");
   rpc_server_stop(server);
   pserver_destroy(&ps);
   rpc_global_shutdown();
