@@ -68,7 +68,7 @@ expect_exit 2 "--id 2 is outside --pservers, which has 2 entries" -- \
   on h0 "$BIN/pserver" --pservers "$LIST" --id 2 --token-file "$TOKEN"
 expect_exit 2 "no entry of --pservers is this pserver's" -- \
   on h0 "$BIN/pserver" --pservers "$LIST" --token-file "$TOKEN"
-expect_exit 2 "refusing to listen on h1:7000, beyond loopback, without --token-file" -- \
+expect_exit 2 "refusing to listen on h1:7000, beyond loopback, with neither --token-file nor TLS" -- \
   on h1 "$BIN/pserver" --pservers "$LIST" --id 1
 # Nothing listens there now: the trainer gives up within its connect timeout, naming the host.
 begin=$SECONDS
