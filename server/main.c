@@ -39,6 +39,7 @@ typedef struct pserver_options {
   const char *checkpoint_dir;
   long checkpoint_every;
   bool resume;
+  bool resume_if_present;
   long resume_step;
   const char *log_level;
   bool check_config;
@@ -102,6 +103,9 @@ static const option_def pserver_option_table[] = {
     {"resume", NULL, OPT_BOOL, OFF(resume), "false",
      "start from the checkpoint in --checkpoint-dir (refused if missing, corrupt or another job's)",
      NULL, .min = 1, .max = 0},
+    {"resume-if-present", NULL, OPT_BOOL, OFF(resume_if_present), "false",
+     "resume from the newest checkpoint in --checkpoint-dir when there is one, else start "
+     "fresh (for pservers a launcher, Kubernetes or Slurm restarts)", NULL, .min = 1, .max = 0},
     {"resume-step", NULL, OPT_INT, OFF(resume_step), "-1",
      "with --resume: the checkpoint of this step (-1: the newest); every pserver of a sync job "
      "must resume at the same step", NULL, .min = -1, .max = 1e15},
@@ -242,8 +246,8 @@ int main(int argc, char **argv) {
     LOG_WARN("listening on %s with neither a token nor TLS (--insecure): anyone who reaches it "
              "can change the model", listen);
   }
-  if (opt.resume && opt.checkpoint_dir[0] == '\0') {
-    LOG_ERROR("--resume needs --checkpoint-dir");
+  if ((opt.resume || opt.resume_if_present) && opt.checkpoint_dir[0] == '\0') {
+    LOG_ERROR("--resume%s needs --checkpoint-dir", opt.resume ? "" : "-if-present");
     return 2;
   }
   char effective[2048];
@@ -289,6 +293,10 @@ int main(int argc, char **argv) {
     LOG_ERROR("%s", err.msg);
     rpc_global_shutdown();
     return 1;
+  }
+  if (opt.resume_if_present && !opt.resume) {
+    opt.resume = pserver_has_checkpoint(&ps);
+    if (!opt.resume) LOG_INFO("no checkpoint in %s yet: starting fresh", opt.checkpoint_dir);
   }
   if (opt.resume && pserver_resume(&ps, opt.resume_step, &err) != PS_ERR_OK) {
     LOG_ERROR("%s", err.msg);

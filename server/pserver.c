@@ -822,3 +822,10 @@ out:
   pthread_mutex_unlock(&ps->lock);
   protobuf_c_message_free_unpacked(&req->base, NULL);
 }
+
+int pserver_has_checkpoint(const pserver *ps) {
+  char prefix[64];
+  long newest;
+  shard_prefix(ps, prefix, sizeof prefix);
+  return checkpoint_list(ps->cfg.checkpoint_dir, prefix, &newest, 1) > 0;
+}

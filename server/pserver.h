@@ -117,4 +117,7 @@ ps_err pserver_checkpoint(pserver *ps, ps_error *err);
  * naming the file and the reason. */
 ps_err pserver_resume(pserver *ps, long resume_step, ps_error *err);
 
+/* Whether cfg.checkpoint_dir holds a checkpoint of this pserver. */
+int pserver_has_checkpoint(const pserver *ps);
+
 #endif

@@ -49,7 +49,7 @@ if [ "$status" -ne 0 ]; then
   fail "the job with a restart exited $status: $(tail -8 "$SCRATCH/b.log")"
   for log in "$SCRATCH"/b/*.log; do echo "== $log" >&2; grep -v " INFO step " "$log" | tail -15 >&2; done
 fi
-grep -q "pserver 1 was killed by signal 9; restarting it with --resume in 2 s" "$SCRATCH/b.log" ||
+grep -q "pserver 1 was killed by signal 9; restarting it from its checkpoint in 2 s" "$SCRATCH/b.log" ||
   fail "the launcher did not restart pserver 1"
 resumed=$(grep -o "resumed from .* at step [0-9]*" "$SCRATCH/b/pserver1.log" | grep -o "[0-9]*$")
 echo "pserver 1 killed at step $killed or a little after; resumed at step ${resumed:-?}" >&2
