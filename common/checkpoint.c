@@ -153,11 +153,13 @@ ps_err checkpoint_read_job(const char *path, const char *format, job_config *job
   if (rc != PS_ERR_OK) return ps_error_set(err, rc, "%s: %s", path, err->msg);
   char want_hash[32];
   snprintf(want_hash, sizeof want_hash, "%016llx", (unsigned long long)job_config_hash(job));
+#ifndef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION /* lets fuzzed jobs reach what follows */
   if (strcmp(want_hash, hash) != 0) {
     return ps_error_set(err, PS_ERR_CORRUPT_DATA,
                         "%s: config hash %s does not match its job description (%s)", path, hash,
                         want_hash);
   }
+#endif
   char *end;
   errno = 0;
   *step = strtol(step_text, &end, 10);

@@ -23,6 +23,7 @@
   X(ABORTED, "aborted")                                                \
   X(UNAUTHENTICATED, "unauthenticated")                                \
   X(PERMISSION_DENIED, "permission denied")                            \
+  X(RESOURCE_EXHAUSTED, "resource exhausted (a limit was reached)")    \
   X(INTERNAL, "internal error")
 
 typedef enum {

@@ -34,36 +34,53 @@ uint64_t job_config_hash(const job_config *job) {
   return hash_text(text);
 }
 
-static void append(char *buf, size_t len, size_t *used, const char *field, const char *a,
-                   const char *b) {
-  if (strcmp(a, b) == 0 || *used >= len) return;
-  int n = snprintf(buf + *used, len - *used, "%s%s %s vs %s", *used > 0 ? "; " : "", field, a, b);
-  if (n > 0) *used += (size_t)n;
+/* Where one diff is written; names_only: field names without their values. */
+typedef struct diff_out {
+  char *buf;
+  size_t len, used;
+  int names_only;
+} diff_out;
+
+static void append(diff_out *o, const char *field, const char *a, const char *b) {
+  if (strcmp(a, b) == 0 || o->used >= o->len) return;
+  int n = o->names_only
+              ? snprintf(o->buf + o->used, o->len - o->used, "%s%s", o->used > 0 ? ", " : "", field)
+              : snprintf(o->buf + o->used, o->len - o->used, "%s%s %s vs %s",
+                         o->used > 0 ? "; " : "", field, a, b);
+  if (n > 0) o->used += (size_t)n;
 }
 
-static void append_number(char *buf, size_t len, size_t *used, const char *field, long long a,
-                          long long b) {
+static void append_number(diff_out *o, const char *field, long long a, long long b) {
   char x[32], y[32];
   snprintf(x, sizeof x, "%lld", a);
   snprintf(y, sizeof y, "%lld", b);
-  append(buf, len, used, field, x, y);
+  append(o, field, x, y);
+}
+
+static void diff(const job_config *a, const job_config *b, diff_out *o) {
+  char x[512], y[512];
+  o->buf[0] = '\0';
+  model_format(&a->model, x, sizeof x);
+  model_format(&b->model, y, sizeof y);
+  append(o, "model", x, y);
+  optimizer_text(&a->optimizer, x, sizeof x);
+  optimizer_text(&b->optimizer, y, sizeof y);
+  append(o, "optimizer", x, y);
+  append(o, "update", update_mode_name(a->update), update_mode_name(b->update));
+  append_number(o, "trainers", a->trainers, b->trainers);
+  append_number(o, "pservers", a->pservers, b->pservers);
+  append_number(o, "block size", (long long)a->block_size, (long long)b->block_size);
+  append_number(o, "seed", (long long)a->seed, (long long)b->seed);
+  append_number(o, "batch", a->batch, b->batch);
+  append_number(o, "steps", a->steps, b->steps);
 }
 
 void job_config_diff(const job_config *a, const job_config *b, char *buf, size_t len) {
-  char x[512], y[512];
-  size_t used = 0;
-  buf[0] = '\0';
-  model_format(&a->model, x, sizeof x);
-  model_format(&b->model, y, sizeof y);
-  append(buf, len, &used, "model", x, y);
-  optimizer_text(&a->optimizer, x, sizeof x);
-  optimizer_text(&b->optimizer, y, sizeof y);
-  append(buf, len, &used, "optimizer", x, y);
-  append(buf, len, &used, "update", update_mode_name(a->update), update_mode_name(b->update));
-  append_number(buf, len, &used, "trainers", a->trainers, b->trainers);
-  append_number(buf, len, &used, "pservers", a->pservers, b->pservers);
-  append_number(buf, len, &used, "block size", (long long)a->block_size, (long long)b->block_size);
-  append_number(buf, len, &used, "seed", (long long)a->seed, (long long)b->seed);
-  append_number(buf, len, &used, "batch", a->batch, b->batch);
-  append_number(buf, len, &used, "steps", a->steps, b->steps);
+  diff_out o = {buf, len, 0, 0};
+  diff(a, b, &o);
+}
+
+void job_config_diff_fields(const job_config *a, const job_config *b, char *buf, size_t len) {
+  diff_out o = {buf, len, 0, 1};
+  diff(a, b, &o);
 }

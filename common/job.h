@@ -33,5 +33,8 @@ uint64_t job_config_hash(const job_config *job);
 /* Writes "model mlp:... vs mlp:...; trainers 2 vs 3" for the fields that
  * differ, or "" when none do. */
 void job_config_diff(const job_config *a, const job_config *b, char *buf, size_t len);
+/* The same with the field names only ("model, batch"): what may be told to
+ * a peer that has not shown the job's token. */
+void job_config_diff_fields(const job_config *a, const job_config *b, char *buf, size_t len);
 
 #endif

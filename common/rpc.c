@@ -29,7 +29,7 @@ static ps_err err_from_status(grpc_status_code status) {
   case GRPC_STATUS_INVALID_ARGUMENT: return PS_ERR_INVALID_ARGUMENT;
   case GRPC_STATUS_DEADLINE_EXCEEDED: return PS_ERR_TIMEOUT;
   case GRPC_STATUS_PERMISSION_DENIED: return PS_ERR_PERMISSION_DENIED;
-  case GRPC_STATUS_RESOURCE_EXHAUSTED: return PS_ERR_NO_MEMORY;
+  case GRPC_STATUS_RESOURCE_EXHAUSTED: return PS_ERR_RESOURCE_EXHAUSTED;
   case GRPC_STATUS_FAILED_PRECONDITION: return PS_ERR_FAILED_PRECONDITION;
   case GRPC_STATUS_ABORTED: return PS_ERR_ABORTED;
   case GRPC_STATUS_OUT_OF_RANGE: return PS_ERR_OUT_OF_RANGE;
@@ -56,6 +56,7 @@ static grpc_status_code status_from_err(ps_err code) {
   case PS_ERR_ABORTED: return GRPC_STATUS_ABORTED;
   case PS_ERR_UNAUTHENTICATED: return GRPC_STATUS_UNAUTHENTICATED;
   case PS_ERR_PERMISSION_DENIED: return GRPC_STATUS_PERMISSION_DENIED;
+  case PS_ERR_RESOURCE_EXHAUSTED: return GRPC_STATUS_RESOURCE_EXHAUSTED;
   default: return GRPC_STATUS_INTERNAL;
   }
 }
@@ -211,6 +212,7 @@ struct rpc_call {
   int cancelled;
   char peer[128];
   char identity[128]; /* the verified client certificate's name, or "" */
+  rpc_local_result *local; /* an in-memory call: replies are recorded here */
 };
 
 struct rpc_server {
@@ -266,8 +268,15 @@ static void post_request(rpc_server *srv, int method) {
   }
 }
 
+static void local_reply(rpc_call *c, ps_err code, const char *message, const rpc_part *parts,
+                        int part_count);
+
 void rpc_call_reply(rpc_call *c, ps_err code, const char *message, const rpc_part *parts,
                     int part_count) {
+  if (c->local != NULL) {
+    local_reply(c, code, message, parts, part_count);
+    return;
+  }
   grpc_op ops[4];
   memset(ops, 0, sizeof ops);
   int n = 0;
@@ -577,6 +586,52 @@ void rpc_server_stop(rpc_server *srv) {
   }
   grpc_completion_queue_destroy(srv->cq);
   server_release(srv);
+}
+
+/* --- in-memory calls -------------------------------------------------------- */
+
+rpc_call *rpc_call_local_create(const char *peer) {
+  rpc_call *c = calloc(1, sizeof *c);
+  if (c == NULL) return NULL;
+  c->local = calloc(1, sizeof *c->local);
+  if (c->local == NULL) {
+    free(c);
+    return NULL;
+  }
+  c->method = -1;
+  snprintf(c->peer, sizeof c->peer, "%s", peer != NULL ? peer : "local");
+  return c;
+}
+
+const rpc_local_result *rpc_call_local_result(const rpc_call *call) { return call->local; }
+
+void rpc_call_local_free(rpc_call *call) {
+  if (call == NULL) return;
+  free(call->local->bytes);
+  free(call->local);
+  free(call);
+}
+
+/* Records the first reply (its parts copied: borrowed memory is not kept). */
+static void local_reply(rpc_call *c, ps_err code, const char *message, const rpc_part *parts,
+                        int part_count) {
+  rpc_local_result *r = c->local;
+  if (r->replies++ > 0) return;
+  r->code = code;
+  snprintf(r->message, sizeof r->message, "%s", message != NULL ? message : "");
+  if (code != PS_ERR_OK) return;
+  size_t total = 0;
+  for (int i = 0; i < part_count; i++) total += parts[i].len;
+  r->bytes = malloc(total > 0 ? total : 1);
+  if (r->bytes == NULL) {
+    r->code = PS_ERR_NO_MEMORY;
+    snprintf(r->message, sizeof r->message, "out of memory recording a local reply");
+    return;
+  }
+  for (int i = 0; i < part_count; i++) {
+    memcpy(r->bytes + r->len, parts[i].data, parts[i].len);
+    r->len += parts[i].len;
+  }
 }
 
 /* --- client ---------------------------------------------------------------- */

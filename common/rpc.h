@@ -103,6 +103,25 @@ int rpc_call_peer_has_name(const rpc_call *call, const char *name);
  * frees the server. Every deferred call must have been answered before. */
 void rpc_server_stop(rpc_server *srv);
 
+/* --- in-memory calls ---------------------------------------------------------
+ * A call no network carries, to drive a handler directly (fuzz targets,
+ * tests): rpc_call_reply on it records the reply instead of sending it. A
+ * handler may answer it at once or keep it and answer later, as a real call.
+ * The creator owns it and frees it with rpc_call_local_free after the reply
+ * (never a real call). Replies after the first are counted, not recorded. */
+typedef struct rpc_local_result {
+  int replies;       /* rpc_call_reply calls so far: 1 once answered, never more */
+  ps_err code;       /* of the first reply */
+  char message[512]; /* its status message (truncated) */
+  uint8_t *bytes;    /* its message when code is PS_ERR_OK; owned by the call */
+  size_t len;
+} rpc_local_result;
+
+/* NULL when out of memory. peer is what rpc_call_peer returns (may be NULL). */
+rpc_call *rpc_call_local_create(const char *peer);
+const rpc_local_result *rpc_call_local_result(const rpc_call *call);
+void rpc_call_local_free(rpc_call *call);
+
 /* --- client -------------------------------------------------------------- */
 
 typedef struct rpc_client rpc_client;

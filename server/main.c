@@ -31,6 +31,8 @@ typedef struct pserver_options {
   long log_every;
   long max_message_mb;
   long max_shard_mb;
+  long max_blocks;
+  long max_registrations;
   const char *on_trainer_loss;
   const char *token_file;
   const char *tls_cert, *tls_key, *tls_ca;
@@ -74,6 +76,13 @@ static const option_def pserver_option_table[] = {
     {"max-shard-mb", NULL, OPT_INT, OFF(max_shard_mb), "8192",
      "refuse a job whose shard (parameters, optimizer state, gradients) needs more MiB", NULL,
      .min = 1, .max = 1 << 30},
+    {"max-blocks-per-request", NULL, OPT_INT, OFF(max_blocks), "65536",
+     "refuse a job whose push to this pserver carries more blocks (a small --block-size "
+     "multiplies the per-block cost of every step and of the shard map)", NULL, .min = 1,
+     .max = 1 << 30},
+    {"max-registrations", NULL, OPT_INT, OFF(max_registrations), "100",
+     "incarnations each trainer id may register over this pserver's life (each restart of a "
+     "trainer is one; more get RESOURCE_EXHAUSTED; 0: no limit)", NULL, .min = 0, .max = 1e9},
     {"token-file", NULL, OPT_STRING, OFF(token_file), "",
      "file whose first line is the job's shared secret: calls without it get UNAUTHENTICATED",
      NULL, .min = 1, .max = 0},
@@ -280,7 +289,10 @@ int main(int argc, char **argv) {
                         .max_shard_mb = opt.max_shard_mb, .checkpoint_dir = opt.checkpoint_dir,
                         .continue_on_trainer_loss = strcmp(opt.on_trainer_loss, "continue") == 0,
                         .checkpoint_every = opt.checkpoint_every,
-                        .check_trainer_identity = opt.tls_ca[0] != '\0' && opt.tls_check_trainer_id};
+                        .check_trainer_identity = opt.tls_ca[0] != '\0' && opt.tls_check_trainer_id,
+                        .max_blocks_per_request = opt.max_blocks,
+                        .max_registrations = opt.max_registrations,
+                        .authenticated = token[0] != '\0'};
   if (!opt.resume && opt.checkpoint_dir[0] != '\0' &&
       process_prepare_dir(opt.checkpoint_dir, "--checkpoint-dir", &err) != PS_ERR_OK) {
     LOG_ERROR("%s", err.msg);

@@ -3,6 +3,7 @@
 #include "server/pserver.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -248,7 +249,29 @@ static ps_err configure(pserver *ps, const job_config *job, int trainer, ps_erro
                         "the job needs about %.0f MiB on each pserver, above --max-shard-mb %ld",
                         mb, ps->cfg.max_shard_mb);
   }
+  /* Every pserver builds the whole map and a push carries all of its blocks:
+   * bound both before allocating, then this pserver's exact count. */
+  long max_blocks = ps->cfg.max_blocks_per_request;
+  double all_blocks = 0;
+  for (int l = 1; l <= job->model.num_layers; l++) {
+    double w = (double)job->model.sizes[l - 1] * job->model.sizes[l], b = job->model.sizes[l];
+    all_blocks += ceil(w / (double)job->block_size) + ceil(b / (double)job->block_size);
+  }
+  if (max_blocks > 0 && all_blocks > (double)max_blocks * job->pservers) {
+    return ps_error_set(err, PS_ERR_OUT_OF_RANGE,
+                        "block size %zu cuts the model into %.0f blocks, more than "
+                        "--max-blocks-per-request %ld for each of %d pservers",
+                        job->block_size, all_blocks, max_blocks, job->pservers);
+  }
   if (table_init(&ps->table, job, ps->cfg.id, slots, err) != PS_ERR_OK) return err->code;
+  if (max_blocks > 0 && ps->table.map.shard_blocks[ps->cfg.id] > (size_t)max_blocks) {
+    size_t mine = ps->table.map.shard_blocks[ps->cfg.id];
+    table_free(&ps->table);
+    return ps_error_set(err, PS_ERR_OUT_OF_RANGE,
+                        "a push to pserver %d would carry %zu blocks (block size %zu), more than "
+                        "--max-blocks-per-request %ld", ps->cfg.id, mine, job->block_size,
+                        max_blocks);
+  }
   size_t blocks = ps->table.map.block_count;
   ps->refs_cap = blocks + 1;
   ps->refs = malloc(ps->refs_cap * sizeof *ps->refs);
@@ -287,6 +310,17 @@ static ps_err configure(pserver *ps, const job_config *job, int trainer, ps_erro
            ps->table.map.shard_blocks[ps->cfg.id], blocks, ps->table.n,
            (double)ps->table.n * 4 / 1e6);
   return PS_ERR_OK;
+}
+
+/* Whether key would be a new incarnation of its trainer beyond
+ * --max-registrations. A resent registration of the same incarnation is
+ * free; each new one resets the trainer's state and aborts its waiting push,
+ * so a crash-looping or hostile client cannot do that without end. */
+static int registrations_exhausted(const pserver *ps, const Pstrain__RequestKey *key) {
+  const trainer_state *tr = &ps->trainers[key->trainer_id];
+  if (ps->cfg.max_registrations <= 0) return 0;
+  if (tr->registered && tr->incarnation == key->incarnation) return 0;
+  return tr->registrations >= ps->cfg.max_registrations;
 }
 
 static void handle_register(pserver *ps, rpc_call *call, const rpc_message *msg) {
@@ -328,8 +362,22 @@ static void handle_register(pserver *ps, rpc_call *call, const rpc_message *msg)
     char whose[64];
     if (ps->configured_by >= 0) snprintf(whose, sizeof whose, "trainer %d's", ps->configured_by);
     else snprintf(whose, sizeof whose, "the checkpoint's");
-    refuse(call, "RegisterTrainer", PS_ERR_FAILED_PRECONDITION,
-           "trainer %u's job differs from %s: %s", req->key->trainer_id, whose, diff);
+    if (ps->cfg.authenticated) {
+      refuse(call, "RegisterTrainer", PS_ERR_FAILED_PRECONDITION,
+             "trainer %u's job differs from %s: %s", req->key->trainer_id, whose, diff);
+    } else {
+      /* Without a token anyone may ask: the job's values (seed, optimizer)
+       * would help them register as a trainer. They go to the log only. */
+      LOG_WARN("trainer %u's job differs from %s: %s", req->key->trainer_id, whose, diff);
+      job_config_diff_fields(&job, &ps->job, diff, sizeof diff);
+      refuse(call, "RegisterTrainer", PS_ERR_FAILED_PRECONDITION,
+             "trainer %u's job differs from %s in: %s (the values are in the pserver's log; "
+             "it sends them only with --token-file)", req->key->trainer_id, whose, diff);
+    }
+  } else if (registrations_exhausted(ps, req->key)) {
+    refuse(call, "RegisterTrainer", PS_ERR_RESOURCE_EXHAUSTED,
+           "trainer %u has registered %ld incarnations, the most --max-registrations allows",
+           req->key->trainer_id, ps->trainers[req->key->trainer_id].registrations);
   } else if (!ps->configured && configure(ps, &job, (int)req->key->trainer_id, &err) != PS_ERR_OK) {
     refuse(call, "RegisterTrainer", err.code, "%s", err.msg);
   } else {
@@ -346,6 +394,7 @@ static void handle_register(pserver *ps, rpc_call *call, const rpc_message *msg)
       tr->last_step = -1;
       tr->done = 0;
     }
+    if (!tr->registered || tr->incarnation != req->key->incarnation) tr->registrations++;
     tr->registered = 1;
     tr->incarnation = req->key->incarnation;
     if (!was_configured && ps->cfg.checkpoint_dir[0] != '\0') {
@@ -667,6 +716,14 @@ ps_err pserver_checkpoint(pserver *ps, ps_error *err) {
   return rc;
 }
 
+/* A checkpoint's shard number or count: 1 to 15 decimal digits, nothing else. */
+static int parse_count(const char *text, long *out) {
+  size_t n = strlen(text);
+  if (n < 1 || n > 15 || strspn(text, "0123456789") != n) return 0;
+  *out = strtol(text, NULL, 10);
+  return 1;
+}
+
 /* Reads a checkpoint's metadata and checks it is this pserver's shard of a
  * well-formed job; *job and *step receive what it holds. err names path. */
 static ps_err read_checkpoint_job(const pserver *ps, const char *path, job_config *job,
@@ -680,7 +737,12 @@ static ps_err read_checkpoint_job(const pserver *ps, const char *path, job_confi
   if (id == NULL || count == NULL) {
     return ps_error_set(err, PS_ERR_CORRUPT_DATA, "%s does not say which shard it holds", path);
   }
-  if (atoi(id) != ps->cfg.id || atoi(count) != ps->cfg.pservers) {
+  long file_id, file_count;
+  if (!parse_count(id, &file_id) || !parse_count(count, &file_count)) {
+    return ps_error_set(err, PS_ERR_CORRUPT_DATA, "%s: bad shard number '%s' of '%s'", path, id,
+                        count);
+  }
+  if (file_id != ps->cfg.id || file_count != ps->cfg.pservers) {
     return ps_error_set(err, PS_ERR_FAILED_PRECONDITION,
                         "%s holds shard %s of %s pservers, but this is pserver %d of %d", path, id,
                         count, ps->cfg.id, ps->cfg.pservers);
@@ -715,6 +777,11 @@ ps_err pserver_resume(pserver *ps, long resume_step, ps_error *err) {
     return ps_error_set(err, PS_ERR_FAILED_PRECONDITION,
                         "--resume: %s was written for %d trainers; --trainers is %d", path,
                         job.trainers, ps->cfg.trainers);
+  }
+  if (step != resume_step || job.pservers != ps->cfg.pservers) { /* header vs name and job */
+    return ps_error_set(err, PS_ERR_CORRUPT_DATA, "--resume: %s records step %ld and a job of %d "
+                        "pservers; its name says step %ld of %d", path, step, job.pservers,
+                        resume_step, ps->cfg.pservers);
   }
   pthread_mutex_lock(&ps->lock);
   ps_err rc = configure(ps, &job, -1, err);

@@ -25,6 +25,9 @@ typedef struct pserver_config {
   const char *checkpoint_dir; /* "" for none */
   long checkpoint_every;      /* steps between checkpoints (0: only at the end) */
   int check_trainer_identity; /* mutual TLS: a trainer's certificate must name trainer-<id> */
+  long max_blocks_per_request; /* refuse a job whose push to this pserver has more (0: no limit) */
+  long max_registrations;     /* incarnations each trainer id may register (0: no limit) */
+  int authenticated;          /* every call carried the job's token: refusals may name values */
 } pserver_config;
 
 typedef struct trainer_state {
@@ -35,6 +38,7 @@ typedef struct trainer_state {
   rpc_call *waiting;   /* sync: its push, answered when the step completes */
   long last_step;      /* async: last step applied, -1 before any */
   int lost;            /* dropped after missing a step (--on-trainer-loss continue) */
+  long registrations;  /* incarnations accepted so far (--max-registrations) */
 } trainer_state;
 
 typedef enum { PSERVER_RUNNING, PSERVER_FINISHED, PSERVER_FAILED } pserver_status;

@@ -49,7 +49,7 @@ status=0; wait_for "$t_pid" 30 || status=$?
 grep -q "for trainer(s) 1" "$SCRATCH/lone_t.log" ||
   fail "step timeout: trainer message: $(tail -2 "$SCRATCH/lone_t.log")"
 
-# 4. A trainer with another model is refused, naming the difference.
+# 4. A trainer with another model is refused, naming the differing fields.
 read -r p0 <<<"$(free_ports 1)"
 start diff_ps "$BIN/pserver" --pservers "127.0.0.1:$p0" --id 0 --trainers 2 --step-timeout 5; ps_pid=$LAST_PID
 start diff_t0 "$BIN/trainer" --mode pserver --pservers "127.0.0.1:$p0" --trainers 2 --id 0 "${SHORT[@]}"; t_pid=$LAST_PID
@@ -58,14 +58,19 @@ status=0
 "$BIN/trainer" --mode pserver --pservers "127.0.0.1:$p0" --trainers 2 --id 1 "${SHORT[@]}" \
   --model mlp:784,64,10 2>"$SCRATCH/diff_t1.log" || status=$?
 [ "$status" -eq 2 ] || fail "job mismatch: trainer 1 exited $status, expected 2"
-grep -qF "model mlp:784,64,10 vs mlp:784,256,128,10" "$SCRATCH/diff_t1.log" ||
+# Without a token the trainer is told the fields; the values are in the pserver's log.
+grep -qF "job differs from trainer 0's in: model (the values are in the pserver's log" "$SCRATCH/diff_t1.log" ||
   fail "job mismatch: message: $(tail -2 "$SCRATCH/diff_t1.log")"
+grep -qF "mlp:784,256,128,10" "$SCRATCH/diff_t1.log" && fail "job mismatch: the job's model was sent to the trainer"
+grep -qF "model mlp:784,64,10 vs mlp:784,256,128,10" "$SCRATCH/diff_ps.log" ||
+  fail "job mismatch: the pserver did not log the difference"
 status=0
 "$BIN/trainer" --mode pserver --pservers "127.0.0.1:$p0" --trainers 2 --id 1 "${SHORT[@]}" \
   --batch 32 --lr-schedule constant 2>"$SCRATCH/diff_t1b.log" || status=$?
 [ "$status" -eq 2 ] || fail "batch mismatch: trainer 1 exited $status, expected 2"
-grep -qF "batch 32 vs 64" "$SCRATCH/diff_t1b.log" ||
+grep -qE "job differs from trainer 0's in: .*batch" "$SCRATCH/diff_t1b.log" ||
   fail "batch mismatch: message: $(tail -2 "$SCRATCH/diff_t1b.log")"
+grep -qF "batch 32 vs 64" "$SCRATCH/diff_ps.log" || fail "batch mismatch: the pserver did not log the values"
 kill "$ps_pid" "$t_pid" 2>/dev/null
 
 # 5. The launcher stops the job when one process fails.

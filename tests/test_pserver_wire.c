@@ -137,7 +137,8 @@ int main(void) {
   char ckdir[] = "/tmp/pstrain-test-pw-XXXXXX";
   REQUIRE(mkdtemp(ckdir) != NULL);
   pserver_config cfg = {.id = 0, .pservers = 1, .trainers = TRAINERS, .step_timeout = 60,
-                        .log_every = 0, .max_shard_mb = 64, .checkpoint_dir = ckdir};
+                        .log_every = 0, .max_shard_mb = 64, .checkpoint_dir = ckdir,
+                        .max_blocks_per_request = 8, .max_registrations = 2};
   REQUIRE(pserver_init(&ps, &cfg, &err) == PS_ERR_OK);
   rpc_server_config rcfg = {.listen = "127.0.0.1:0", .methods = pserver_methods,
                             .method_count = pserver_method_count, .handler = pserver_handle,
@@ -205,6 +206,12 @@ int main(void) {
   REQUIRE(model_parse("mlp:65536,65536,10", &huge.model, &err) == PS_ERR_OK);
   CHECK_EQ_INT(send_register(0, 1, &huge, 0, job_config_hash(&huge), last_msg), PS_ERR_OUT_OF_RANGE);
   CHECK_CONTAINS(last_msg, "above --max-shard-mb 64");
+  /* Block size 10 cuts mlp:20,16,4 into 32+2+7+1 blocks, above the 8 allowed. */
+  job_config tiny_blocks = job;
+  tiny_blocks.block_size = 10;
+  CHECK_EQ_INT(send_register(0, 1, &tiny_blocks, 0, job_config_hash(&tiny_blocks), last_msg),
+               PS_ERR_OUT_OF_RANGE);
+  CHECK_CONTAINS(last_msg, "into 42 blocks, more than --max-blocks-per-request 8");
 
   /* Trainer 0 registers; trainer 1 with another model is refused by name. */
   CHECK_EQ_INT(send_register(0, 100, &job, 0, job_hash, last_msg), PS_ERR_OK);
@@ -212,7 +219,24 @@ int main(void) {
   REQUIRE(model_parse("mlp:20,8,4", &other.model, &err) == PS_ERR_OK);
   CHECK_EQ_INT(send_register(1, 200, &other, 0, job_config_hash(&other), last_msg),
                PS_ERR_FAILED_PRECONDITION);
-  CHECK_CONTAINS(last_msg, "trainer 1's job differs from trainer 0's: model mlp:20,8,4 vs mlp:20,16,4");
+  /* Without a token the reply names the fields only; the values stay in the log. */
+  CHECK_CONTAINS(last_msg, "trainer 1's job differs from trainer 0's in: model (the values are in");
+  CHECK(strstr(last_msg, "mlp:20,16,4") == NULL);
+  other.batch = 16;
+  CHECK_EQ_INT(send_register(1, 200, &other, 0, job_config_hash(&other), last_msg),
+               PS_ERR_FAILED_PRECONDITION);
+  CHECK_CONTAINS(last_msg, "differs from trainer 0's in: model, batch (");
+  /* Behind a token the caller is one of the job's: it is told the values. */
+  pthread_mutex_lock(&ps.lock);
+  ps.cfg.authenticated = 1;
+  pthread_mutex_unlock(&ps.lock);
+  CHECK_EQ_INT(send_register(1, 200, &other, 0, job_config_hash(&other), last_msg),
+               PS_ERR_FAILED_PRECONDITION);
+  CHECK_CONTAINS(last_msg,
+                 "trainer 1's job differs from trainer 0's: model mlp:20,8,4 vs mlp:20,16,4; batch 16 vs 8");
+  pthread_mutex_lock(&ps.lock);
+  ps.cfg.authenticated = 0;
+  pthread_mutex_unlock(&ps.lock);
   CHECK_EQ_INT(send_register(1, 200, &job, 0, job_hash, last_msg), PS_ERR_OK);
 
   float *before = snapshot();
@@ -238,6 +262,23 @@ int main(void) {
   s = good0; s.duplicate_first = 1; s.drop_last = 1;
   CHECK_EQ_INT(send_push(&s, grads, last_msg, NULL), PS_ERR_INVALID_ARGUMENT);
   CHECK_CONTAINS(last_msg, "appears twice");
+  /* More blocks than the whole map holds are refused while parsing. */
+  {
+    wire_writer w = {0};
+    REQUIRE(wire_writer_begin(&w, 2 * map.block_count, &err) == PS_ERR_OK);
+    wire_key key = {0, 100, 0};
+    wire_writer_push_header(&w, &key, job_hash);
+    for (int round = 0; round < 2; round++) {
+      for (size_t i = 0; i < map.block_count; i++) {
+        wire_writer_block(&w, map.blocks[i].id, grads + map.blocks[i].offset, map.blocks[i].count,
+                          NULL);
+      }
+    }
+    CHECK_EQ_INT(call(WIRE_METHOD_PUSH_PULL, w.parts, w.part_count, last_msg, NULL),
+                 PS_ERR_OUT_OF_RANGE);
+    CHECK_CONTAINS(last_msg, "message holds more than");
+    wire_writer_free(&w);
+  }
   s = good0; s.short_first = 1;
   CHECK_EQ_INT(send_push(&s, grads, last_msg, NULL), PS_ERR_INVALID_ARGUMENT);
   CHECK_CONTAINS(last_msg, "bytes, expected");
@@ -358,6 +399,15 @@ int main(void) {
   CHECK_EQ_INT(send_register(1, 201, &job, 0, job_hash, last_msg), PS_ERR_OK);
   push_spec old1 = {.trainer = 1, .incarnation = 200, .step = 1, .hash = job_hash};
   CHECK_EQ_INT(send_push(&old1, grads, last_msg, NULL), PS_ERR_FAILED_PRECONDITION);
+  CHECK_CONTAINS(last_msg, "register again");
+  CHECK(unchanged(stepped));
+  /* Trainer 1 has used its 2 incarnations (--max-registrations 2): a third is
+   * refused; a resend of the current one is not a new registration. */
+  CHECK_EQ_INT(send_register(1, 202, &job, 0, job_hash, last_msg), PS_ERR_RESOURCE_EXHAUSTED);
+  CHECK_CONTAINS(last_msg, "trainer 1 has registered 2 incarnations, the most --max-registrations");
+  CHECK_EQ_INT(send_register(1, 201, &job, 0, job_hash, last_msg), PS_ERR_OK);
+  push_spec refused1 = {.trainer = 1, .incarnation = 202, .step = 1, .hash = job_hash};
+  CHECK_EQ_INT(send_push(&refused1, grads, last_msg, NULL), PS_ERR_FAILED_PRECONDITION);
   CHECK_CONTAINS(last_msg, "register again");
   CHECK(unchanged(stepped));
 

@@ -275,6 +275,31 @@ int main(void) {
   rpc_server_stop(locked);
   test_tls(&cfg, &one);
 
+  /* In-memory calls: the handler's reply is recorded (parts joined, status
+   * and message kept); a second reply is counted, not recorded. */
+  rpc_call *local = rpc_call_local_create("fuzz");
+  REQUIRE(local != NULL);
+  CHECK_EQ_STR(rpc_call_peer(local), "fuzz");
+  CHECK_EQ_INT(rpc_call_local_result(local)->replies, 0);
+  rpc_segment seg[2] = {{(const uint8_t *)"ab", 2}, {(const uint8_t *)"cde", 3}};
+  rpc_message two = {seg, 2, 5};
+  handler(NULL, local, METHOD_ECHO, &two);
+  const rpc_local_result *res = rpc_call_local_result(local);
+  CHECK_EQ_INT(res->replies, 1);
+  CHECK_EQ_INT(res->code, PS_ERR_OK);
+  CHECK(res->len == 5 && memcmp(res->bytes, "abcde", 5) == 0);
+  rpc_call_reply(local, PS_ERR_ABORTED, "again", NULL, 0);
+  CHECK_EQ_INT(res->replies, 2);
+  CHECK_EQ_INT(res->code, PS_ERR_OK);
+  rpc_call_local_free(local);
+  local = rpc_call_local_create(NULL);
+  REQUIRE(local != NULL);
+  handler(NULL, local, METHOD_FAIL, &two);
+  CHECK_EQ_INT(rpc_call_local_result(local)->code, PS_ERR_OUT_OF_RANGE);
+  CHECK_EQ_STR(rpc_call_local_result(local)->message, "step 9 is beyond the end");
+  CHECK(rpc_call_local_result(local)->bytes == NULL);
+  rpc_call_local_free(local);
+
   free(payload);
   rpc_client_destroy(client);
   rpc_server_stop(srv);

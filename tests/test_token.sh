@@ -2,7 +2,8 @@
 # Shared-secret tokens and the bind rule (label "security"): a pserver with
 # --token-file answers calls without the token, or with a wrong one, with
 # UNAUTHENTICATED before any handler runs; the right token trains; the token
-# never appears in a log; a pserver refuses to listen beyond loopback without
+# never appears in a log; behind a token a refused trainer is told the job's
+# differing values; a pserver refuses to listen beyond loopback without
 # a token unless --insecure, which it warns about.
 . "$(dirname "$0")/lib.sh"
 require_data
@@ -33,6 +34,19 @@ done
 "$BIN/pserver" --help | grep -qF "$TOKEN" && fail "the token appears in --help"
 expect_exit 2 "the token must be 16 to 255 characters" -- "$BIN/pserver" --pservers "$PS" --id 0 \
   --token-file "$SCRATCH/short"
+
+# Behind a token a refused trainer is one of the job's: it is told the values that differ.
+read -r port <<<"$(free_ports 1)"
+start tps "$BIN/pserver" --pservers "127.0.0.1:$port" --id 0 --trainers 2 --token-file "$SCRATCH/token" \
+  --step-timeout 60; S1=$LAST_PID
+start tt0 "$BIN/trainer" --mode pserver --pservers "127.0.0.1:$port" --trainers 2 --id 0 "${SHORT[@]}" \
+  --token-file "$SCRATCH/token"; T0=$LAST_PID
+for _ in $(seq 100); do grep -q "trainer 0 registered" "$SCRATCH/tps.log" && break; sleep 0.1; done
+expect_exit 2 "; batch 32 vs 64" -- "$BIN/trainer" --mode pserver \
+  --pservers "127.0.0.1:$port" --trainers 2 --id 1 "${SHORT[@]}" --token-file "$SCRATCH/token" --batch 32
+kill "$T0" "$S1" 2>/dev/null
+wait_for "$T0" 10 >/dev/null 2>&1 || true
+wait_for "$S1" 10 >/dev/null 2>&1 || true
 
 # Beyond loopback: refused without a token, allowed (with a warning) by --insecure or a token.
 read -r port <<<"$(free_ports 1)"

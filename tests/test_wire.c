@@ -162,6 +162,9 @@ int main(void) {
   CHECK_CONTAINS(diff, "model mlp:784,128,10 vs mlp:784,256,128,10");
   CHECK_CONTAINS(diff, "trainers 3 vs 2");
   CHECK_CONTAINS(diff, "batch 32 vs 64");
+  /* Names only, for peers without the token: no value leaks. */
+  job_config_diff_fields(&other, &job, diff, sizeof diff);
+  CHECK_EQ_STR(diff, "model, trainers, batch");
   oc.lr = -1;
   CHECK_EQ_INT(wire_job_from_proto(&jc, &back, &err), PS_ERR_INVALID_ARGUMENT);
   oc.lr = 0.001;
