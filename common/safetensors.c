@@ -356,6 +356,9 @@ ps_err safetensors_read(const char *path, const tensor_layout *layout, float *da
   const char *want_crc = safetensors_meta_get(meta, "crc32c");
   char got_crc[16];
   snprintf(got_crc, sizeof got_crc, "%08x", crc32c_update(0, data, bytes));
+#ifdef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
+  want_crc = got_crc; /* fuzzed data must get past the checksum to reach its users */
+#endif
   if (want_crc == NULL || strcmp(want_crc, got_crc) != 0) {
     return ps_error_set(err, PS_ERR_CORRUPT_DATA,
                         "%s: CRC-32C of the data is %s but the header records %s (corrupt file)",

@@ -1,0 +1,283 @@
+/* Writes the fuzz targets' seed corpus from valid messages and checkpoints:
+ *   fuzz_corpus OUT   ->  OUT/pserver/, OUT/wire/, OUT/checkpoint/
+ * Seeds are made fresh each time (never committed): request sequences for
+ * a pserver (registrations, sync and async steps, pulls, resends, done),
+ * single messages, and checkpoints a real pserver wrote after 7 steps. */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/rpc.h"
+#include "tests/fuzz/fuzz_job.h"
+
+static const char *out_dir;
+static int written;
+
+static void write_seed(const char *target, const char *name, const uint8_t *data, size_t len) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", out_dir, target);
+  if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+    fprintf(stderr, "fuzz_corpus: creating %s: %s\n", path, strerror(errno));
+    exit(1);
+  }
+  snprintf(path, sizeof path, "%s/%s/%s", out_dir, target, name);
+  FILE *f = fopen(path, "wb");
+  if (f == NULL || fwrite(data, 1, len, f) != len || fclose(f) != 0) {
+    fprintf(stderr, "fuzz_corpus: writing %s: %s\n", path, strerror(errno));
+    exit(1);
+  }
+  written++;
+}
+
+/* --- pserver request sequences ------------------------------------------------ */
+
+typedef struct seq {
+  uint8_t bytes[16384];
+  size_t len;
+  job_config job;
+  tensor_layout layout;
+  shard_map map;
+} seq;
+
+static void seq_begin(seq *s, uint8_t mode) {
+  fuzz_job(&s->job, (mode & FUZZ_MODE_ASYNC) ? UPDATE_ASYNC : UPDATE_SYNC);
+  fuzz_map(&s->job, &s->layout, &s->map);
+  s->bytes[0] = mode;
+  s->len = 1;
+}
+
+static void seq_end(seq *s, const char *name) {
+  write_seed("pserver", name, s->bytes, s->len);
+  shard_map_free(&s->map);
+  tensor_layout_free(&s->layout);
+}
+
+static void add_register(seq *s, uint32_t trainer, uint64_t incarnation, const job_config *job) {
+  uint8_t body[1024];
+  size_t len = fuzz_register_bytes(job, trainer, incarnation, 0, body, sizeof body);
+  s->len = fuzz_frame(s->bytes, s->len, sizeof s->bytes, FUZZ_OP(0, 1), body, len);
+}
+
+static void add_push(seq *s, uint32_t trainer, uint64_t step, int segments) {
+  uint8_t body[4096];
+  wire_key key = {trainer, FUZZ_INCARNATION(trainer), step};
+  size_t len = fuzz_push_bytes(&s->map, 0, &key, job_config_hash(&s->job), body, sizeof body);
+  s->len = fuzz_frame(s->bytes, s->len, sizeof s->bytes, FUZZ_OP(1, segments), body, len);
+}
+
+static void add_small(seq *s, int done, uint32_t trainer, uint64_t step) {
+  uint8_t body[256];
+  wire_key key = {trainer, FUZZ_INCARNATION(trainer), step};
+  size_t len = fuzz_small_bytes(done, &key, job_config_hash(&s->job), body, sizeof body);
+  s->len = fuzz_frame(s->bytes, s->len, sizeof s->bytes, FUZZ_OP(done ? 3 : 2, 1), body, len);
+}
+
+static void pserver_seeds(void) {
+  seq s;
+  /* A whole sync job from registration: two steps, pulls, done. */
+  seq_begin(&s, 0);
+  add_register(&s, 0, FUZZ_INCARNATION(0), &s.job);
+  add_register(&s, 1, FUZZ_INCARNATION(1), &s.job);
+  add_small(&s, 0, 0, 0);
+  add_push(&s, 0, 0, 1);
+  add_push(&s, 1, 0, 2);
+  add_push(&s, 0, 1, 3);
+  add_push(&s, 1, 1, 8);
+  add_small(&s, 1, 0, 2);
+  add_small(&s, 1, 1, 2);
+  seq_end(&s, "sync-job");
+  /* The same in async mode. */
+  seq_begin(&s, FUZZ_MODE_ASYNC);
+  add_register(&s, 0, FUZZ_INCARNATION(0), &s.job);
+  add_register(&s, 1, FUZZ_INCARNATION(1), &s.job);
+  add_push(&s, 0, 0, 1);
+  add_push(&s, 1, 0, 1);
+  add_push(&s, 0, 0, 1); /* stale: answered, not applied */
+  add_small(&s, 0, 1, 1);
+  add_small(&s, 1, 0, 1);
+  seq_end(&s, "async-job");
+  /* Registered sync: a step, a resend of the finished step, a wrong step. */
+  seq_begin(&s, FUZZ_MODE_REGISTERED);
+  add_push(&s, 0, 0, 1);
+  add_push(&s, 0, 0, 2); /* resend while the step waits */
+  add_push(&s, 1, 0, 1);
+  add_push(&s, 1, 0, 1); /* resend of an applied step */
+  add_push(&s, 1, 5, 1);
+  add_small(&s, 0, 1, 1);
+  seq_end(&s, "sync-resends");
+  /* A trainer with another job (behind a token: values in the reply), a
+   * restarted trainer, registrations beyond --max-registrations. */
+  seq_begin(&s, FUZZ_MODE_REGISTERED | FUZZ_MODE_TOKEN);
+  job_config other = s.job;
+  other.batch = 8;
+  add_register(&s, 1, 999, &other);
+  for (uint64_t inc = 1; inc <= 5; inc++) add_register(&s, 1, 1000 + inc, &s.job);
+  add_push(&s, 1, 0, 1);
+  seq_end(&s, "registrations");
+  /* One message of each kind, registered. */
+  seq_begin(&s, FUZZ_MODE_REGISTERED);
+  add_push(&s, 0, 0, 1);
+  seq_end(&s, "one-push");
+  seq_begin(&s, FUZZ_MODE_REGISTERED | FUZZ_MODE_ASYNC);
+  add_small(&s, 0, 0, 0);
+  seq_end(&s, "one-pull");
+  seq_begin(&s, FUZZ_MODE_REGISTERED);
+  add_small(&s, 1, 1, 0);
+  seq_end(&s, "one-done");
+  seq_begin(&s, 0);
+  add_register(&s, 0, FUZZ_INCARNATION(0), &s.job);
+  seq_end(&s, "one-register");
+}
+
+/* --- single messages for fuzz_wire ------------------------------------------- */
+
+static void wire_seed(const char *name, uint8_t control, const uint8_t *body, size_t len) {
+  uint8_t buf[8192];
+  if (len + 1 > sizeof buf) abort();
+  buf[0] = control;
+  memcpy(buf + 1, body, len);
+  write_seed("wire", name, buf, len + 1);
+}
+
+static void wire_seeds(void) {
+  job_config job;
+  tensor_layout layout;
+  shard_map map;
+  fuzz_job(&job, UPDATE_SYNC);
+  fuzz_map(&job, &layout, &map);
+  uint8_t body[4096];
+  /* control byte: segments - 1 in bits 0-2, block capacity (bits 3-7) * 2 + 1 */
+  wire_key key = {1, FUZZ_INCARNATION(1), 3};
+  size_t len = fuzz_push_bytes(&map, 0, &key, job_config_hash(&job), body, sizeof body);
+  wire_seed("push", 0x20, body, len);
+  wire_seed("push-segments", 0x27, body, len);
+  len = fuzz_push_bytes(&map, 1, &key, job_config_hash(&job), body, sizeof body);
+  wire_seed("push-other-pserver", 0x22, body, len);
+  /* A ParamsReply: incarnation, step, the blocks. */
+  wire_writer w = {0};
+  ps_error err;
+  float values[64] = {0};
+  if (wire_writer_begin(&w, map.block_count, &err) != PS_ERR_OK) fuzz_die("writer", &err);
+  wire_writer_params_header(&w, 0x1234567890ull, 42);
+  for (size_t i = 0; i < map.block_count; i++) {
+    if (map.blocks[i].pserver == 0) wire_writer_block(&w, map.blocks[i].id, values, map.blocks[i].count, NULL);
+  }
+  len = 0;
+  for (int i = 0; i < w.part_count; i++) {
+    memcpy(body + len, w.parts[i].data, w.parts[i].len);
+    len += w.parts[i].len;
+  }
+  wire_writer_free(&w);
+  wire_seed("params-reply", 0x21, body, len);
+  len = fuzz_register_bytes(&job, 0, 77, 1, body, sizeof body);
+  wire_seed("register", 0x00, body, len);
+  wire_seed("register-segments", 0x03, body, len);
+  len = fuzz_small_bytes(0, &key, job_config_hash(&job), body, sizeof body);
+  wire_seed("pull", 0x00, body, len);
+  len = fuzz_small_bytes(1, &key, job_config_hash(&job), body, sizeof body);
+  wire_seed("done", 0x01, body, len);
+  Pstrain__JobConfig jc;
+  Pstrain__OptimizerConfig oc;
+  char text[256];
+  wire_job_to_proto(&job, &jc, &oc, text, sizeof text);
+  len = protobuf_c_message_pack(&jc.base, body);
+  wire_seed("job", 0x00, body, len);
+  const char *model = "mlp:784,256,128,10";
+  wire_seed("model", 0x00, (const uint8_t *)model, strlen(model));
+  shard_map_free(&map);
+  tensor_layout_free(&layout);
+}
+
+/* --- checkpoints ------------------------------------------------------------- */
+
+/* A pserver of the fuzz job, 7 steps (sync) or pushes (async) in, saved. */
+static void checkpoint_seed(const char *name, update_mode update) {
+  char folder[] = "/tmp/pstrain-fuzz-corpus.XXXXXX";
+  if (mkdtemp(folder) == NULL) {
+    fprintf(stderr, "fuzz_corpus: mkdtemp: %s\n", strerror(errno));
+    exit(1);
+  }
+  seq *s = malloc(sizeof *s);
+  if (s == NULL) abort();
+  seq_begin(s, FUZZ_MODE_REGISTERED | (update == UPDATE_ASYNC ? FUZZ_MODE_ASYNC : 0));
+  for (uint64_t step = 0; step < 7; step++) {
+    add_push(s, 0, step, 1);
+    if (update == UPDATE_SYNC) add_push(s, 1, step, 1);
+  }
+  /* Replay the sequence into a pserver that checkpoints. */
+  pserver ps;
+  pserver_config cfg = fuzz_pserver_config(folder);
+  ps_error err;
+  if (pserver_init(&ps, &cfg, &err) != PS_ERR_OK) fuzz_die("pserver_init", &err);
+  uint8_t body[1024];
+  for (uint32_t t = 0; t < 2; t++) {
+    size_t len = fuzz_register_bytes(&s->job, t, FUZZ_INCARNATION(t), 0, body, sizeof body);
+    rpc_segment seg = {body, len};
+    rpc_message msg = {&seg, 1, len};
+    rpc_call *c = rpc_call_local_create("corpus");
+    if (c == NULL) abort();
+    pserver_handle(&ps, c, 0, &msg);
+    rpc_call_local_free(c);
+  }
+  rpc_call *pending[16];
+  int npending = 0;
+  for (size_t at = 1; at < s->len;) {
+    size_t len = (size_t)s->bytes[at + 1] | (size_t)s->bytes[at + 2] << 8;
+    rpc_segment seg = {s->bytes + at + 3, len};
+    rpc_message msg = {&seg, 1, len};
+    rpc_call *c = rpc_call_local_create("corpus");
+    if (c == NULL || npending == 16) abort();
+    pserver_handle(&ps, c, 1, &msg);
+    pending[npending++] = c;
+    at += 3 + len;
+  }
+  if (ps.version != 7) {
+    fprintf(stderr, "fuzz_corpus: the %s pserver reached step %ld, not 7\n", name, ps.version);
+    exit(1);
+  }
+  if (pserver_checkpoint(&ps, &err) != PS_ERR_OK) fuzz_die("checkpoint", &err);
+  for (int i = 0; i < npending; i++) rpc_call_local_free(pending[i]);
+  char path[4096];
+  pserver_checkpoint_path(&ps, 7, path, sizeof path);
+  pserver_destroy(&ps);
+  FILE *f = fopen(path, "rb");
+  static uint8_t file[1 << 16];
+  size_t len = f != NULL ? fread(file, 1, sizeof file, f) : 0;
+  if (f == NULL || ferror(f) || len == sizeof file) {
+    fprintf(stderr, "fuzz_corpus: reading %s failed\n", path);
+    exit(1);
+  }
+  fclose(f);
+  write_seed("checkpoint", name, file, len);
+  if (unlink(path) != 0 || rmdir(folder) != 0) {
+    fprintf(stderr, "fuzz_corpus: removing %s: %s\n", folder, strerror(errno));
+    exit(1);
+  }
+  shard_map_free(&s->map);
+  tensor_layout_free(&s->layout);
+  free(s);
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: fuzz_corpus OUT_DIR\n");
+    return 2;
+  }
+  out_dir = argv[1];
+  if (mkdir(out_dir, 0755) != 0 && errno != EEXIST) {
+    fprintf(stderr, "fuzz_corpus: creating %s: %s\n", out_dir, strerror(errno));
+    return 1;
+  }
+  log_set_level(LOG_LEVEL_ERROR);
+  pserver_seeds();
+  wire_seeds();
+  checkpoint_seed("sync-step-7", UPDATE_SYNC);
+  checkpoint_seed("async-step-7", UPDATE_ASYNC);
+  printf("fuzz_corpus: %d seeds in %s\n", written, out_dir);
+  return 0;
+}
