@@ -1,0 +1,396 @@
+/* A malformed-message storm against a running job's pservers, for
+ * test_storm.sh: builds the real valid requests of the job the trainers run
+ * (RegisterTrainer, PushPull, Pull, Done; the job from the same trainer
+ * flags) under its own random incarnation, mutates them (bit flips,
+ * truncation, wrong trainer ids, steps and hashes, huge lengths, duplicated
+ * fields, concatenation, another method's body, random bytes, empty and
+ * oversized bodies) and sends them, many calls in flight, round robin to
+ * every pserver, until --storm-seconds or --storm-max requests, or until a
+ * pserver goes away (the job ended). Prints the counts per status and per
+ * method. Exit 0 when every answer was an error status and none timed out.
+ *   storm_client [--storm-seconds S] [--storm-max N] [--storm-seed N]
+ *                [--storm-inflight N] TRAINER FLAGS...
+ * TRAINER FLAGS are the trainers' own (--pservers, --trainers, --model,
+ * --train-samples, ...; --train-samples is required: the job's step count
+ * depends on it). */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/log.h"
+#include "common/process.h"
+#include "common/rng.h"
+#include "common/rpc.h"
+#include "common/shard_map.h"
+#include "common/wire.h"
+#include "trainer/trainer_config.h"
+
+enum { M_REGISTER, M_PUSH, M_PULL, M_DONE, M_COUNT };
+static const char *const method_path[M_COUNT] = {WIRE_METHOD_REGISTER, WIRE_METHOD_PUSH_PULL,
+                                                 WIRE_METHOD_PULL, WIRE_METHOD_DONE};
+static const char *const method_name[M_COUNT] = {"RegisterTrainer", "PushPull", "Pull", "Done"};
+
+enum {
+  MUT_NONE, MUT_BITS, MUT_TRUNCATE, MUT_TRAINER, MUT_STEP, MUT_HASH, MUT_HUGE_LENGTH,
+  MUT_DUPLICATE, MUT_CONCAT, MUT_OTHER_METHOD, MUT_RANDOM, MUT_EMPTY, MUT_OVERSIZE, MUT_COUNT
+};
+static const char *const mutation_name[MUT_COUNT] = {
+    "none", "bit flips", "truncation", "wrong trainer id", "wrong step", "wrong hash",
+    "huge length", "duplicated field", "concatenation", "another method's body", "random bytes",
+    "empty", "oversized"};
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+typedef struct storm {
+  job_config job;
+  uint64_t hash, incarnation;
+  tensor_layout layout;
+  shard_map map;
+  float *grads;
+  rng r;
+} storm;
+
+typedef struct buf {
+  uint8_t *data;
+  size_t len, cap;
+} buf;
+
+static void buf_reserve(buf *b, size_t cap) {
+  if (cap <= b->cap) return;
+  uint8_t *grown = realloc(b->data, cap);
+  if (grown == NULL) {
+    fprintf(stderr, "storm_client: out of memory\n");
+    exit(1);
+  }
+  b->data = grown;
+  b->cap = cap;
+}
+
+static void buf_set(buf *b, const uint8_t *data, size_t len) {
+  buf_reserve(b, len + 1);
+  if (len > 0) memcpy(b->data, data, len);
+  b->len = len;
+}
+
+static void pack_into(const ProtobufCMessage *m, buf *b) {
+  size_t len = protobuf_c_message_get_packed_size(m);
+  buf_reserve(b, len + 1);
+  b->len = protobuf_c_message_pack(m, b->data);
+}
+
+/* The valid request of method m to pserver p, with key fields as given. */
+static void build(const storm *s, int m, int p, uint32_t trainer, uint64_t step, uint64_t hash,
+                  buf *out) {
+  Pstrain__RequestKey key = PSTRAIN__REQUEST_KEY__INIT;
+  key.trainer_id = trainer;
+  key.incarnation = s->incarnation;
+  key.step = step;
+  if (m == M_REGISTER) {
+    Pstrain__JobConfig jc;
+    Pstrain__OptimizerConfig oc;
+    char text[256];
+    wire_job_to_proto(&s->job, &jc, &oc, text, sizeof text);
+    Pstrain__RegisterRequest req = PSTRAIN__REGISTER_REQUEST__INIT;
+    req.key = &key;
+    req.config_hash = hash;
+    req.job = &jc;
+    req.pserver_id = (uint32_t)p;
+    pack_into(&req.base, out);
+  } else if (m == M_PULL) {
+    Pstrain__PullRequest req = PSTRAIN__PULL_REQUEST__INIT;
+    req.key = &key;
+    req.config_hash = hash;
+    pack_into(&req.base, out);
+  } else if (m == M_DONE) {
+    Pstrain__DoneRequest req = PSTRAIN__DONE_REQUEST__INIT;
+    req.key = &key;
+    req.config_hash = hash;
+    pack_into(&req.base, out);
+  } else {
+    wire_writer w = {0};
+    ps_error err;
+    if (wire_writer_begin(&w, s->map.block_count, &err) != PS_ERR_OK) {
+      fprintf(stderr, "storm_client: %s\n", err.msg);
+      exit(1);
+    }
+    wire_key k = {trainer, s->incarnation, step};
+    wire_writer_push_header(&w, &k, hash);
+    for (size_t i = 0; i < s->map.block_count; i++) {
+      const shard_block *b = &s->map.blocks[i];
+      if (b->pserver == p) wire_writer_block(&w, b->id, s->grads + b->offset, b->count, NULL);
+    }
+    size_t total = 0;
+    for (int i = 0; i < w.part_count; i++) total += w.parts[i].len;
+    buf_reserve(out, total + 1);
+    out->len = 0;
+    for (int i = 0; i < w.part_count; i++) {
+      memcpy(out->data + out->len, w.parts[i].data, w.parts[i].len);
+      out->len += w.parts[i].len;
+    }
+    wire_writer_free(&w);
+  }
+}
+
+/* A request of method m for pserver p, mutated by kind. */
+static void make_request(storm *s, int m, int p, int kind, buf *out, buf *scratch) {
+  rng *r = &s->r;
+  uint32_t trainer = (uint32_t)rng_below(r, (uint64_t)s->job.trainers);
+  uint64_t step = rng_below(r, (uint64_t)s->job.steps + 2);
+  uint64_t hash = s->hash;
+  if (kind == MUT_TRAINER) {
+    trainer = (uint32_t)(s->job.trainers + rng_below(r, 4)) ^ (rng_below(r, 2) ? 0 : 0x80000000u);
+  }
+  if (kind == MUT_STEP) step = rng_next(r) >> rng_below(r, 64);
+  if (kind == MUT_HASH) hash ^= 1ull << rng_below(r, 64);
+  build(s, m, p, trainer, step, hash, out);
+  switch (kind) {
+  case MUT_BITS: {
+    int flips = 1 + (int)rng_below(r, 8);
+    for (int i = 0; i < flips && out->len > 0; i++) {
+      out->data[rng_below(r, out->len)] ^= (uint8_t)(1u << rng_below(r, 8));
+    }
+    break;
+  }
+  case MUT_TRUNCATE:
+    out->len = out->len > 0 ? (size_t)rng_below(r, out->len) : 0;
+    break;
+  case MUT_HUGE_LENGTH: {
+    /* A length-delimited field claiming up to 2^64 bytes, at a random place. */
+    size_t at = out->len > 0 ? (size_t)rng_below(r, out->len + 1) : 0;
+    uint8_t field[12];
+    size_t n = 0;
+    field[n++] = (uint8_t)((1 + rng_below(r, 3)) << 3 | 2);
+    uint64_t len = rng_below(r, 2) ? UINT64_MAX : (rng_next(r) | (1ull << 31));
+    while (len >= 0x80) {
+      field[n++] = (uint8_t)(len | 0x80);
+      len >>= 7;
+    }
+    field[n++] = (uint8_t)len;
+    buf_reserve(out, out->len + n + 1);
+    memmove(out->data + at + n, out->data + at, out->len - at);
+    memcpy(out->data + at, field, n);
+    out->len += n;
+    break;
+  }
+  case MUT_DUPLICATE: {
+    /* A slice repeated in place (a whole field when it happens to align). */
+    if (out->len == 0) break;
+    size_t from = (size_t)rng_below(r, out->len);
+    size_t len = 1 + (size_t)rng_below(r, out->len - from < 64 ? out->len - from : 64);
+    buf_reserve(out, out->len + len + 1);
+    memmove(out->data + from + len, out->data + from, out->len - from);
+    out->len += len;
+    break;
+  }
+  case MUT_CONCAT: /* protobuf merges the two: every field duplicated */
+    buf_reserve(out, 2 * out->len + 1);
+    memcpy(out->data + out->len, out->data, out->len);
+    out->len *= 2;
+    break;
+  case MUT_OTHER_METHOD:
+    build(s, (m + 1 + (int)rng_below(r, M_COUNT - 1)) % M_COUNT, p, trainer, step, hash, scratch);
+    buf_set(out, scratch->data, scratch->len);
+    break;
+  case MUT_RANDOM:
+    out->len = (size_t)rng_below(r, 300);
+    buf_reserve(out, out->len + 1);
+    for (size_t i = 0; i < out->len; i++) out->data[i] = (uint8_t)rng_next(r);
+    break;
+  case MUT_EMPTY:
+    out->len = 0;
+    break;
+  case MUT_OVERSIZE: /* past the small methods' 64 KiB; a push of junk */
+    out->len = 65 * 1024 + (size_t)rng_below(r, 64 * 1024);
+    buf_reserve(out, out->len + 1);
+    for (size_t i = 0; i < out->len; i++) out->data[i] = (uint8_t)(i * 131 + 7);
+    break;
+  default:
+    break;
+  }
+}
+
+int main(int argc, char **argv) {
+  double seconds = 30;
+  long max_requests = 30000, seed = 1, inflight = 32;
+  int rest = 1;
+  while (rest + 1 < argc && strncmp(argv[rest], "--storm-", 8) == 0) {
+    const char *name = argv[rest] + 8, *value = argv[rest + 1];
+    if (strcmp(name, "seconds") == 0) seconds = atof(value);
+    else if (strcmp(name, "max") == 0) max_requests = atol(value);
+    else if (strcmp(name, "seed") == 0) seed = atol(value);
+    else if (strcmp(name, "inflight") == 0) inflight = atol(value);
+    else {
+      fprintf(stderr, "storm_client: unknown flag %s\n", argv[rest]);
+      return 2;
+    }
+    rest += 2;
+  }
+  if (seconds <= 0 || seconds > 600 || max_requests < 1 || inflight < 1 || inflight > 256) {
+    fprintf(stderr, "storm_client: --storm-seconds 0..600, --storm-max >= 1, --storm-inflight 1..256\n");
+    return 2;
+  }
+  /* The trainers' flags give the job, exactly as a trainer computes it. */
+  trainer_settings ts;
+  ps_error err;
+  char **targv = malloc((size_t)(argc - rest + 2) * sizeof *targv);
+  if (targv == NULL) return 1;
+  targv[0] = argv[0];
+  for (int i = rest; i < argc; i++) targv[1 + i - rest] = argv[i];
+  targv[argc - rest + 1] = NULL;
+  if (trainer_settings_load(&ts, argc - rest + 1, targv, &err) != OPTIONS_OK || !ts.pserver_mode ||
+      ts.opt.train_samples <= 0) {
+    fprintf(stderr, "storm_client: %s (needs --mode pserver and --train-samples N)\n",
+            err.msg);
+    return 2;
+  }
+  log_set_level(LOG_LEVEL_ERROR);
+  storm s;
+  memset(&s, 0, sizeof s);
+  long samples = ts.opt.train_samples / ts.opt.trainers;
+  long per_epoch = (samples + ts.opt.batch - 1) / ts.opt.batch;
+  long steps = per_epoch * ts.opt.epochs;
+  if (ts.opt.max_steps > 0 && ts.opt.max_steps < steps) steps = ts.opt.max_steps;
+  ts.optimizer.total_steps = per_epoch * ts.opt.epochs;
+  s.job = (job_config){.model = ts.model, .optimizer = ts.optimizer, .update = ts.update,
+                       .trainers = (int)ts.opt.trainers, .pservers = ts.pservers.count,
+                       .block_size = (size_t)ts.opt.block_size, .seed = (uint64_t)ts.opt.seed,
+                       .batch = ts.opt.batch, .steps = steps};
+  s.hash = job_config_hash(&s.job);
+  s.incarnation = process_random_u64();
+  rng_seed(&s.r, (uint64_t)seed, 0);
+  tensor_layout_init(&s.layout);
+  if (model_build_layout(&s.job.model, &s.layout, &err) != PS_ERR_OK ||
+      shard_map_build(&s.map, &s.layout, s.job.block_size, s.job.pservers, &err) != PS_ERR_OK) {
+    fprintf(stderr, "storm_client: %s\n", err.msg);
+    return 1;
+  }
+  s.grads = malloc(s.layout.total * sizeof *s.grads);
+  if (s.grads == NULL) return 1;
+  for (size_t i = 0; i < s.layout.total; i++) s.grads[i] = (float)rng_below(&s.r, 1000) * 1e-3f;
+
+  rpc_global_init();
+  rpc_client *client;
+  rpc_channel *channels[ENDPOINTS_MAX];
+  if (rpc_client_create(&client, ts.token, &err) != PS_ERR_OK) {
+    fprintf(stderr, "storm_client: %s\n", err.msg);
+    return 1;
+  }
+  for (int p = 0; p < s.job.pservers; p++) {
+    if (rpc_channel_open(client, ts.pservers.items[p], 64 << 20, 500, &channels[p], &err) !=
+        PS_ERR_OK) {
+      fprintf(stderr, "storm_client: %s\n", err.msg);
+      return 1;
+    }
+  }
+  rpc_op *ops = calloc((size_t)inflight, sizeof *ops);
+  buf *bodies = calloc((size_t)inflight, sizeof *bodies);
+  rpc_part *parts = calloc((size_t)inflight, sizeof *parts);
+  int *op_method = calloc((size_t)inflight, sizeof *op_method);
+  if (ops == NULL || bodies == NULL || parts == NULL || op_method == NULL) return 1;
+  buf scratch = {0};
+
+  /* First the exact registration of each trainer id: its refusal shows the
+   * storm's job is the trainers' (a different job would be named as such). */
+  long by_status[PS_ERR_COUNT] = {0}, by_method[M_COUNT][PS_ERR_COUNT] = {{0}};
+  long by_mutation_ok[MUT_COUNT] = {0}, sent = 0;
+  int ended = 0; /* a pserver went away: the job ended, or it crashed */
+  char end_note[512] = "";
+  double start = now_s();
+  for (long round = 0; !ended && sent < max_requests && now_s() - start < seconds; round++) {
+    int n = (int)(max_requests - sent < inflight ? max_requests - sent : inflight);
+    int kinds[256];
+    for (int i = 0; i < n; i++) {
+      int p = (int)((sent + i) % s.job.pservers);
+      int m = (int)rng_below(&s.r, M_COUNT);
+      int kind = (int)rng_below(&s.r, MUT_COUNT);
+      if (kind == MUT_OVERSIZE && rng_below(&s.r, 8) != 0) kind = MUT_BITS; /* keep big ones rare */
+      if (round == 0 && i < s.job.trainers * s.job.pservers) { /* the exact registrations */
+        m = M_REGISTER;
+        kind = MUT_NONE;
+        p = i % s.job.pservers;
+        build(&s, M_REGISTER, p, (uint32_t)(i / s.job.pservers), 0, s.hash, &bodies[i]);
+      } else {
+        make_request(&s, m, p, kind, &bodies[i], &scratch);
+      }
+      kinds[i] = kind;
+      op_method[i] = m;
+      parts[i] = (rpc_part){bodies[i].data, bodies[i].len, NULL};
+      ops[i] = (rpc_op){.channel = channels[p], .method = method_path[m], .parts = &parts[i],
+                        .part_count = 1, .timeout_s = 30};
+    }
+    rpc_client_call_all(client, ops, n, &err); /* each op has its own result */
+    for (int i = 0; i < n; i++) {
+      ps_err code = ops[i].code;
+      if (round == 0 && i < s.job.trainers * s.job.pservers &&
+          (code != PS_ERR_RESOURCE_EXHAUSTED || strstr(ops[i].message, "--max-registrations") == NULL)) {
+        fprintf(stderr, "storm_client: the exact registration of trainer %d got %s: %s "
+                "(expected RESOURCE_EXHAUSTED: run the pservers with --max-registrations 1 and "
+                "start the storm after the trainers registered)\n",
+                i / s.job.pservers, ps_err_name(code), ops[i].message);
+        return 1;
+      }
+      by_status[code]++;
+      by_method[op_method[i]][code]++;
+      if (code == PS_ERR_OK) by_mutation_ok[kinds[i]]++;
+      if ((code == PS_ERR_UNAVAILABLE || code == PS_ERR_CANCELLED) && !ended) {
+        ended = 1;
+        snprintf(end_note, sizeof end_note, "%s %s: %.300s", rpc_channel_target(ops[i].channel),
+                 ps_err_name(code), ops[i].message);
+      }
+      rpc_reply_free(&ops[i].reply);
+    }
+    sent += n;
+  }
+  double elapsed = now_s() - start;
+
+  printf("storm: %ld requests in %.1f s (%.0f/s) to %d pservers, %ld in flight\n", sent, elapsed,
+         (double)sent / elapsed, s.job.pservers, inflight);
+  printf("storm: by status:");
+  for (int c = 0; c < PS_ERR_COUNT; c++) {
+    if (by_status[c] > 0) printf(" %s %ld", ps_err_name((ps_err)c), by_status[c]);
+  }
+  printf("\n");
+  for (int m = 0; m < M_COUNT; m++) {
+    printf("storm:   %s:", method_name[m]);
+    for (int c = 0; c < PS_ERR_COUNT; c++) {
+      if (by_method[m][c] > 0) printf(" %s %ld", ps_err_name((ps_err)c), by_method[m][c]);
+    }
+    printf("\n");
+  }
+  printf("storm: accepted (valid by chance): %ld", by_status[PS_ERR_OK]);
+  for (int k = 0; k < MUT_COUNT; k++) {
+    if (by_mutation_ok[k] > 0) printf(" [%s: %ld]", mutation_name[k], by_mutation_ok[k]);
+  }
+  printf("\n");
+  if (ended) printf("storm: stopped: a pserver went away (%s)\n", end_note);
+  long answered_error = 0;
+  for (int c = 1; c < PS_ERR_COUNT; c++) {
+    if (c != PS_ERR_UNAVAILABLE && c != PS_ERR_CANCELLED && c != PS_ERR_TIMEOUT) {
+      answered_error += by_status[c];
+    }
+  }
+  printf("storm-result sent=%ld errors=%ld ok=%ld timeout=%ld unavailable=%ld cancelled=%ld "
+         "seconds=%.1f\n", sent, answered_error, by_status[PS_ERR_OK], by_status[PS_ERR_TIMEOUT],
+         by_status[PS_ERR_UNAVAILABLE], by_status[PS_ERR_CANCELLED], elapsed);
+  fflush(stdout);
+
+  for (int i = 0; i < inflight; i++) free(bodies[i].data);
+  free(scratch.data);
+  free(bodies);
+  free(parts);
+  free(ops);
+  free(op_method);
+  free(targv);
+  free(s.grads);
+  shard_map_free(&s.map);
+  tensor_layout_free(&s.layout);
+  rpc_client_destroy(client);
+  rpc_global_shutdown();
+  return by_status[PS_ERR_OK] == 0 && by_status[PS_ERR_TIMEOUT] == 0 ? 0 : 1;
+}
