@@ -292,7 +292,7 @@ int main(int argc, char **argv) {
                         .check_trainer_identity = opt.tls_ca[0] != '\0' && opt.tls_check_trainer_id,
                         .max_blocks_per_request = opt.max_blocks,
                         .max_registrations = opt.max_registrations,
-                        .authenticated = token[0] != '\0'};
+                        .authenticated = token[0] != '\0' || opt.tls_ca[0] != '\0'};
   if (!opt.resume && opt.checkpoint_dir[0] != '\0' &&
       process_prepare_dir(opt.checkpoint_dir, "--checkpoint-dir", &err) != PS_ERR_OK) {
     LOG_ERROR("%s", err.msg);

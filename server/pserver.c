@@ -366,13 +366,13 @@ static void handle_register(pserver *ps, rpc_call *call, const rpc_message *msg)
       refuse(call, "RegisterTrainer", PS_ERR_FAILED_PRECONDITION,
              "trainer %u's job differs from %s: %s", req->key->trainer_id, whose, diff);
     } else {
-      /* Without a token anyone may ask: the job's values (seed, optimizer)
+      /* Unauthenticated, anyone may ask: the job's values (seed, optimizer)
        * would help them register as a trainer. They go to the log only. */
       LOG_WARN("trainer %u's job differs from %s: %s", req->key->trainer_id, whose, diff);
       job_config_diff_fields(&job, &ps->job, diff, sizeof diff);
       refuse(call, "RegisterTrainer", PS_ERR_FAILED_PRECONDITION,
              "trainer %u's job differs from %s in: %s (the values are in the pserver's log; "
-             "it sends them only with --token-file)", req->key->trainer_id, whose, diff);
+             "it sends them only to callers with the token or a client certificate)", req->key->trainer_id, whose, diff);
     }
   } else if (registrations_exhausted(ps, req->key)) {
     refuse(call, "RegisterTrainer", PS_ERR_RESOURCE_EXHAUSTED,

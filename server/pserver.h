@@ -27,7 +27,8 @@ typedef struct pserver_config {
   int check_trainer_identity; /* mutual TLS: a trainer's certificate must name trainer-<id> */
   long max_blocks_per_request; /* refuse a job whose push to this pserver has more (0: no limit) */
   long max_registrations;     /* incarnations each trainer id may register (0: no limit) */
-  int authenticated;          /* every call carried the job's token: refusals may name values */
+  int authenticated;          /* every caller proved itself (token or client certificate):
+                                 refusals may name values */
 } pserver_config;
 
 typedef struct trainer_state {

@@ -1,7 +1,7 @@
 /* A malformed-message storm against a running job's pservers, for
  * test_storm.sh: builds the real valid requests of the job the trainers run
- * (RegisterTrainer, PushPull, Pull, Done; the job from the same trainer
- * flags) under its own random incarnation, mutates them (bit flips,
+ * (RegisterTrainer, PushPull, Pull, Done, Rollback; the job from the same
+ * trainer flags) under its own random incarnation, mutates them (bit flips,
  * truncation, wrong trainer ids, steps and hashes, huge lengths, duplicated
  * fields, concatenation, another method's body, random bytes, empty and
  * oversized bodies) and sends them, many calls in flight, round robin to
@@ -27,10 +27,12 @@
 #include "common/wire.h"
 #include "trainer/trainer_config.h"
 
-enum { M_REGISTER, M_PUSH, M_PULL, M_DONE, M_COUNT };
+enum { M_REGISTER, M_PUSH, M_PULL, M_DONE, M_ROLLBACK, M_COUNT };
 static const char *const method_path[M_COUNT] = {WIRE_METHOD_REGISTER, WIRE_METHOD_PUSH_PULL,
-                                                 WIRE_METHOD_PULL, WIRE_METHOD_DONE};
-static const char *const method_name[M_COUNT] = {"RegisterTrainer", "PushPull", "Pull", "Done"};
+                                                 WIRE_METHOD_PULL, WIRE_METHOD_DONE,
+                                                 WIRE_METHOD_ROLLBACK};
+static const char *const method_name[M_COUNT] = {"RegisterTrainer", "PushPull", "Pull", "Done",
+                                                 "Rollback"};
 
 enum {
   MUT_NONE, MUT_BITS, MUT_TRUNCATE, MUT_TRAINER, MUT_STEP, MUT_HASH, MUT_HUGE_LENGTH,
@@ -106,6 +108,13 @@ static void build(const storm *s, int m, int p, uint32_t trainer, uint64_t step,
     Pstrain__PullRequest req = PSTRAIN__PULL_REQUEST__INIT;
     req.key = &key;
     req.config_hash = hash;
+    pack_into(&req.base, out);
+  } else if (m == M_ROLLBACK) {
+    Pstrain__RollbackRequest req = PSTRAIN__ROLLBACK_REQUEST__INIT;
+    req.key = &key;
+    req.config_hash = hash;
+    req.step = step > 0 ? step - 1 : 0;
+    req.restarted_pserver = (uint32_t)p;
     pack_into(&req.base, out);
   } else if (m == M_DONE) {
     Pstrain__DoneRequest req = PSTRAIN__DONE_REQUEST__INIT;
@@ -277,7 +286,7 @@ int main(int argc, char **argv) {
   rpc_global_init();
   rpc_client *client;
   rpc_channel *channels[ENDPOINTS_MAX];
-  if (rpc_client_create(&client, ts.token, &err) != PS_ERR_OK) {
+  if (rpc_client_create(&client, ts.token, &ts.tls, &err) != PS_ERR_OK) {
     fprintf(stderr, "storm_client: %s\n", err.msg);
     return 1;
   }

@@ -132,6 +132,24 @@ static void pserver_seeds(void) {
   seq_begin(&s, 0);
   add_register(&s, 0, FUZZ_INCARNATION(0), &s.job);
   seq_end(&s, "one-register");
+  /* A rollback after a step (refused here: the pserver has no checkpoints). */
+  seq_begin(&s, FUZZ_MODE_REGISTERED);
+  add_push(&s, 0, 0, 1);
+  add_push(&s, 1, 0, 1);
+  {
+    Pstrain__RequestKey key = PSTRAIN__REQUEST_KEY__INIT;
+    key.trainer_id = 0;
+    key.incarnation = FUZZ_INCARNATION(0);
+    key.step = 1;
+    Pstrain__RollbackRequest req = PSTRAIN__ROLLBACK_REQUEST__INIT;
+    req.key = &key;
+    req.config_hash = job_config_hash(&s.job);
+    req.step = 0;
+    uint8_t body[256];
+    size_t len = protobuf_c_message_pack(&req.base, body);
+    s.len = fuzz_frame(s.bytes, s.len, sizeof s.bytes, FUZZ_OP(4, 1), body, len);
+  }
+  seq_end(&s, "rollback");
 }
 
 /* --- single messages for fuzz_wire ------------------------------------------- */

@@ -53,9 +53,10 @@ enum {
   FUZZ_MODE_ASYNC = 2,      /* the job is async (else sync) */
   FUZZ_MODE_TOKEN = 4,      /* the pserver runs behind a token */
 };
-/* op: bits 0-1 the method (pserver_methods order), bits 2-4 the segments - 1
- * the body arrives in, as gRPC hands over a message in several slices. */
-#define FUZZ_OP(method, segments) ((uint8_t)((method) | (((segments) - 1) << 2)))
+/* op: bits 0-2 the method (pserver_methods order, modulo their count), bits
+ * 3-5 the segments - 1 the body arrives in, as gRPC hands over a message in
+ * several slices. */
+#define FUZZ_OP(method, segments) ((uint8_t)((method) | (((segments) - 1) << 3)))
 
 /* Appends one framed request to buf (capacity cap); returns the new length. */
 static inline size_t fuzz_frame(uint8_t *buf, size_t used, size_t cap, uint8_t op,

@@ -136,9 +136,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (len > size - at) len = size - at;
     const uint8_t *bytes = data + at;
     at += len;
-    int method = op & 3;
+    int method = (op & 7) % pserver_method_count;
     /* The body in up to 8 non-empty segments of near-equal size. */
-    size_t want = (size_t)((op >> 2) & 7) + 1, count = len == 0 ? 0 : (want < len ? want : len);
+    size_t want = (size_t)((op >> 3) & 7) + 1, count = len == 0 ? 0 : (want < len ? want : len);
     rpc_segment segs[8];
     for (size_t i = 0, from = 0; i < count; i++) {
       size_t to = len * (i + 1) / count;
@@ -168,14 +168,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         pstrain__register_reply__free_unpacked(reply, NULL);
       }
     }
-    if (r->replies == 0 && method != 1) finding("a Register, Pull or Done left unanswered", request);
+    if (r->replies == 0 && method != 1) finding("a request other than a push left unanswered", request);
     free(before.data);
     for (int i = 0; i < ncalls; i++) {
       if (rpc_call_local_result(calls[i])->replies > 1) finding("an earlier call answered twice", request);
     }
   }
 
-  pserver_abort_waiting(&ps, "fuzz input over");
+  pserver_abort_waiting(&ps, PS_ERR_UNAVAILABLE, "fuzz input over");
   for (int i = 0; i < ncalls; i++) {
     if (rpc_call_local_result(calls[i])->replies != 1) finding("a call not answered exactly once", i);
     rpc_call_local_free(calls[i]);
