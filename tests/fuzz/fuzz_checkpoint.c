@@ -9,6 +9,7 @@
  * leaves it unconfigured; an accepted layout read round-trips through
  * safetensors_write to the same bytes of data. */
 #define _POSIX_C_SOURCE 200809L
+#include <dirent.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -30,9 +31,19 @@ static void finding(const char *what, const char *detail) {
   abort();
 }
 
+/* At exit: the folder and what the pservers wrote in it (best effort). */
 static void remove_folder(void) {
-  unlink(path);
-  unlink(copy_path);
+  DIR *d = opendir(folder);
+  if (d != NULL) {
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+      if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+      char file[600];
+      snprintf(file, sizeof file, "%s/%s", folder, e->d_name);
+      unlink(file);
+    }
+    closedir(d);
+  }
   rmdir(folder);
 }
 

@@ -4,6 +4,7 @@
  * a pserver (registrations, sync and async steps, pulls, resends, done),
  * single messages, and checkpoints a real pserver wrote after 7 steps. */
 #define _POSIX_C_SOURCE 200809L
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -213,6 +214,30 @@ static void wire_seeds(void) {
 
 /* --- checkpoints ------------------------------------------------------------- */
 
+/* Removes the temporary folder and the checkpoints the pserver left in it. */
+static void remove_folder(const char *folder) {
+  DIR *d = opendir(folder);
+  if (d == NULL) {
+    fprintf(stderr, "fuzz_corpus: reading %s: %s\n", folder, strerror(errno));
+    exit(1);
+  }
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", folder, e->d_name);
+    if (unlink(path) != 0) {
+      fprintf(stderr, "fuzz_corpus: removing %s: %s\n", path, strerror(errno));
+      exit(1);
+    }
+  }
+  closedir(d);
+  if (rmdir(folder) != 0) {
+    fprintf(stderr, "fuzz_corpus: removing %s: %s\n", folder, strerror(errno));
+    exit(1);
+  }
+}
+
 /* A pserver of the fuzz job, 7 steps (sync) or pushes (async) in, saved. */
 static void checkpoint_seed(const char *name, update_mode update) {
   char folder[] = "/tmp/pstrain-fuzz-corpus.XXXXXX";
@@ -272,10 +297,7 @@ static void checkpoint_seed(const char *name, update_mode update) {
   }
   fclose(f);
   write_seed("checkpoint", name, file, len);
-  if (unlink(path) != 0 || rmdir(folder) != 0) {
-    fprintf(stderr, "fuzz_corpus: removing %s: %s\n", folder, strerror(errno));
-    exit(1);
-  }
+  remove_folder(folder);
   shard_map_free(&s->map);
   tensor_layout_free(&s->layout);
   free(s);
