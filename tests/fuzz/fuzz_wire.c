@@ -146,7 +146,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const ProtobufCMessageDescriptor *small[] = {
       &pstrain__register_request__descriptor, &pstrain__pull_request__descriptor,
       &pstrain__done_request__descriptor, &pstrain__job_config__descriptor,
-      &pstrain__register_reply__descriptor, &pstrain__done_reply__descriptor};
+      &pstrain__register_reply__descriptor, &pstrain__done_reply__descriptor,
+      &pstrain__rollback_request__descriptor};
   for (size_t i = 0; i < sizeof small / sizeof small[0]; i++) {
     ps_error err;
     ProtobufCMessage *m = wire_unpack(small[i], &msg, &err);
