@@ -11,6 +11,9 @@ cleanup() {
   rm -rf "$SCRATCH"
 }
 trap cleanup EXIT
+# Open MPI's session folder, private to this test: jobs of concurrent tests
+# sharing /tmp/ompi.HOST.UID race on its creation and removal.
+export OMPI_MCA_orte_tmpdir_base="$SCRATCH"
 DATA=${PSTRAIN_TEST_DATA:-/usr/share/datasets/fashion-mnist}
 # Debian's python3, which scripts/setup gives numpy; another python3 may come first on PATH.
 PY=/usr/bin/python3
