@@ -7,15 +7,10 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "trainer/backend.h"
 #include "trainer/mlp.h"
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static int run_step(mlp *m, int batch, ps_error *err) {
   const backend_ops *ops = m->be->ops;

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/checkpoint.h"
 #include "common/log.h"
 #include "common/safetensors.h"
@@ -20,12 +21,6 @@ enum { METHOD_REGISTER, METHOD_PUSH_PULL, METHOD_PULL, METHOD_DONE, METHOD_ROLLB
 const char *const pserver_methods[] = {WIRE_METHOD_REGISTER, WIRE_METHOD_PUSH_PULL,
                                        WIRE_METHOD_PULL, WIRE_METHOD_DONE, WIRE_METHOD_ROLLBACK};
 const int pserver_method_count = 5;
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 ps_err pserver_init(pserver *ps, const pserver_config *cfg, ps_error *err) {
   memset(ps, 0, sizeof *ps);

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/process.h"
 #include "common/rng.h"
@@ -42,12 +43,6 @@ static const char *const mutation_name[MUT_COUNT] = {
     "none", "bit flips", "truncation", "wrong trainer id", "wrong step", "wrong hash",
     "huge length", "duplicated field", "concatenation", "another method's body", "random bytes",
     "empty", "oversized"};
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 typedef struct storm {
   job_config job;

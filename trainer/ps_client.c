@@ -7,18 +7,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/process.h"
 
 /* Replies carry the whole shard: allow a generous multiple of it. */
 #define MESSAGE_LIMIT ((size_t)2047 << 20)
 #define RECONNECT_MS 500
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void fill_key(const ps_client *c, long step, Pstrain__RequestKey *key) {
   pstrain__request_key__init(key);

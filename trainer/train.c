@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/process.h"
 #include "common/safetensors.h"
@@ -15,12 +16,6 @@
 
 /* Evaluation batches are larger than training ones: no backward pass. */
 #define EVAL_BATCH 256
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static ps_err check_model_fits_data(const model_desc *m, const dataset *ds, const char *model_text,
                                     ps_error *err) {
