@@ -41,12 +41,60 @@ expect_exit() {
   fi
 }
 
+# flip_bit FILE OFFSET [BIT]: flips one bit (default the lowest) of the byte
+# at OFFSET in place, so the file differs from the original whatever the
+# byte was (writing a fixed value changes nothing when the byte had it).
+flip_bit() {
+  "$PY" -c 'import sys
+path, at, bit = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+with open(path, "r+b") as f:
+    f.seek(at); b = f.read(1)
+    assert len(b) == 1, f"{path} has no byte at {at}"
+    f.seek(at); f.write(bytes([b[0] ^ (1 << bit)]))' "$1" "$2" "${3:-0}"
+}
+
 # free_ports N: N TCP ports on 127.0.0.1 that were free a moment ago.
 free_ports() {
   python3 -c 'import socket,sys
 socks=[socket.socket() for _ in range(int(sys.argv[1]))]
 for s in socks: s.bind(("127.0.0.1", 0))
 print(" ".join(str(s.getsockname()[1]) for s in socks))' "$1"
+}
+
+# start_pservers PREFIX COUNT [PSERVER FLAGS...]: starts COUNT pservers (logs
+# PREFIX-s0.log ...) on ports the kernel picks, waits for each one's "ready"
+# line and reads its port from it, so no port is bound, released and hoped
+# to be still free. Sets PS (the list for trainers) and SPIDS (their pids).
+# A pserver takes only its own entry and the count from --pservers, and
+# --listen overrides the entry, so the list it gets holds placeholders.
+start_pservers() {
+  local prefix=$1 count=$2 i port placeholders=""
+  shift 2
+  for ((i = 0; i < count; i++)); do placeholders+="${placeholders:+,}127.0.0.1:$((i + 1))"; done
+  SPIDS=()
+  PS=""
+  for ((i = 0; i < count; i++)); do
+    start "$prefix-s$i" "$BIN/pserver" --pservers "$placeholders" --id "$i" --listen 127.0.0.1:0 "$@"
+    SPIDS+=("$LAST_PID")
+  done
+  for ((i = 0; i < count; i++)); do
+    port=$(ready_port "$SCRATCH/$prefix-s$i.log" "${SPIDS[$i]}") ||
+      { fail "pserver $prefix-s$i did not get ready: $(tail -3 "$SCRATCH/$prefix-s$i.log")"; return 1; }
+    PS+="${PS:+,}127.0.0.1:$port"
+  done
+}
+
+# ready_port LOG PID: the port in LOG's "ready:" line, waiting up to 30 s
+# while PID runs; fails when it exits or time is up.
+ready_port() {
+  local log=$1 pid=$2 port
+  for _ in $(seq 300); do
+    port=$(sed -n 's/.* ready: .*(port \([0-9][0-9]*\),.*/\1/p' "$log" 2>/dev/null | head -1)
+    [ -n "$port" ] && { echo "$port"; return 0; }
+    kill -0 "$pid" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
 }
 
 # start NAME COMMAND...: runs COMMAND in the background, output in

@@ -51,7 +51,7 @@ file="$SCRATCH/ck-copy/$(printf 'model-step-%09d.safetensors' "$killed")"
 expect_exit 2 "is another job's (this job vs the file's: optimizer adam lr=0.001" -- "$BIN/trainer" "${COMMON[@]}" --lr 0.001 \
   --checkpoint-dir "$SCRATCH/ck-copy" --resume --resume-step "$killed"
 size=$(stat -c %s "$file")
-printf '\x55' | dd of="$file" bs=1 seek=$((size - 7)) conv=notrunc 2>/dev/null
+flip_bit "$file" $((size - 7))
 expect_exit 2 "CRC-32C" -- "$BIN/trainer" "${COMMON[@]}" --checkpoint-dir "$SCRATCH/ck-copy" \
   --resume --resume-step "$killed"
 mkdir -p "$SCRATCH/empty"

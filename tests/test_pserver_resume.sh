@@ -20,15 +20,11 @@ timeout 300 "$LAUNCH" --bin "$BIN" --pservers 2 --trainers 2 --quiet --log-dir "
 # The same job, its pservers stopped after a checkpoint at step 100 or later.
 CK="$SCRATCH/ck"
 mkdir -p "$CK"
-read -r p0 p1 <<<"$(free_ports 2)"
-PS="127.0.0.1:$p0,127.0.0.1:$p1"
 run_job() { # run_job TAG [PSERVER FLAGS...]: starts 2 pservers and 2 trainers
   local tag=$1
   shift
-  start "$tag-s0" "$BIN/pserver" --pservers "$PS" --id 0 --trainers 2 --checkpoint-dir "$CK" \
-    --checkpoint-every 50 --log-every 50 "$@"; S0=$LAST_PID
-  start "$tag-s1" "$BIN/pserver" --pservers "$PS" --id 1 --trainers 2 --checkpoint-dir "$CK" \
-    --checkpoint-every 50 --log-every 50 "$@"; S1=$LAST_PID
+  start_pservers "$tag" 2 --trainers 2 --checkpoint-dir "$CK" --checkpoint-every 50 --log-every 50 "$@"
+  S0=${SPIDS[0]} S1=${SPIDS[1]}
   start "$tag-t0" "$BIN/trainer" --mode pserver --pservers "$PS" --trainers 2 --id 0 "${COMMON[@]}" --recover-timeout 2 \
     --export "$SCRATCH/$tag.safetensors"; T0=$LAST_PID
   start "$tag-t1" "$BIN/trainer" --mode pserver --pservers "$PS" --trainers 2 --id 1 "${COMMON[@]}" --recover-timeout 2; T1=$LAST_PID
@@ -71,7 +67,7 @@ BAD="$SCRATCH/bad"
 cp -r "$SCRATCH/ck-copy" "$BAD"
 file="$BAD/$(printf 'pserver-0-of-2-step-%09d.safetensors' "$both")"
 size=$(stat -c %s "$file")
-printf '\xff' | dd of="$file" bs=1 seek=$((size - 100)) conv=notrunc 2>/dev/null
+flip_bit "$file" $((size - 100))
 expect_exit 2 "CRC-32C" -- "$BIN/pserver" --pservers "$PS" --id 0 --trainers 2 --checkpoint-dir "$BAD" \
   --resume --resume-step "$both"
 expect_exit 2 "no checkpoint of pserver 0 of 2" -- "$BIN/pserver" --pservers "$PS" --id 0 --trainers 2 \

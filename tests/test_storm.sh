@@ -17,12 +17,8 @@ COMMON=(--train-samples 60000 --test-samples 200 --max-steps 6000 --optimizer mo
 
 run_job() { # run_job TAG: 2 pservers and 2 trainers; trainer 0 exports TAG.safetensors
   local tag=$1
-  read -r p0 p1 <<<"$(free_ports 2)"
-  PS="127.0.0.1:$p0,127.0.0.1:$p1"
-  start "$tag-s0" "$BIN/pserver" --pservers "$PS" --id 0 --trainers 2 --max-registrations 1 \
-    --log-every 1000; S0=$LAST_PID
-  start "$tag-s1" "$BIN/pserver" --pservers "$PS" --id 1 --trainers 2 --max-registrations 1 \
-    --log-every 1000; S1=$LAST_PID
+  start_pservers "$tag" 2 --trainers 2 --max-registrations 1 --log-every 1000
+  S0=${SPIDS[0]} S1=${SPIDS[1]}
   start "$tag-t0" "$BIN/trainer" --mode pserver --pservers "$PS" --trainers 2 --id 0 "${COMMON[@]}" \
     --export "$SCRATCH/$tag.safetensors"; T0=$LAST_PID
   start "$tag-t1" "$BIN/trainer" --mode pserver --pservers "$PS" --trainers 2 --id 1 "${COMMON[@]}"; T1=$LAST_PID

@@ -46,16 +46,14 @@ for i in 0 1; do
 done
 
 # 2. One pserver with mutual TLS; trainers that must fail, then the real one.
-read -r port base_port <<<"$(free_ports 2)"
-PS="127.0.0.1:$port"
-"$BIN/pserver" --pservers "127.0.0.1:$base_port" --id 0 --trainers 1 >"$SCRATCH/base-ps.log" 2>&1 &
-base_pid=$!
-PIDS+=("$base_pid")
+start_pservers base 1 --trainers 1
+base_pid=${SPIDS[0]}
 expect_exit 0 "done: 1 epochs (20 steps)" -- "$BIN/trainer" --mode pserver --pservers \
-  "127.0.0.1:$base_port" "${JOB[@]}" --connect-timeout 30 --export "$SCRATCH/base.safetensors"
+  "$PS" "${JOB[@]}" --connect-timeout 30 --export "$SCRATCH/base.safetensors"
 wait_for "$base_pid" 20 >/dev/null || fail "the plaintext pserver did not exit 0"
 
-start ps "$BIN/pserver" --pservers "$PS" --id 0 --trainers 1 "${SERVER_TLS[@]}"; S0=$LAST_PID
+start_pservers ps 1 --trainers 1 "${SERVER_TLS[@]}"
+S0=${SPIDS[0]}
 T=("$BIN/trainer" --mode pserver --pservers "$PS" "${JOB[@]}" --connect-timeout 3)
 expect_exit 1 "could not reach pserver 0 at $PS within 3 s" -- "${T[@]}"
 grep -qF "this trainer talks plaintext: if the pserver serves TLS, give --tls-ca" "$SCRATCH/stderr" ||
@@ -71,8 +69,8 @@ expect_exit 1 "one with --tls-ca requires this trainer's --tls-cert and --tls-ke
 expect_exit 1 "the client certificate names trainer-1, not trainer-0" -- "${T[@]}" \
   --tls-ca "$C/ca.pem" --tls-cert "$C/trainer-1.pem" --tls-key "$C/trainer-1.key"
 grep -q "(PERMISSION_DENIED)" "$SCRATCH/stderr" || fail "the impostor did not get PERMISSION_DENIED"
-grep -q "registered" "$SCRATCH/ps.log" && fail "a trainer registered with a refused certificate"
-grep -q "refused RegisterTrainer .*names trainer-1, not trainer-0" "$SCRATCH/ps.log" ||
+grep -q "registered" "$SCRATCH/ps-s0.log" && fail "a trainer registered with a refused certificate"
+grep -q "refused RegisterTrainer .*names trainer-1, not trainer-0" "$SCRATCH/ps-s0.log" ||
   fail "the pserver did not log the impostor"
 # The real trainer 0 (with --tls-server-name, as across hosts reached by IP):
 # its result equals the plaintext run, so nothing above changed the pserver.
@@ -85,7 +83,9 @@ status=0; wait_for "$S0" 20 || status=$?
 [ "$status" -eq 0 ] || fail "the mutual-TLS pserver exited $status"
 
 # 3. Certificate flags checked at start, naming the file.
-read -r port <<<"$(free_ports 1)"
+# Nothing below binds a fixed port: a pserver listens on port 0 (the kernel
+# picks) and trainers that must fail before connecting get a placeholder.
+port=1
 P=(--pservers "127.0.0.1:$port" --id 0)
 expect_exit 2 "--tls-cert $SCRATCH/missing.pem: No such file or directory" -- "$BIN/pserver" \
   "${P[@]}" --tls-cert "$SCRATCH/missing.pem" --tls-key "$C/server.key"
@@ -106,11 +106,11 @@ PSTRAIN_TLS_CA="$SCRATCH/missing-env.pem" expect_exit 2 "--tls-ca $SCRATCH/missi
 
 # 4. The bind rule: beyond loopback, TLS alone suffices; nothing is refused.
 expect_exit 2 "with neither --token-file nor TLS" -- "$BIN/pserver" "${P[@]}" \
-  --listen "0.0.0.0:$port"
-start open "$BIN/pserver" "${P[@]}" --listen "0.0.0.0:$port" --tls-cert "$C/server.pem" \
+  --listen "0.0.0.0:0"
+start open "$BIN/pserver" "${P[@]}" --listen "0.0.0.0:0" --tls-cert "$C/server.pem" \
   --tls-key "$C/server.key"; pid=$LAST_PID
 for _ in $(seq 100); do grep -q "ready:" "$SCRATCH/open.log" && break; sleep 0.1; done
-grep -q "ready: .*(port $port, TLS)" "$SCRATCH/open.log" || fail "a TLS pserver on 0.0.0.0 did not start"
+grep -qE "ready: .*listening on 0.0.0.0:0 \(port [1-9][0-9]*, TLS\)" "$SCRATCH/open.log" || fail "a TLS pserver on 0.0.0.0 did not start"
 grep -q "neither a token nor TLS" "$SCRATCH/open.log" && fail "a TLS pserver on 0.0.0.0 warned about --insecure"
 kill "$pid"
 wait_for "$pid" 10 >/dev/null || true

@@ -14,47 +14,44 @@ printf 'wrong-token-0123456789\n' >"$SCRATCH/wrong"
 printf 'short\n' >"$SCRATCH/short"
 chmod 600 "$SCRATCH/token" "$SCRATCH/wrong" "$SCRATCH/short"
 
-read -r port <<<"$(free_ports 1)"
-PS="127.0.0.1:$port"
-start ps "$BIN/pserver" --pservers "$PS" --id 0 --trainers 1 --token-file "$SCRATCH/token"; S0=$LAST_PID
+start_pservers ps 1 --trainers 1 --token-file "$SCRATCH/token"
+S0=${SPIDS[0]}
 expect_exit 1 "UNAUTHENTICATED" -- "$BIN/trainer" --mode pserver --pservers "$PS" "${SHORT[@]}"
 cp "$SCRATCH/stderr" "$SCRATCH/none.log"
 expect_exit 1 "missing or wrong token" -- "$BIN/trainer" --mode pserver --pservers "$PS" "${SHORT[@]}" \
   --token-file "$SCRATCH/wrong"
-grep -q "registered" "$SCRATCH/ps.log" && fail "a handler ran for an unauthenticated call"
+grep -q "registered" "$SCRATCH/ps-s0.log" && fail "a handler ran for an unauthenticated call"
 expect_exit 0 "done: 1 epochs (20 steps)" -- "$BIN/trainer" --mode pserver --pservers "$PS" "${SHORT[@]}" \
   --token-file "$SCRATCH/token"
 cp "$SCRATCH/stderr" "$SCRATCH/good.log"
 status=0; wait_for "$S0" 20 || status=$?
 [ "$status" -eq 0 ] || fail "the pserver exited $status"
-grep -q "refused .*missing or wrong token" "$SCRATCH/ps.log" || fail "the pserver did not log the refusals"
-for log in ps.log none.log good.log; do
+grep -q "refused .*missing or wrong token" "$SCRATCH/ps-s0.log" || fail "the pserver did not log the refusals"
+for log in ps-s0.log none.log good.log; do
   grep -qF "$TOKEN" "$SCRATCH/$log" && fail "the token appears in $log"
 done
 "$BIN/pserver" --help | grep -qF "$TOKEN" && fail "the token appears in --help"
-expect_exit 2 "the token must be 16 to 255 characters" -- "$BIN/pserver" --pservers "$PS" --id 0 \
+expect_exit 2 "the token must be 16 to 255 characters" -- "$BIN/pserver" --pservers 127.0.0.1:1 --id 0 \
   --token-file "$SCRATCH/short"
 
 # Behind a token a refused trainer is one of the job's: it is told the values that differ.
-read -r port <<<"$(free_ports 1)"
-start tps "$BIN/pserver" --pservers "127.0.0.1:$port" --id 0 --trainers 2 --token-file "$SCRATCH/token" \
-  --step-timeout 60; S1=$LAST_PID
-start tt0 "$BIN/trainer" --mode pserver --pservers "127.0.0.1:$port" --trainers 2 --id 0 "${SHORT[@]}" \
+start_pservers tps 1 --trainers 2 --token-file "$SCRATCH/token" --step-timeout 60
+S1=${SPIDS[0]}
+start tt0 "$BIN/trainer" --mode pserver --pservers "$PS" --trainers 2 --id 0 "${SHORT[@]}" \
   --token-file "$SCRATCH/token"; T0=$LAST_PID
-for _ in $(seq 100); do grep -q "trainer 0 registered" "$SCRATCH/tps.log" && break; sleep 0.1; done
+for _ in $(seq 100); do grep -q "trainer 0 registered" "$SCRATCH/tps-s0.log" && break; sleep 0.1; done
 expect_exit 2 "; batch 32 vs 64" -- "$BIN/trainer" --mode pserver \
-  --pservers "127.0.0.1:$port" --trainers 2 --id 1 "${SHORT[@]}" --token-file "$SCRATCH/token" --batch 32
+  --pservers "$PS" --trainers 2 --id 1 "${SHORT[@]}" --token-file "$SCRATCH/token" --batch 32
 kill "$T0" "$S1" 2>/dev/null
 wait_for "$T0" 10 >/dev/null 2>&1 || true
 wait_for "$S1" 10 >/dev/null 2>&1 || true
 
 # Beyond loopback: refused without a token, allowed (with a warning) by --insecure or a token.
-read -r port <<<"$(free_ports 1)"
-expect_exit 2 "refusing to listen on 0.0.0.0:$port" -- "$BIN/pserver" --pservers "127.0.0.1:$port" \
-  --id 0 --listen "0.0.0.0:$port"
+expect_exit 2 "refusing to listen on 0.0.0.0:0" -- "$BIN/pserver" --pservers 127.0.0.1:1 \
+  --id 0 --listen 0.0.0.0:0
 for extra in "--insecure" "--token-file $SCRATCH/token"; do
   # shellcheck disable=SC2086
-  start open "$BIN/pserver" --pservers "127.0.0.1:$port" --id 0 --listen "0.0.0.0:$port" $extra; pid=$LAST_PID
+  start open "$BIN/pserver" --pservers 127.0.0.1:1 --id 0 --listen 0.0.0.0:0 $extra; pid=$LAST_PID
   for _ in $(seq 50); do grep -q "ready:" "$SCRATCH/open.log" && break; sleep 0.1; done
   grep -q "ready:" "$SCRATCH/open.log" || fail "$extra: the pserver did not start"
   if [ "$extra" = "--insecure" ]; then

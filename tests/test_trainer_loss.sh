@@ -17,10 +17,8 @@ kill_trainer1_when_training() {
 }
 
 for policy in stop continue; do
-  read -r port <<<"$(free_ports 1)"
-  PS="127.0.0.1:$port"
-  start "$policy-s0" "$BIN/pserver" --pservers "$PS" --id 0 --trainers 2 --step-timeout 2 \
-    --on-trainer-loss "$policy"; S0=$LAST_PID
+  start_pservers "$policy" 1 --trainers 2 --step-timeout 2 --on-trainer-loss "$policy"
+  S0=${SPIDS[0]}
   start "$policy-t0" "$BIN/trainer" --mode pserver --pservers "$PS" --trainers 2 --id 0 "${FLAGS[@]}"; T0=$LAST_PID
   start "$policy-t1" "$BIN/trainer" --mode pserver --pservers "$PS" --trainers 2 --id 1 "${FLAGS[@]}"; T1=$LAST_PID
   kill_trainer1_when_training "$policy"
