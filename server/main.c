@@ -2,6 +2,7 @@
  * listen, "ready", serve until every trainer is done (exit 0), a step waits
  * too long (exit 1) or a signal arrives (exit 0 after answering waiters). */
 #define _POSIX_C_SOURCE 200809L
+#include <errno.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -64,7 +65,8 @@ static const option_def pserver_option_table[] = {
      "port to bind when --listen is not given (0: the list entry's)", NULL, .min = 0,
      .max = 65535},
     {"rpc-threads", NULL, OPT_INT, OFF(threads), "1",
-     "RPC worker threads (handlers never block; more threads mean more hand-offs)", NULL,
+     "RPC worker threads (handlers never block: the disk is the work of the pserver's disk "
+     "threads; more threads mean more hand-offs)", NULL,
      .min = 1, .max = 256},
     {"step-timeout", NULL, OPT_DOUBLE, OFF(step_timeout), "120",
      "seconds a sync step waits for the last trainer before the job stops", NULL, .min = 0.1,
@@ -188,11 +190,22 @@ static int find_own_index(const endpoint_list *list, long port, const char **how
   return found;
 }
 
-int main(int argc, char **argv) {
+/* Everything start-up decides, stage by stage. */
+typedef struct pserver_start {
   pserver_options opt;
+  endpoint_list list;
+  int id;
+  const char *id_from;
+  char listen[ENDPOINT_LEN + 16];
+  char token[TOKEN_MAX];
+  tls_config tls;
+  char effective[2048];
+} pserver_start;
+
+/* Options and log level; returns -1 to go on, else the exit status. */
+static int parse_options(pserver_start *st, int argc, char **argv) {
   ps_error err;
-  log_set_role("pserver");
-  switch (options_parse(pserver_option_table, PSERVER_OPTION_COUNT, &opt, argc, argv, &err)) {
+  switch (options_parse(pserver_option_table, PSERVER_OPTION_COUNT, &st->opt, argc, argv, &err)) {
   case OPTIONS_HELP:
     options_print_help(stdout,
                        "Usage: pserver --pservers HOST:PORT,... --id K --trainers N [--OPTION VALUE]...\n"
@@ -206,73 +219,201 @@ int main(int argc, char **argv) {
     break;
   }
   log_level level;
-  log_level_parse(opt.log_level, &level);
+  log_level_parse(st->opt.log_level, &level);
   log_set_level(level);
-  endpoint_list list;
-  if (endpoints_check_role("PSERVER", &err) != PS_ERR_OK ||
-      endpoints_parse(opt.pservers, "--pservers", &list, &err) != PS_ERR_OK) {
-    LOG_ERROR("%s", err.msg);
-    return 2;
+  return -1;
+}
+
+/* The pserver list and this pserver's index in it. */
+static ps_err resolve_id(pserver_start *st, ps_error *err) {
+  if (endpoints_check_role("PSERVER", err) != PS_ERR_OK ||
+      endpoints_parse(st->opt.pservers, "--pservers", &st->list, err) != PS_ERR_OK) {
+    return err->code;
   }
-  const char *id_from = "--id";
-  int id = (int)opt.id;
-  if (opt.id < 0 && (id = find_own_index(&list, opt.port, &id_from, &err)) < 0) {
-    LOG_ERROR("%s", err.msg);
-    return 2;
+  st->id_from = "--id";
+  st->id = (int)st->opt.id;
+  if (st->opt.id < 0 && (st->id = find_own_index(&st->list, st->opt.port, &st->id_from, err)) < 0) {
+    return err->code;
   }
-  if (id >= list.count) {
-    LOG_ERROR("%s %d is outside --pservers, which has %d entr%s (0..%d)", id_from, id, list.count,
-              list.count == 1 ? "y" : "ies", list.count - 1);
-    return 2;
+  if (st->id >= st->list.count) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                        "%s %d is outside --pservers, which has %d entr%s (0..%d)", st->id_from,
+                        st->id, st->list.count, st->list.count == 1 ? "y" : "ies",
+                        st->list.count - 1);
   }
-  char listen[ENDPOINT_LEN + 16];
-  if (opt.listen[0] != '\0') {
-    snprintf(listen, sizeof listen, "%s", opt.listen);
-  } else if (opt.port > 0) {
-    const char *colon = strrchr(list.items[id], ':');
-    snprintf(listen, sizeof listen, "%.*s:%ld", (int)(colon - list.items[id]), list.items[id],
-             opt.port);
+  return PS_ERR_OK;
+}
+
+/* --listen, else the list entry (with --port's port when given). */
+static void listen_address(pserver_start *st) {
+  const char *entry = st->list.items[st->id];
+  if (st->opt.listen[0] != '\0') {
+    snprintf(st->listen, sizeof st->listen, "%s", st->opt.listen);
+  } else if (st->opt.port > 0) {
+    const char *colon = strrchr(entry, ':');
+    snprintf(st->listen, sizeof st->listen, "%.*s:%ld", (int)(colon - entry), entry,
+             st->opt.port);
   } else {
-    snprintf(listen, sizeof listen, "%s", list.items[id]);
+    snprintf(st->listen, sizeof st->listen, "%s", entry);
   }
-  char token[TOKEN_MAX] = "";
-  if (opt.token_file[0] != '\0' && token_read_file(opt.token_file, token, sizeof token, &err) != PS_ERR_OK) {
-    LOG_ERROR("%s", err.msg);
-    return 2;
+}
+
+/* Token, TLS, and the refusal to listen beyond loopback unprotected. */
+static ps_err check_security(pserver_start *st, ps_error *err) {
+  const pserver_options *o = &st->opt;
+  st->token[0] = '\0';
+  if (o->token_file[0] != '\0' &&
+      token_read_file(o->token_file, st->token, sizeof st->token, err) != PS_ERR_OK) {
+    return err->code;
   }
-  tls_config tls = {opt.tls_cert, opt.tls_key, opt.tls_ca, NULL};
-  if (tls_check_server(&tls, &err) != PS_ERR_OK) {
-    LOG_ERROR("%s", err.msg);
-    return 2;
-  }
-  if (!token_is_loopback(listen) && token[0] == '\0' && !tls_enabled(&tls)) {
-    if (!opt.insecure) {
-      LOG_ERROR("refusing to listen on %s, beyond loopback, with neither --token-file nor TLS "
-                "(--tls-cert): anyone who reaches it could change the model (--insecure to do "
-                "it anyway)", listen);
-      return 2;
+  st->tls = (tls_config){o->tls_cert, o->tls_key, o->tls_ca, NULL};
+  if (tls_check_server(&st->tls, err) != PS_ERR_OK) return err->code;
+  if (!token_is_loopback(st->listen) && st->token[0] == '\0' && !tls_enabled(&st->tls)) {
+    if (!o->insecure) {
+      return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                          "refusing to listen on %s, beyond loopback, with neither --token-file "
+                          "nor TLS (--tls-cert): anyone who reaches it could change the model "
+                          "(--insecure to do it anyway)", st->listen);
     }
     LOG_WARN("listening on %s with neither a token nor TLS (--insecure): anyone who reaches it "
-             "can change the model", listen);
+             "can change the model", st->listen);
   }
-  if ((opt.resume || opt.resume_if_present) && opt.checkpoint_dir[0] == '\0') {
-    LOG_ERROR("--resume%s needs --checkpoint-dir", opt.resume ? "" : "-if-present");
-    return 2;
+  if ((o->resume || o->resume_if_present) && o->checkpoint_dir[0] == '\0') {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "--resume%s needs --checkpoint-dir",
+                        o->resume ? "" : "-if-present");
   }
-  char effective[2048];
-  options_format(pserver_option_table, PSERVER_OPTION_COUNT, &opt, effective, sizeof effective);
-  if (opt.check_config) {
-    /* Names need not resolve here: the check may run away from the cluster. */
-    printf("pserver %d of %d (id from %s) listen=%s pservers=%s trainers=%ld token=%s\n", id,
-           list.count, id_from, listen, opt.pservers, opt.trainers, token[0] ? "yes" : "no");
-    printf("%s\n", effective);
-    return 0;
-  }
-  if (endpoint_resolve(listen, "--listen", 0, &err) != PS_ERR_OK) {
+  return PS_ERR_OK;
+}
+
+static pserver_config service_config(const pserver_start *st) {
+  const pserver_options *o = &st->opt;
+  return (pserver_config){.id = st->id, .pservers = st->list.count, .trainers = (int)o->trainers,
+                          .step_timeout = o->step_timeout, .log_every = o->log_every,
+                          .max_shard_mb = o->max_shard_mb, .checkpoint_dir = o->checkpoint_dir,
+                          .continue_on_trainer_loss = strcmp(o->on_trainer_loss, "continue") == 0,
+                          .checkpoint_every = o->checkpoint_every,
+                          .check_trainer_identity = o->tls_ca[0] != '\0' && o->tls_check_trainer_id,
+                          .max_blocks_per_request = o->max_blocks,
+                          .max_registrations = o->max_registrations,
+                          .authenticated = st->token[0] != '\0' || o->tls_ca[0] != '\0'};
+}
+
+/* The service, from a checkpoint when asked; returns the exit status on failure, else -1. */
+static int start_service(pserver_start *st, pserver *ps) {
+  ps_error err;
+  pserver_options *o = &st->opt;
+  pserver_config cfg = service_config(st);
+  if (!o->resume && o->checkpoint_dir[0] != '\0' &&
+      process_prepare_dir(o->checkpoint_dir, "--checkpoint-dir", &err) != PS_ERR_OK) {
     LOG_ERROR("%s", err.msg);
     return 2;
   }
-  LOG_INFO("starting pserver %d of %d (id from %s): %s", id, list.count, id_from, effective);
+  if (pserver_init(ps, &cfg, &err) != PS_ERR_OK) {
+    LOG_ERROR("%s", err.msg);
+    return 1;
+  }
+  if (o->resume_if_present && !o->resume) {
+    o->resume = pserver_has_checkpoint(ps);
+    if (!o->resume) LOG_INFO("no checkpoint in %s yet: starting fresh", o->checkpoint_dir);
+  }
+  if (o->resume && pserver_resume(ps, o->resume_step, &err) != PS_ERR_OK) {
+    LOG_ERROR("%s", err.msg);
+    pserver_destroy(ps);
+    return 2;
+  }
+  return -1;
+}
+
+/* Serves until the job ends or a signal arrives; returns the exit status.
+ * The final checkpoint is on disk before this returns. */
+static int serve(pserver *ps) {
+  ps_error err;
+  const struct timespec tick = {0, 50 * 1000 * 1000};
+  for (;;) {
+    pserver_status s = pserver_poll(ps);
+    if (s == PSERVER_FINISHED) {
+      LOG_INFO("every trainer is done at step %ld: exiting", pserver_version(ps));
+      pserver_abort_waiting(ps, PS_ERR_FAILED_PRECONDITION, "the job is finished");
+      if (pserver_checkpoint(ps, &err) != PS_ERR_OK) {
+        LOG_ERROR("final checkpoint: %s", err.msg);
+        return 1;
+      }
+      return 0;
+    }
+    if (s == PSERVER_FAILED) {
+      LOG_ERROR("stopping the job: %s", ps->failure);
+      pserver_abort_waiting(ps, PS_ERR_FAILED_PRECONDITION, ps->failure);
+      return 1;
+    }
+    if (stop_signal != 0) {
+      LOG_INFO("stopping on %s at step %ld", stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
+               pserver_version(ps));
+      pserver_abort_waiting(ps, PS_ERR_UNAVAILABLE, "the pserver is shutting down");
+      if (pserver_checkpoint(ps, &err) != PS_ERR_OK) {
+        LOG_ERROR("checkpoint on shutdown: %s", err.msg);
+        return 1;
+      }
+      return 0;
+    }
+    nanosleep(&tick, NULL);
+  }
+}
+
+/* Listens, takes the signals on this thread only, says "ready" and serves. */
+static int listen_and_serve(pserver_start *st, pserver *ps, const sigset_t *signals) {
+  ps_error err;
+  rpc_server *server = NULL;
+  int port = 0;
+  rpc_server_config rcfg = {.listen = st->listen, .methods = pserver_methods,
+                            .method_count = pserver_method_count, .handler = pserver_handle,
+                            .handler_ctx = ps, .threads = (int)st->opt.threads,
+                            .max_message_bytes = (size_t)st->opt.max_message_mb << 20,
+                            .token = st->token, .tls = &st->tls};
+  if (rpc_server_start(&server, &rcfg, &port, &err) != PS_ERR_OK) {
+    LOG_ERROR("%s", err.msg);
+    return 2;
+  }
+  /* Only this thread takes the signals, and only as a flag. */
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  if (sigaction(SIGINT, &sa, NULL) != 0 || sigaction(SIGTERM, &sa, NULL) != 0) {
+    LOG_ERROR("installing the signal handlers: %s", strerror(errno));
+    rpc_server_stop(server);
+    return 1;
+  }
+  pthread_sigmask(SIG_UNBLOCK, signals, NULL);
+  LOG_INFO("ready: pserver %d of %d listening on %s (port %d, %s%s%s), expecting %ld "
+           "trainer(s)", st->id, st->list.count, st->listen, port, tls_describe_server(&st->tls),
+           ps->cfg.check_trainer_identity ? " naming the trainer id" : "",
+           st->token[0] != '\0' ? ", token" : "", st->opt.trainers);
+  int status = serve(ps);
+  rpc_server_stop(server);
+  return status;
+}
+
+int main(int argc, char **argv) {
+  static pserver_start st; /* large (the pserver list): not on the stack */
+  ps_error err;
+  log_set_role("pserver");
+  int status = parse_options(&st, argc, argv);
+  if (status >= 0) return status;
+  if (resolve_id(&st, &err) != PS_ERR_OK) goto refused;
+  listen_address(&st);
+  if (check_security(&st, &err) != PS_ERR_OK) goto refused;
+  options_format(pserver_option_table, PSERVER_OPTION_COUNT, &st.opt, st.effective,
+                 sizeof st.effective);
+  if (st.opt.check_config) {
+    /* Names need not resolve here: the check may run away from the cluster. */
+    printf("pserver %d of %d (id from %s) listen=%s pservers=%s trainers=%ld token=%s\n", st.id,
+           st.list.count, st.id_from, st.listen, st.opt.pservers, st.opt.trainers,
+           st.token[0] ? "yes" : "no");
+    printf("%s\n", st.effective);
+    return 0;
+  }
+  if (endpoint_resolve(st.listen, "--listen", 0, &err) != PS_ERR_OK) goto refused;
+  LOG_INFO("starting pserver %d of %d (id from %s): %s", st.id, st.list.count, st.id_from,
+           st.effective);
 
   /* gRPC's threads must not take our signals: block them before grpc_init. */
   sigset_t signals;
@@ -282,96 +423,16 @@ int main(int argc, char **argv) {
   pthread_sigmask(SIG_BLOCK, &signals, NULL);
   rpc_global_init();
   process_tune_malloc();
-
-  pserver ps;
-  pserver_config cfg = {.id = id, .pservers = list.count, .trainers = (int)opt.trainers,
-                        .step_timeout = opt.step_timeout, .log_every = opt.log_every,
-                        .max_shard_mb = opt.max_shard_mb, .checkpoint_dir = opt.checkpoint_dir,
-                        .continue_on_trainer_loss = strcmp(opt.on_trainer_loss, "continue") == 0,
-                        .checkpoint_every = opt.checkpoint_every,
-                        .check_trainer_identity = opt.tls_ca[0] != '\0' && opt.tls_check_trainer_id,
-                        .max_blocks_per_request = opt.max_blocks,
-                        .max_registrations = opt.max_registrations,
-                        .authenticated = token[0] != '\0' || opt.tls_ca[0] != '\0'};
-  if (!opt.resume && opt.checkpoint_dir[0] != '\0' &&
-      process_prepare_dir(opt.checkpoint_dir, "--checkpoint-dir", &err) != PS_ERR_OK) {
-    LOG_ERROR("%s", err.msg);
-    rpc_global_shutdown();
-    return 2;
-  }
-  rpc_server *server = NULL;
-  int port = 0;
-  if (pserver_init(&ps, &cfg, &err) != PS_ERR_OK) {
-    LOG_ERROR("%s", err.msg);
-    rpc_global_shutdown();
-    return 1;
-  }
-  if (opt.resume_if_present && !opt.resume) {
-    opt.resume = pserver_has_checkpoint(&ps);
-    if (!opt.resume) LOG_INFO("no checkpoint in %s yet: starting fresh", opt.checkpoint_dir);
-  }
-  if (opt.resume && pserver_resume(&ps, opt.resume_step, &err) != PS_ERR_OK) {
-    LOG_ERROR("%s", err.msg);
+  static pserver ps;
+  status = start_service(&st, &ps);
+  if (status < 0) {
+    status = listen_and_serve(&st, &ps, &signals);
     pserver_destroy(&ps);
-    rpc_global_shutdown();
-    return 2;
   }
-  rpc_server_config rcfg = {.listen = listen, .methods = pserver_methods,
-                            .method_count = pserver_method_count, .handler = pserver_handle,
-                            .handler_ctx = &ps, .threads = (int)opt.threads,
-                            .max_message_bytes = (size_t)opt.max_message_mb << 20,
-                            .token = token, .tls = &tls};
-  if (rpc_server_start(&server, &rcfg, &port, &err) != PS_ERR_OK) {
-    LOG_ERROR("%s", err.msg);
-    pserver_destroy(&ps);
-    rpc_global_shutdown();
-    return 2;
-  }
-  /* Only this thread takes the signals, and only as a flag. */
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_signal;
-  sigaction(SIGINT, &sa, NULL);
-  sigaction(SIGTERM, &sa, NULL);
-  pthread_sigmask(SIG_UNBLOCK, &signals, NULL);
-  LOG_INFO("ready: pserver %d of %d listening on %s (port %d, %s%s%s), expecting %ld "
-           "trainer(s)", id, list.count, listen, port, tls_describe_server(&tls),
-           cfg.check_trainer_identity ? " naming the trainer id" : "",
-           token[0] != '\0' ? ", token" : "", opt.trainers);
-
-  int status = 0;
-  const struct timespec tick = {0, 50 * 1000 * 1000};
-  for (;;) {
-    pserver_status s = pserver_poll(&ps);
-    if (s == PSERVER_FINISHED) {
-      LOG_INFO("every trainer is done at step %ld: exiting", pserver_version(&ps));
-      pserver_abort_waiting(&ps, PS_ERR_FAILED_PRECONDITION, "the job is finished");
-      if (pserver_checkpoint(&ps, &err) != PS_ERR_OK) {
-        LOG_ERROR("final checkpoint: %s", err.msg);
-        status = 1;
-      }
-      break;
-    }
-    if (s == PSERVER_FAILED) {
-      LOG_ERROR("stopping the job: %s", ps.failure);
-      pserver_abort_waiting(&ps, PS_ERR_FAILED_PRECONDITION, ps.failure);
-      status = 1;
-      break;
-    }
-    if (stop_signal != 0) {
-      LOG_INFO("stopping on %s at step %ld", stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
-               pserver_version(&ps));
-      pserver_abort_waiting(&ps, PS_ERR_UNAVAILABLE, "the pserver is shutting down");
-      if (pserver_checkpoint(&ps, &err) != PS_ERR_OK) {
-        LOG_ERROR("checkpoint on shutdown: %s", err.msg);
-        status = 1;
-      }
-      break;
-    }
-    nanosleep(&tick, NULL);
-  }
-  rpc_server_stop(server);
-  pserver_destroy(&ps);
   rpc_global_shutdown();
   return status;
+
+refused:
+  LOG_ERROR("%s", err.msg);
+  return 2;
 }

@@ -1,7 +1,13 @@
 /* The pserver's service: registration, push-pull in sync and async mode,
  * pull and done, each request validated before it touches the table; the
- * sync step's barrier and its deadline; statistics. Handlers run on the RPC
- * worker threads under one lock; main polls pserver_poll from its loop. */
+ * sync step's barrier and its deadline; statistics; checkpoints and
+ * rollback. Handlers run on the RPC worker threads under one lock and never
+ * touch the disk: checkpoints are copied under the lock and written, and
+ * rollbacks read, by the pserver's disk thread. main polls pserver_poll.
+ *
+ * Files: pserver.c (dispatch, validation, registration, pull, done, poll),
+ * pserver_step.c (the sync and async step, replies, statistics),
+ * pserver_disk.c (checkpoints, resume, rollback, the disk thread). */
 #ifndef PSTRAIN_SERVER_PSERVER_H
 #define PSTRAIN_SERVER_PSERVER_H
 
@@ -53,6 +59,36 @@ typedef struct params_snapshot {
 
 #define PSERVER_SNAPSHOTS 16
 
+/* A rollback asked for, answered by the disk thread once the file is read. */
+typedef struct pserver_rollback {
+  rpc_call *call;
+  long step;
+  uint32_t trainer, restarted_pserver;
+  uint64_t after; /* the checkpoints queued before it, written first */
+  struct pserver_rollback *next;
+} pserver_rollback;
+
+/* The disk threads' work: a writer of checkpoints, a reader of rollbacks.
+ * Lock order: pserver.lock, then this lock. */
+typedef struct pserver_disk {
+  pthread_t writer, reader;
+  int initialized; /* lock and conditions */
+  int started;     /* threads running */
+  pthread_mutex_t lock;
+  pthread_cond_t wake; /* work queued, or quit */
+  pthread_cond_t done; /* a write finished or the queue emptied */
+  int quit;
+  /* A checkpoint due: its state copied under the pserver's lock. At most one
+   * waits while another is written; a third due waits for the write. */
+  float *pending, *writing; /* (3, shard floats): params, state1, state2 */
+  long pending_step;
+  int has_pending, busy, reading;
+  uint64_t queued, written; /* checkpoints handed over / finished */
+  ps_err last_rc;           /* of the newest finished write */
+  char last_msg[512];
+  pserver_rollback *rollbacks, **rollbacks_tail;
+} pserver_disk;
+
 typedef struct pserver {
   pserver_config cfg;
   uint64_t incarnation;
@@ -62,7 +98,7 @@ typedef struct pserver {
   uint64_t job_hash;
   int configured_by;   /* the trainer whose registration set the job; -1: a checkpoint */
   tensor_layout checkpoint_layout; /* params, optimizer state 1 and 2 of the shard */
-  ps_table table;
+  table table;
   trainer_state *trainers;
   int *step_slots;         /* (trainers) scratch of complete_step */
   rpc_call **step_calls;   /* (trainers) scratch of complete_step */
@@ -82,8 +118,10 @@ typedef struct pserver {
   char failure[512];
   /* statistics since the last line */
   double stats_since;
+  long stats_logged;   /* the step of the last line (-1: none yet) */
   long stats_pushes;
   uint64_t stats_in, stats_out;
+  pserver_disk disk;
 } pserver;
 
 ps_err pserver_init(pserver *ps, const pserver_config *cfg, ps_error *err);
@@ -112,9 +150,14 @@ long pserver_version(pserver *ps);
 void pserver_checkpoint_path(const pserver *ps, long step, char *buf, size_t len);
 
 /* Writes this pserver's shard, optimizer state, step and job to a checkpoint
- * file named by the step (atomically; the newest 3 are kept). Nothing to do
- * before the job is known. Thread-safe. */
+ * file named by the step (atomically; the newest 3 are kept) and returns
+ * once it is on disk. Nothing to do before the job is known. Thread-safe;
+ * not for handlers (it waits for the disk). */
 ps_err pserver_checkpoint(pserver *ps, ps_error *err);
+
+/* Waits until every checkpoint due so far is written and every rollback
+ * asked for is answered (tests, and before stopping the RPC server). */
+void pserver_disk_wait(pserver *ps);
 
 /* Loads a checkpoint before serving (the newest when resume_step < 0): job,
  * shard, optimizer state and step. A missing, corrupt or mismatched file

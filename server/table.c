@@ -3,7 +3,7 @@
 
 #include <string.h>
 
-ps_err table_init(ps_table *t, const job_config *job, int pserver, int slots, ps_error *err) {
+ps_err table_init(table *t, const job_config *job, int pserver, int slots, ps_error *err) {
   memset(t, 0, sizeof *t);
   t->pserver = pserver;
   t->slots = slots;
@@ -38,7 +38,7 @@ ps_err table_init(ps_table *t, const job_config *job, int pserver, int slots, ps
   return PS_ERR_OK;
 }
 
-void table_free(ps_table *t) {
+void table_free(table *t) {
   tensor_group_free(&t->group);
   tensor_layout_free(&t->storage);
   shard_map_free(&t->map);
@@ -46,7 +46,7 @@ void table_free(ps_table *t) {
   memset(t, 0, sizeof *t);
 }
 
-void table_apply_sum(ps_table *t, const optimizer_config *opt, const int *slots, int count,
+void table_apply_sum(table *t, const optimizer_config *opt, const int *slots, int count,
                      float scale, long step) {
   float *restrict sum = table_slot(t, slots[0]);
   for (int s = 1; s < count; s++) {

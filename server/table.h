@@ -12,7 +12,7 @@
 #include "common/shard_map.h"
 #include "common/tensor.h"
 
-typedef struct ps_table {
+typedef struct table {
   int pserver;           /* this pserver's id in the map */
   tensor_layout layout;  /* the whole model's */
   shard_map map;
@@ -22,22 +22,22 @@ typedef struct ps_table {
   float *params, *state1, *state2;
   float *grads; /* (slots, n) */
   int slots;
-} ps_table;
+} table;
 
 /* Builds the layout and shard map of job, allocates this pserver's shard
  * and initializes its parameters from job->seed exactly as a whole model
  * would be (model_init_params). slots: gradient slots (trainers in sync
  * mode, 1 in async). */
-ps_err table_init(ps_table *t, const job_config *job, int pserver, int slots, ps_error *err);
-void table_free(ps_table *t);
+ps_err table_init(table *t, const job_config *job, int pserver, int slots, ps_error *err);
+void table_free(table *t);
 
 /* The gradient slot of `slot` (n floats). */
-static inline float *table_slot(ps_table *t, int slot) { return t->grads + (size_t)slot * t->n; }
+static inline float *table_slot(table *t, int slot) { return t->grads + (size_t)slot * t->n; }
 
 /* Sums the gradient slots listed in `slots` (count of them, in that order)
  * into the first of them, scales by `scale`, and applies the optimizer at
  * zero-based step `step`. */
-void table_apply_sum(ps_table *t, const optimizer_config *opt, const int *slots, int count,
+void table_apply_sum(table *t, const optimizer_config *opt, const int *slots, int count,
                      float scale, long step);
 
 #endif

@@ -161,8 +161,21 @@ int main(void) {
   REQUIRE(model_build_layout(&job.model, &layout, &err) == PS_ERR_OK);
   REQUIRE(shard_map_build(&map, &layout, job.block_size, 1, &err) == PS_ERR_OK);
 
-  /* Garbage where each message should be. */
-  const uint8_t junk[] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+  /* A corrupted message where each message should be: a good DoneRequest
+   * with every bit flipped (XOR, so each byte differs from the original). */
+  uint8_t junk[64];
+  {
+    Pstrain__RequestKey k = PSTRAIN__REQUEST_KEY__INIT;
+    Pstrain__DoneRequest d = PSTRAIN__DONE_REQUEST__INIT;
+    k.trainer_id = 1;
+    k.incarnation = 0x1234;
+    d.key = &k;
+    d.config_hash = 0x5678;
+    REQUIRE(protobuf_c_message_get_packed_size(&d.base) <= sizeof junk);
+    size_t n = protobuf_c_message_pack(&d.base, junk);
+    REQUIRE(n > 8);
+    for (size_t i = 0; i < sizeof junk; i++) junk[i] = i < n ? junk[i] ^ 0xff : 0xa5;
+  }
   CHECK_EQ_INT(send_raw(WIRE_METHOD_REGISTER, junk, sizeof junk, last_msg), PS_ERR_INVALID_ARGUMENT);
   CHECK_CONTAINS(last_msg, "malformed pstrain.RegisterRequest");
   CHECK_EQ_INT(send_raw(WIRE_METHOD_PUSH_PULL, junk, sizeof junk, last_msg), PS_ERR_ABORTED);
@@ -363,8 +376,14 @@ int main(void) {
   CHECK_EQ_INT(send_push(&good0, grads, last_msg, &again), PS_ERR_OK);
   rpc_reply_free(&again);
   CHECK(unchanged(stepped));
-  /* A stale step is refused. */
-  CHECK_EQ_INT(send_push(&good0, grads, last_msg, NULL), PS_ERR_OK); /* still step 0: resend */
+  /* A push behind the pserver's step (step 0 at step 1) is answered with
+   * the current parameters and not applied (README: "a pserver already past
+   * that step answers it with its parameters"); one ahead is ABORTED. */
+  CHECK_EQ_INT(send_push(&good0, grads, last_msg, &again), PS_ERR_OK);
+  REQUIRE(wire_parse_blocks(&again.message, &m, &err) == PS_ERR_OK);
+  CHECK_EQ_INT(m.field2, 1); /* the pserver's step, not the push's */
+  rpc_reply_free(&again);
+  CHECK(unchanged(stepped));
   s = good0; s.step = 3;
   CHECK_EQ_INT(send_push(&s, grads, last_msg, NULL), PS_ERR_ABORTED);
   CHECK(unchanged(stepped));
@@ -377,6 +396,7 @@ int main(void) {
   CHECK_EQ_INT(send_rollback(0, 100, 1, last_msg), PS_ERR_OK);
   CHECK(unchanged(stepped));
   char ck0[512];
+  pserver_disk_wait(&ps); /* step 0's checkpoint is written by the disk thread */
   pserver_checkpoint_path(&ps, 0, ck0, sizeof ck0);
   char hidden[600];
   snprintf(hidden, sizeof hidden, "%s.hidden", ck0);

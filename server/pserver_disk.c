@@ -1,0 +1,403 @@
+/* The pserver's disk: checkpoints, resume and rollback. Handlers never wait
+ * for the disk: a checkpoint's state (parameters, optimizer state, step) is
+ * copied under the pserver's lock and written by the disk thread; a rollback
+ * is checked under the lock, its file read by a reader thread, and applied
+ * under the lock again, its call answered from there. A rollback waits for
+ * the writes asked for before it, so it never reads a checkpoint that is
+ * still being written. The writer never takes the pserver's lock. */
+#define _POSIX_C_SOURCE 200809L
+#include "server/pserver_internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/checkpoint.h"
+#include "common/log.h"
+#include "common/safetensors.h"
+
+#define SHARD_FORMAT "pstrain-pserver-shard-1"
+
+static void shard_prefix(const pserver *ps, char *buf, size_t len) {
+  snprintf(buf, len, "pserver-%d-of-%d-step-", ps->cfg.id, ps->cfg.pservers);
+}
+
+void pserver_checkpoint_path(const pserver *ps, long step, char *buf, size_t len) {
+  char prefix[64];
+  shard_prefix(ps, prefix, sizeof prefix);
+  checkpoint_path(ps->cfg.checkpoint_dir, prefix, step, buf, len);
+}
+
+int pserver_has_checkpoint(const pserver *ps) {
+  char prefix[64];
+  long newest;
+  shard_prefix(ps, prefix, sizeof prefix);
+  return checkpoint_list(ps->cfg.checkpoint_dir, prefix, &newest, 1) > 0;
+}
+
+/* Writes the state `data` of `step` (disk thread; the job and layout do not
+ * change while the pserver serves). */
+static ps_err write_checkpoint(pserver *ps, long step, const float *data, ps_error *err) {
+  char prefix[64], id[16], count[16];
+  shard_prefix(ps, prefix, sizeof prefix);
+  snprintf(id, sizeof id, "%d", ps->cfg.id);
+  snprintf(count, sizeof count, "%d", ps->cfg.pservers);
+  const char *extra[] = {"pserver", id, "pservers", count, NULL};
+  return checkpoint_write(ps->cfg.checkpoint_dir, prefix, SHARD_FORMAT, step, &ps->job, extra,
+                          &ps->checkpoint_layout, data, err);
+}
+
+/* --- the disk thread --------------------------------------------------------------- */
+
+static void run_rollback(pserver *ps, pserver_rollback *r);
+
+/* Writes the pending checkpoint (disk lock held on entry and exit). */
+static void write_pending(pserver *ps) {
+  pserver_disk *d = &ps->disk;
+  float *swap = d->writing;
+  d->writing = d->pending;
+  d->pending = swap;
+  long step = d->pending_step;
+  d->has_pending = 0;
+  d->busy = 1;
+  pthread_cond_broadcast(&d->done); /* the pending slot is free */
+  pthread_mutex_unlock(&d->lock);
+  ps_error err;
+  ps_err rc = write_checkpoint(ps, step, d->writing, &err);
+  if (rc != PS_ERR_OK) LOG_ERROR("checkpoint at step %ld: %s", step, err.msg);
+  pthread_mutex_lock(&d->lock);
+  d->last_rc = rc;
+  snprintf(d->last_msg, sizeof d->last_msg, "%s", rc == PS_ERR_OK ? "" : err.msg);
+  d->written++;
+  d->busy = 0;
+  pthread_cond_broadcast(&d->done);
+}
+
+/* The writer: it never takes the pserver's lock, so a handler may wait for it. */
+static void *writer_thread(void *arg) {
+  pserver *ps = arg;
+  pserver_disk *d = &ps->disk;
+  pthread_mutex_lock(&d->lock);
+  for (;;) {
+    if (d->has_pending) write_pending(ps);
+    else if (d->quit) break;
+    else pthread_cond_wait(&d->wake, &d->lock);
+  }
+  pthread_mutex_unlock(&d->lock);
+  return NULL;
+}
+
+/* The reader of rollbacks: each after the writes asked for before it. */
+static void *rollback_thread(void *arg) {
+  pserver *ps = arg;
+  pserver_disk *d = &ps->disk;
+  pthread_mutex_lock(&d->lock);
+  for (;;) {
+    if (d->rollbacks != NULL && d->written >= d->rollbacks->after) {
+      pserver_rollback *r = d->rollbacks;
+      d->rollbacks = r->next;
+      if (d->rollbacks == NULL) d->rollbacks_tail = &d->rollbacks;
+      d->reading = 1;
+      pthread_mutex_unlock(&d->lock);
+      run_rollback(ps, r);
+      pthread_mutex_lock(&d->lock);
+      d->reading = 0;
+      pthread_cond_broadcast(&d->done);
+    } else if (d->rollbacks == NULL && d->quit) {
+      break;
+    } else if (d->rollbacks != NULL) {
+      pthread_cond_wait(&d->done, &d->lock); /* for the writes before it */
+    } else {
+      pthread_cond_wait(&d->wake, &d->lock);
+    }
+  }
+  pthread_mutex_unlock(&d->lock);
+  return NULL;
+}
+
+ps_err pserver_disk_start(pserver *ps, ps_error *err) {
+  pserver_disk *d = &ps->disk;
+  d->rollbacks_tail = &d->rollbacks;
+  int rc = pthread_mutex_init(&d->lock, NULL);
+  if (rc == 0 && (rc = pthread_cond_init(&d->wake, NULL)) != 0) pthread_mutex_destroy(&d->lock);
+  if (rc == 0 && (rc = pthread_cond_init(&d->done, NULL)) != 0) {
+    pthread_cond_destroy(&d->wake);
+    pthread_mutex_destroy(&d->lock);
+  }
+  if (rc != 0) return ps_error_set(err, PS_ERR_INTERNAL, "pserver: disk thread: %s", strerror(rc));
+  d->initialized = 1;
+  if ((rc = pthread_create(&d->writer, NULL, writer_thread, ps)) == 0) {
+    d->started = 1;
+    if ((rc = pthread_create(&d->reader, NULL, rollback_thread, ps)) == 0) d->started = 2;
+  }
+  if (rc != 0) {
+    pserver_disk_stop(ps);
+    return ps_error_set(err, PS_ERR_INTERNAL, "pserver: disk thread: %s", strerror(rc));
+  }
+  return PS_ERR_OK;
+}
+
+void pserver_disk_stop(pserver *ps) {
+  pserver_disk *d = &ps->disk;
+  if (!d->initialized) return;
+  pthread_mutex_lock(&d->lock);
+  d->quit = 1;
+  pthread_cond_broadcast(&d->wake);
+  pthread_mutex_unlock(&d->lock);
+  pthread_t threads[2] = {d->writer, d->reader};
+  for (int i = 0; i < d->started; i++) {
+    int rc = pthread_join(threads[i], NULL);
+    if (rc != 0) LOG_ERROR("joining a pserver disk thread: %s", strerror(rc));
+  }
+  pthread_cond_destroy(&d->done);
+  pthread_cond_destroy(&d->wake);
+  pthread_mutex_destroy(&d->lock);
+  free(d->pending);
+  free(d->writing);
+  d->pending = d->writing = NULL;
+  d->started = d->initialized = 0;
+}
+
+void pserver_disk_wait(pserver *ps) {
+  pserver_disk *d = &ps->disk;
+  pthread_mutex_lock(&d->lock);
+  while (d->has_pending || d->busy || d->reading || d->rollbacks != NULL) {
+    pthread_cond_wait(&d->done, &d->lock);
+  }
+  pthread_mutex_unlock(&d->lock);
+}
+
+/* --- checkpoints ------------------------------------------------------------------- */
+
+/* The two buffers of a checkpoint's state, allocated at the first one. */
+static int disk_buffers(pserver_disk *d, size_t floats) {
+  size_t bytes = (floats > 0 ? floats : 1) * sizeof(float);
+  if (d->pending == NULL) d->pending = malloc(bytes);
+  if (d->writing == NULL) d->writing = malloc(bytes);
+  return d->pending != NULL && d->writing != NULL;
+}
+
+uint64_t pserver_checkpoint_due(pserver *ps) {
+  pserver_disk *d = &ps->disk;
+  if (!ps->configured || ps->cfg.checkpoint_dir[0] == '\0') return 0;
+  size_t floats = ps->checkpoint_layout.total;
+  pthread_mutex_lock(&d->lock);
+  if (d->has_pending) {
+    /* Two checkpoints behind: the disk is slower than --checkpoint-every.
+     * Wait rather than skip: sync pservers must checkpoint the same steps. */
+    LOG_WARN("checkpoint at step %ld waits for the write of step %ld: the disk is slower than "
+             "one checkpoint per --checkpoint-every steps", ps->version, d->pending_step);
+    while (d->has_pending) pthread_cond_wait(&d->done, &d->lock);
+  }
+  uint64_t ticket = 0;
+  if (!disk_buffers(d, floats)) {
+    LOG_ERROR("checkpoint at step %ld: out of memory for a copy of %zu floats", ps->version,
+              floats);
+  } else {
+    /* params, state1 and state2 lie one after the other in the table. */
+    memcpy(d->pending, ps->table.params, floats * sizeof(float));
+    d->pending_step = ps->version;
+    d->has_pending = 1;
+    ticket = ++d->queued;
+    pthread_cond_broadcast(&d->wake);
+  }
+  pthread_mutex_unlock(&d->lock);
+  return ticket;
+}
+
+ps_err pserver_checkpoint(pserver *ps, ps_error *err) {
+  pthread_mutex_lock(&ps->lock);
+  int wanted = ps->configured && ps->cfg.checkpoint_dir[0] != '\0';
+  uint64_t ticket = pserver_checkpoint_due(ps);
+  long step = ps->version;
+  pthread_mutex_unlock(&ps->lock);
+  if (!wanted) return PS_ERR_OK;
+  if (ticket == 0) {
+    return ps_error_set(err, PS_ERR_NO_MEMORY, "checkpoint at step %ld: out of memory", step);
+  }
+  pserver_disk *d = &ps->disk;
+  pthread_mutex_lock(&d->lock);
+  while (d->written < ticket) pthread_cond_wait(&d->done, &d->lock);
+  /* Later writes are of later steps: none comes while main asks for this one. */
+  ps_err rc = d->last_rc;
+  if (rc != PS_ERR_OK) ps_error_set(err, rc, "%s", d->last_msg);
+  pthread_mutex_unlock(&d->lock);
+  return rc;
+}
+
+/* A checkpoint's shard number or count: 1 to 15 decimal digits, nothing else. */
+static int parse_count(const char *text, long *out) {
+  size_t n = strlen(text);
+  if (n < 1 || n > 15 || strspn(text, "0123456789") != n) return 0;
+  *out = strtol(text, NULL, 10);
+  return 1;
+}
+
+/* Reads a checkpoint's metadata and checks it is this pserver's shard of a
+ * well-formed job; *job and *step receive what it holds. err names path. */
+static ps_err read_checkpoint_job(const pserver *ps, const char *path, job_config *job,
+                                  long *step, ps_error *err) {
+  safetensors_meta meta;
+  if (checkpoint_read_job(path, SHARD_FORMAT, job, step, &meta, err) != PS_ERR_OK) {
+    return err->code;
+  }
+  const char *id = safetensors_meta_get(&meta, "pserver");
+  const char *count = safetensors_meta_get(&meta, "pservers");
+  if (id == NULL || count == NULL) {
+    return ps_error_set(err, PS_ERR_CORRUPT_DATA, "%s does not say which shard it holds", path);
+  }
+  long file_id, file_count;
+  if (!parse_count(id, &file_id) || !parse_count(count, &file_count)) {
+    return ps_error_set(err, PS_ERR_CORRUPT_DATA, "%s: bad shard number '%s' of '%s'", path, id,
+                        count);
+  }
+  if (file_id != ps->cfg.id || file_count != ps->cfg.pservers) {
+    return ps_error_set(err, PS_ERR_FAILED_PRECONDITION,
+                        "%s holds shard %s of %s pservers, but this is pserver %d of %d", path, id,
+                        count, ps->cfg.id, ps->cfg.pservers);
+  }
+  return PS_ERR_OK;
+}
+
+/* --- resume -------------------------------------------------------------------------- */
+
+/* The checkpoint --resume names: resume_step's, or the newest (-1). */
+static ps_err resume_path(pserver *ps, long *resume_step, char *path, size_t len, ps_error *err) {
+  if (*resume_step < 0) {
+    long newest;
+    char prefix[64];
+    shard_prefix(ps, prefix, sizeof prefix);
+    int n = checkpoint_list(ps->cfg.checkpoint_dir, prefix, &newest, 1);
+    if (n < 0) {
+      return ps_error_set(err, PS_ERR_IO, "--resume: cannot read %s: %s", ps->cfg.checkpoint_dir,
+                          strerror(errno));
+    }
+    if (n == 0) {
+      return ps_error_set(err, PS_ERR_IO, "--resume: no checkpoint of pserver %d of %d in %s",
+                          ps->cfg.id, ps->cfg.pservers, ps->cfg.checkpoint_dir);
+    }
+    *resume_step = newest;
+  }
+  pserver_checkpoint_path(ps, *resume_step, path, len);
+  return PS_ERR_OK;
+}
+
+ps_err pserver_resume(pserver *ps, long resume_step, ps_error *err) {
+  char path[4096];
+  if (resume_path(ps, &resume_step, path, sizeof path, err) != PS_ERR_OK) return err->code;
+  job_config job;
+  long step;
+  if (read_checkpoint_job(ps, path, &job, &step, err) != PS_ERR_OK) {
+    return ps_error_set(err, err->code, "--resume: %s", err->msg);
+  }
+  if (job.trainers != ps->cfg.trainers) {
+    return ps_error_set(err, PS_ERR_FAILED_PRECONDITION,
+                        "--resume: %s was written for %d trainers; --trainers is %d", path,
+                        job.trainers, ps->cfg.trainers);
+  }
+  if (step != resume_step || job.pservers != ps->cfg.pservers) { /* header vs name and job */
+    return ps_error_set(err, PS_ERR_CORRUPT_DATA, "--resume: %s records step %ld and a job of %d "
+                        "pservers; its name says step %ld of %d", path, step, job.pservers,
+                        resume_step, ps->cfg.pservers);
+  }
+  /* Before serving: reading under the lock blocks no handler. */
+  pthread_mutex_lock(&ps->lock);
+  ps_err rc = pserver_configure(ps, &job, -1, err);
+  if (rc == PS_ERR_OK) {
+    safetensors_meta meta;
+    rc = safetensors_read(path, &ps->checkpoint_layout, ps->table.params, &meta, err);
+    if (rc == PS_ERR_OK) {
+      ps->version = step;
+    } else {
+      ps_error_set(err, rc, "--resume: %s", err->msg);
+      pserver_deconfigure(ps);
+    }
+  }
+  pthread_mutex_unlock(&ps->lock);
+  if (rc == PS_ERR_OK) LOG_INFO("resumed from %s at step %ld", path, ps->version);
+  return rc;
+}
+
+/* --- rollback ------------------------------------------------------------------------ */
+
+void pserver_rollback_queue(pserver *ps, rpc_call *call, long step, uint32_t trainer,
+                            uint32_t restarted_pserver) {
+  pserver_rollback *r = malloc(sizeof *r);
+  if (r == NULL) {
+    pserver_refuse(call, "Rollback", PS_ERR_NO_MEMORY, "pserver %d: out of memory", ps->cfg.id);
+    return;
+  }
+  pserver_disk *d = &ps->disk;
+  pthread_mutex_lock(&d->lock);
+  *r = (pserver_rollback){call, step, trainer, restarted_pserver, d->queued, NULL};
+  *d->rollbacks_tail = r;
+  d->rollbacks_tail = &r->next;
+  pthread_cond_broadcast(&d->wake);
+  pthread_mutex_unlock(&d->lock);
+}
+
+/* Reads this pserver's checkpoint of `step` whole and checks it (no lock:
+ * the job, its hash and the layout do not change while serving). */
+static ps_err read_rollback(pserver *ps, long step, float **data, ps_error *err) {
+  char path[4096];
+  pserver_checkpoint_path(ps, step, path, sizeof path);
+  job_config job;
+  long file_step;
+  if (read_checkpoint_job(ps, path, &job, &file_step, err) != PS_ERR_OK) return err->code;
+  if (job_config_hash(&job) != ps->job_hash || file_step != step) {
+    return ps_error_set(err, PS_ERR_FAILED_PRECONDITION,
+                        "%s holds step %ld of another job", path, file_step);
+  }
+  size_t n = ps->checkpoint_layout.total;
+  *data = malloc((n > 0 ? n : 1) * sizeof(float));
+  if (*data == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "out of memory reading %s", path);
+  safetensors_meta meta;
+  ps_err rc = safetensors_read(path, &ps->checkpoint_layout, *data, &meta, err);
+  if (rc != PS_ERR_OK) {
+    free(*data);
+    *data = NULL;
+  }
+  return rc;
+}
+
+/* Applies a rollback whose file is read (lock held). The pserver moved on
+ * while the file was read: what it did since is undone like the rest. */
+static void apply_rollback(pserver *ps, const pserver_rollback *r, const float *data) {
+  long from = ps->version;
+  memcpy(ps->table.params, data, ps->checkpoint_layout.total * sizeof(float));
+  ps->version = r->step;
+  char why[128];
+  snprintf(why, sizeof why, "pserver %d rolled back to step %ld", ps->cfg.id, r->step);
+  pserver_abort_waiting_locked(ps, PS_ERR_ABORTED, why);
+  LOG_WARN("rolled back from step %ld to %ld, loading its checkpoint: pserver %u restarted "
+           "from there (asked by trainer %u)", from, r->step, r->restarted_pserver, r->trainer);
+}
+
+/* Disk thread: reads the file, then answers under the pserver's lock. */
+static void run_rollback(pserver *ps, pserver_rollback *r) {
+  ps_error err;
+  float *data = NULL;
+  ps_err rc = read_rollback(ps, r->step, &data, &err);
+  pthread_mutex_lock(&ps->lock);
+  if (ps->stopping) {
+    pserver_refuse(r->call, "Rollback", ps->stop_code, "%s", ps->stop_reason);
+  } else if (r->step > ps->version) {
+    pserver_refuse(r->call, "Rollback", PS_ERR_FAILED_PRECONDITION,
+                   "cannot roll forward from step %ld to %ld", ps->version, r->step);
+  } else if (r->step != ps->version && rc != PS_ERR_OK) {
+    pserver_refuse(r->call, "Rollback", PS_ERR_FAILED_PRECONDITION,
+                   "pserver %d cannot roll back from step %ld to %ld: %s", ps->cfg.id,
+                   ps->version, r->step, err.msg);
+  } else {
+    /* At the step already (another trainer asked first): the step's pushes stay. */
+    if (r->step != ps->version) apply_rollback(ps, r, data);
+    Pstrain__RollbackReply reply = PSTRAIN__ROLLBACK_REPLY__INIT;
+    reply.pserver_incarnation = ps->incarnation;
+    reply.step = (uint64_t)ps->version;
+    pserver_reply_message(r->call, &reply.base);
+  }
+  pthread_mutex_unlock(&ps->lock);
+  free(data);
+  free(r);
+}

@@ -1,0 +1,273 @@
+/* The pserver's step: the job's table, sync and async apply, the replies'
+ * parameter snapshots and the statistics line. Lock held throughout. */
+#define _POSIX_C_SOURCE 200809L
+#include "server/pserver_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+
+/* --- the job's table ----------------------------------------------------------- */
+
+/* Refuses a job whose shard or push would be larger than this pserver's
+ * limits, from the job alone (before allocating anything). */
+static ps_err check_job_size(const pserver *ps, const job_config *job, int slots, ps_error *err) {
+  double params = 0;
+  for (int l = 1; l <= job->model.num_layers; l++) {
+    params += ((double)job->model.sizes[l - 1] + 1) * job->model.sizes[l];
+  }
+  double mb = params / job->pservers * 4 * (3 + slots) / (1 << 20);
+  if (mb > (double)ps->cfg.max_shard_mb) {
+    return ps_error_set(err, PS_ERR_OUT_OF_RANGE,
+                        "the job needs about %.0f MiB on each pserver, above --max-shard-mb %ld",
+                        mb, ps->cfg.max_shard_mb);
+  }
+  /* Every pserver builds the whole map and a push carries all of its blocks:
+   * bound both before allocating, then this pserver's exact count. */
+  long max_blocks = ps->cfg.max_blocks_per_request;
+  double all_blocks = 0;
+  for (int l = 1; l <= job->model.num_layers; l++) {
+    double w = (double)job->model.sizes[l - 1] * job->model.sizes[l], b = job->model.sizes[l];
+    all_blocks += ceil(w / (double)job->block_size) + ceil(b / (double)job->block_size);
+  }
+  if (max_blocks > 0 && all_blocks > (double)max_blocks * job->pservers) {
+    return ps_error_set(err, PS_ERR_OUT_OF_RANGE,
+                        "block size %zu cuts the model into %.0f blocks, more than "
+                        "--max-blocks-per-request %ld for each of %d pservers",
+                        job->block_size, all_blocks, max_blocks, job->pservers);
+  }
+  return PS_ERR_OK;
+}
+
+void pserver_deconfigure(pserver *ps) {
+  table_free(&ps->table);
+  tensor_layout_free(&ps->checkpoint_layout);
+  free(ps->refs);
+  free(ps->seen);
+  ps->refs = NULL;
+  ps->seen = NULL;
+  ps->refs_cap = 0;
+  ps->configured = 0;
+}
+
+/* The rest of configure, after the table: scratch and the checkpoint layout. */
+static ps_err configure_scratch(pserver *ps, const job_config *job, ps_error *err) {
+  long max_blocks = ps->cfg.max_blocks_per_request;
+  size_t mine = ps->table.map.shard_blocks[ps->cfg.id];
+  if (max_blocks > 0 && mine > (size_t)max_blocks) {
+    return ps_error_set(err, PS_ERR_OUT_OF_RANGE,
+                        "a push to pserver %d would carry %zu blocks (block size %zu), more than "
+                        "--max-blocks-per-request %ld", ps->cfg.id, mine,
+                        job->block_size, max_blocks);
+  }
+  size_t blocks = ps->table.map.block_count;
+  ps->refs_cap = blocks + 1;
+  ps->refs = malloc(ps->refs_cap * sizeof *ps->refs);
+  ps->seen = malloc(blocks > 0 ? blocks : 1);
+  if (ps->refs == NULL || ps->seen == NULL) {
+    return ps_error_set(err, PS_ERR_NO_MEMORY, "pserver: out of memory for %zu blocks", blocks);
+  }
+  const char *names[3] = {"params", "optimizer.state1", "optimizer.state2"};
+  for (int i = 0; i < 3; i++) {
+    const tensor_info *src = &ps->table.storage.tensors[i];
+    if (tensor_layout_add(&ps->checkpoint_layout, names[i], src->rank, src->shape, err) !=
+        PS_ERR_OK) {
+      return err->code;
+    }
+  }
+  return PS_ERR_OK;
+}
+
+ps_err pserver_configure(pserver *ps, const job_config *job, int trainer, ps_error *err) {
+  int slots = job->update == UPDATE_SYNC ? job->trainers : 1;
+  if (check_job_size(ps, job, slots, err) != PS_ERR_OK) return err->code;
+  if (table_init(&ps->table, job, ps->cfg.id, slots, err) != PS_ERR_OK) return err->code;
+  tensor_layout_init(&ps->checkpoint_layout);
+  if (configure_scratch(ps, job, err) != PS_ERR_OK) {
+    pserver_deconfigure(ps);
+    return err->code;
+  }
+  ps->job = *job;
+  ps->job_hash = job_config_hash(job);
+  ps->configured = 1;
+  ps->configured_by = trainer;
+  char text[1024];
+  job_config_format(job, text, sizeof text);
+  LOG_INFO("job from %s %d: %s; this pserver holds %zu of %zu blocks, %zu floats (%.1f MB)",
+           trainer >= 0 ? "trainer" : "checkpoint", trainer, text,
+           ps->table.map.shard_blocks[ps->cfg.id], ps->table.map.block_count, ps->table.n,
+           (double)ps->table.n * 4 / 1e6);
+  return PS_ERR_OK;
+}
+
+/* --- replies ------------------------------------------------------------------- */
+
+/* A snapshot no reply is sending from any more, filled with the current
+ * parameters; NULL when all are busy (the caller then lets gRPC copy). */
+static params_snapshot *take_snapshot(pserver *ps) {
+  size_t n = ps->table.n;
+  for (int i = 0; i < PSERVER_SNAPSHOTS; i++) {
+    params_snapshot *snap = &ps->snapshots[i];
+    if (atomic_load(&snap->lease.refs) != 0) continue;
+    if (snap->data == NULL && (snap->data = malloc((n > 0 ? n : 1) * sizeof(float))) == NULL) {
+      return NULL;
+    }
+    memcpy(snap->data, ps->table.params, n * sizeof(float));
+    return snap;
+  }
+  return NULL;
+}
+
+/* Builds the ParamsReply of the whole shard into ps->reply, sending from
+ * snap (or, without one, from the table with gRPC copying). */
+static ps_err build_params_reply(pserver *ps, params_snapshot *snap, ps_error *err) {
+  table *t = &ps->table;
+  if (wire_writer_begin(&ps->reply, t->map.shard_blocks[ps->cfg.id], err) != PS_ERR_OK) {
+    return err->code;
+  }
+  const float *source = snap != NULL ? snap->data : t->params;
+  rpc_lease *lease = snap != NULL ? &snap->lease : NULL;
+  wire_writer_params_header(&ps->reply, ps->incarnation, (uint64_t)ps->version);
+  for (size_t i = 0; i < t->map.block_count; i++) {
+    const shard_block *b = &t->map.blocks[i];
+    if (b->pserver != ps->cfg.id) continue;
+    wire_writer_block(&ps->reply, b->id, source + b->shard_offset, b->count, lease);
+  }
+  return PS_ERR_OK;
+}
+
+void pserver_reply_params(pserver *ps, rpc_call *const *calls, int count) {
+  ps_error err;
+  params_snapshot *snap = take_snapshot(ps);
+  ps_err rc = build_params_reply(ps, snap, &err);
+  for (int i = 0; i < count; i++) {
+    if (rc != PS_ERR_OK) {
+      rpc_call_reply(calls[i], err.code, err.msg, NULL, 0);
+      continue;
+    }
+    ps->stats_out += ps->table.n * sizeof(float);
+    rpc_call_reply(calls[i], PS_ERR_OK, NULL, ps->reply.parts, ps->reply.part_count);
+  }
+}
+
+/* --- statistics and checkpoints after a step ------------------------------------ */
+
+/* One line per --log-every steps: called once when a step completes, so a
+ * step is never logged twice (a second line would cover no time). */
+static void log_stats(pserver *ps, long step) {
+  if (ps->cfg.log_every <= 0 || step % ps->cfg.log_every != 0 || step == ps->stats_logged) return;
+  double now = now_s(), dt = now - ps->stats_since;
+  if (dt <= 0) return;
+  LOG_INFO("step %ld: %.1f pushes/s, in %.1f MB/s, out %.1f MB/s", step,
+           (double)ps->stats_pushes / dt, (double)ps->stats_in / dt / 1e6,
+           (double)ps->stats_out / dt / 1e6);
+  ps->stats_logged = step;
+  ps->stats_since = now;
+  ps->stats_pushes = 0;
+  ps->stats_in = ps->stats_out = 0;
+}
+
+/* A checkpoint every cfg.checkpoint_every steps: the state is copied here
+ * and written by the disk thread. */
+static void maybe_checkpoint(pserver *ps, long step) {
+  if (ps->cfg.checkpoint_dir[0] == '\0' || ps->cfg.checkpoint_every <= 0 ||
+      step % ps->cfg.checkpoint_every != 0) {
+    return;
+  }
+  pserver_checkpoint_due(ps);
+}
+
+/* --- sync --------------------------------------------------------------------- */
+
+void pserver_complete_step(pserver *ps) {
+  int n = ps->cfg.trainers, count = 0;
+  int *slots = ps->step_slots;
+  rpc_call **calls = ps->step_calls;
+  for (int i = 0; i < n; i++) {
+    if (!ps->trainers[i].pushed) continue;
+    slots[count] = i;
+    calls[count++] = ps->trainers[i].waiting;
+    ps->trainers[i].pushed = 0;
+    ps->trainers[i].waiting = NULL;
+  }
+  /* Sum in trainer-id order, average, apply. */
+  table_apply_sum(&ps->table, &ps->job.optimizer, slots, count, 1.0f / (float)count, ps->version);
+  ps->version++;
+  ps->pushed_count = 0;
+  pserver_reply_params(ps, calls, count);
+  maybe_checkpoint(ps, ps->version);
+  log_stats(ps, ps->version);
+}
+
+void pserver_push_sync(pserver *ps, rpc_call *call, const rpc_message *msg,
+                       const wire_blocks_msg *m) {
+  uint32_t id = m->key.trainer_id;
+  trainer_state *tr = &ps->trainers[id];
+  long step = (long)m->key.step;
+  if (tr->lost) {
+    pserver_refuse(call, "PushPull", PS_ERR_FAILED_PRECONDITION,
+                   "trainer %u was dropped for missing a step (--on-trainer-loss continue)", id);
+    return;
+  }
+  if (step < ps->version) {
+    /* Behind: a resend of a push already applied (its reply was lost), or one
+     * from before a rollback. Answered with the parameters, not applied: the
+     * reply's step tells the trainer where the pserver is. */
+    pserver_reply_params(ps, &call, 1);
+    return;
+  }
+  if (step > ps->version) {
+    /* Ahead: this pserver restarted or rolled back; the trainer recovers. */
+    pserver_refuse(call, "PushPull", PS_ERR_ABORTED,
+                   "trainer %u pushed step %ld but the pserver is at step %ld", id, step,
+                   ps->version);
+    return;
+  }
+  if (tr->pushed) {
+    /* A resend while the step waits: the data is the same; keep the newer call. */
+    rpc_call_reply(tr->waiting, PS_ERR_ABORTED, "superseded by a resend of the same push", NULL, 0);
+    tr->waiting = call;
+    return;
+  }
+  float *slot = table_slot(&ps->table, (int)id);
+  for (size_t i = 0; i < m->block_count; i++) {
+    const shard_block *b = &ps->table.map.blocks[m->blocks[i].id];
+    wire_copy_block(msg, &m->blocks[i], slot + b->shard_offset);
+  }
+  tr->pushed = 1;
+  tr->waiting = call;
+  if (ps->pushed_count++ == 0) ps->step_started = now_s();
+  if (ps->pushed_count == ps->active) pserver_complete_step(ps);
+}
+
+/* --- async -------------------------------------------------------------------- */
+
+/* Applies the push at once, scaled by 1/N, at schedule step version / N (the
+ * schedule advances once per N pushes, as in sync mode), and answers with the
+ * current parameters. A trainer's step it has applied already is only answered. */
+void pserver_push_async(pserver *ps, rpc_call *call, const rpc_message *msg,
+                        const wire_blocks_msg *m) {
+  trainer_state *tr = &ps->trainers[m->key.trainer_id];
+  long step = (long)m->key.step;
+  int n = ps->cfg.trainers;
+  if (step > tr->last_step) {
+    float *slot = table_slot(&ps->table, 0);
+    for (size_t i = 0; i < m->block_count; i++) {
+      const shard_block *b = &ps->table.map.blocks[m->blocks[i].id];
+      wire_copy_block(msg, &m->blocks[i], slot + b->shard_offset);
+    }
+    const int slot0 = 0;
+    table_apply_sum(&ps->table, &ps->job.optimizer, &slot0, 1, 1.0f / (float)n, ps->version / n);
+    ps->version++;
+    tr->last_step = step;
+    if (ps->version % n == 0) {
+      maybe_checkpoint(ps, ps->version / n);
+      log_stats(ps, ps->version / n);
+    }
+  }
+  pserver_reply_params(ps, &call, 1);
+}
