@@ -42,87 +42,83 @@ ps_err wire_pack(const ProtobufCMessage *m, uint8_t **out, size_t *len, ps_error
   return PS_ERR_OK;
 }
 
-static const char *const schedule_names[] = {"constant", "step", "cosine"};
+/* --- the job description, row by row of JOB_FIELDS ------------------------- */
+
+/* The protobuf member of a row: in the JobConfig or its OptimizerConfig. */
+#define PROTO_OUT_JOB(id) out->id
+#define PROTO_OUT_OPT(id) opt->id
+#define PROTO_IN_JOB(id) in->id
+#define PROTO_IN_OPT(id) in->optimizer->id
+
+#define TO_PROTO_MODEL(p, v) (model_format(&(v), text, text_len), (p) = text)
+#define TO_PROTO_KIND(p, v) ((p) = (char *)optimizer_kind_name(v))
+#define TO_PROTO_SCHEDULE(p, v) ((p) = (char *)lr_schedule_name(v))
+#define TO_PROTO_UPDATE(p, v) ((p) = (char *)update_mode_name(v))
+#define TO_PROTO_DOUBLE(p, v) ((p) = (v))
+#define TO_PROTO_INT(p, v) ((p) = (uint32_t)(v))
+#define TO_PROTO_LONG(p, v) ((p) = (v))
+#define TO_PROTO_SLONG(p, v) ((p) = (int64_t)(v))
+#define TO_PROTO_SIZE(p, v) ((p) = (v))
+#define TO_PROTO_U64(p, v) ((p) = (v))
 
 void wire_job_to_proto(const job_config *job, Pstrain__JobConfig *out,
                        Pstrain__OptimizerConfig *opt, char *text, size_t text_len) {
   pstrain__job_config__init(out);
   pstrain__optimizer_config__init(opt);
-  model_format(&job->model, text, text_len);
-  const optimizer_config *o = &job->optimizer;
-  opt->kind = (char *)optimizer_kind_name(o->kind);
-  opt->lr = o->lr;
-  opt->weight_decay = o->weight_decay;
-  opt->momentum = o->momentum;
-  opt->beta1 = o->beta1;
-  opt->beta2 = o->beta2;
-  opt->epsilon = o->epsilon;
-  opt->schedule = (char *)schedule_names[o->schedule];
-  opt->step_size = o->step_size;
-  opt->gamma = o->gamma;
-  opt->total_steps = o->total_steps;
-  opt->min_lr = o->min_lr;
-  out->model = text;
   out->optimizer = opt;
-  out->update = (char *)update_mode_name(job->update);
-  out->trainers = (uint32_t)job->trainers;
-  out->pservers = (uint32_t)job->pservers;
-  out->block_size = job->block_size;
-  out->seed = job->seed;
-  out->batch = (uint32_t)job->batch;
-  out->steps = (uint64_t)job->steps;
+#define TO_PROTO_ROW(id, group, type, txt, name, lo, hi)                                           \
+  TO_PROTO_##type(PROTO_OUT_##group(id), JOB_MEMBER_##group(job, id));
+  JOB_FIELDS(TO_PROTO_ROW)
+#undef TO_PROTO_ROW
 }
+
+static ps_err check_unsigned(const char *name, unsigned long long v, unsigned long long lo,
+                             unsigned long long hi, ps_error *err) {
+  if (v < lo || v > hi) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "job description: %s %llu is not %llu..%llu",
+                        name, v, lo, hi);
+  }
+  return PS_ERR_OK;
+}
+
+static ps_err check_signed(const char *name, long long v, long long lo, long long hi,
+                           ps_error *err) {
+  if (v < lo || v > hi) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "job description: %s %lld is not %lld..%lld",
+                        name, v, lo, hi);
+  }
+  return PS_ERR_OK;
+}
+
+/* Each reads protobuf value p into *out, within lo..hi for integers. */
+#define FROM_PROTO_MODEL(name, p, out, lo, hi) model_parse(p, out, err)
+#define FROM_PROTO_KIND(name, p, out, lo, hi) optimizer_kind_parse(p, out, err)
+#define FROM_PROTO_SCHEDULE(name, p, out, lo, hi) lr_schedule_parse(p, out, err)
+#define FROM_PROTO_UPDATE(name, p, out, lo, hi) update_mode_parse(p, out, err)
+#define FROM_PROTO_DOUBLE(name, p, out, lo, hi) (*(out) = (p), PS_ERR_OK)
+#define FROM_PROTO_UNSIGNED(type, name, p, out, lo, hi)                                            \
+  (check_unsigned(name, p, lo, hi, err) != PS_ERR_OK ? err->code : (*(out) = (type)(p), PS_ERR_OK))
+#define FROM_PROTO_INT(...) FROM_PROTO_UNSIGNED(int, __VA_ARGS__)
+#define FROM_PROTO_LONG(...) FROM_PROTO_UNSIGNED(long, __VA_ARGS__)
+#define FROM_PROTO_SIZE(...) FROM_PROTO_UNSIGNED(size_t, __VA_ARGS__)
+#define FROM_PROTO_U64(...) FROM_PROTO_UNSIGNED(uint64_t, __VA_ARGS__)
+#define FROM_PROTO_SLONG(name, p, out, lo, hi)                                                     \
+  (check_signed(name, p, lo, hi, err) != PS_ERR_OK ? err->code : (*(out) = (long)(p), PS_ERR_OK))
 
 ps_err wire_job_from_proto(const Pstrain__JobConfig *in, job_config *job, ps_error *err) {
   memset(job, 0, sizeof *job);
   if (in->optimizer == NULL) {
     return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "job description without an optimizer");
   }
-  if (model_parse(in->model, &job->model, err) != PS_ERR_OK) return err->code;
-  const Pstrain__OptimizerConfig *o = in->optimizer;
-  optimizer_config *c = &job->optimizer;
-  if (optimizer_kind_parse(o->kind, &c->kind, err) != PS_ERR_OK ||
-      lr_schedule_parse(o->schedule, &c->schedule, err) != PS_ERR_OK) {
-    return err->code;
+#define FROM_PROTO_ROW(id, group, type, txt, name, lo, hi)                                         \
+  if (FROM_PROTO_##type(name, PROTO_IN_##group(id), &JOB_MEMBER_##group(job, id), lo, hi) !=      \
+      PS_ERR_OK) {                                                                                 \
+    return err->code;                                                                              \
   }
-  c->lr = o->lr;
-  c->weight_decay = o->weight_decay;
-  c->momentum = o->momentum;
-  c->beta1 = o->beta1;
-  c->beta2 = o->beta2;
-  c->epsilon = o->epsilon;
-  c->step_size = (long)o->step_size;
-  c->gamma = o->gamma;
-  c->total_steps = (long)o->total_steps;
-  c->min_lr = o->min_lr;
-  if (optimizer_config_check(c, err) != PS_ERR_OK) return err->code;
-  if (strcmp(in->update, "sync") == 0) {
-    job->update = UPDATE_SYNC;
-  } else if (strcmp(in->update, "async") == 0) {
-    job->update = UPDATE_ASYNC;
-  } else {
-    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "update mode '%s' is not sync or async",
-                        in->update);
-  }
-  if (in->trainers < 1 || in->trainers > 4096 || in->pservers < 1 || in->pservers > 4096) {
-    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "%u trainers and %u pservers: not 1..4096",
-                        in->trainers, in->pservers);
-  }
-  if (in->block_size < 1 || in->block_size > (1u << 26)) {
-    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "block size %llu is not 1..%u",
-                        (unsigned long long)in->block_size, 1u << 26);
-  }
-  if (in->batch < 1 || in->steps < 1 || in->steps > (1ULL << 50)) {
-    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "batch %u and steps %llu must be >= 1",
-                        in->batch, (unsigned long long)in->steps);
-  }
-  job->batch = (long)in->batch;
-  job->steps = (long)in->steps;
-  job->trainers = (int)in->trainers;
-  job->pservers = (int)in->pservers;
-  job->block_size = (size_t)in->block_size;
-  job->seed = in->seed;
-  return PS_ERR_OK;
+  JOB_FIELDS(FROM_PROTO_ROW)
+#undef FROM_PROTO_ROW
+  /* As strictly as the command line: lr > 0, momentum < 1, ... */
+  return optimizer_config_check(&job->optimizer, err);
 }
 
 /* --- writing block messages ------------------------------------------------- */
