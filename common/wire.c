@@ -145,22 +145,39 @@ static size_t varint_size(uint64_t v) {
 static uint8_t tag(unsigned field, unsigned wire_type) { return (uint8_t)(field << 3 | wire_type); }
 
 ps_err wire_writer_begin(wire_writer *w, size_t max_blocks, ps_error *err) {
+  if (max_blocks > WIRE_WRITER_MAX_BLOCKS ||
+      max_blocks > (SIZE_MAX - MESSAGE_HEADER_MAX) / BLOCK_HEADER_MAX) {
+    return ps_error_set(err, PS_ERR_OUT_OF_RANGE, "a message of %zu blocks: more than %zu",
+                        max_blocks, (size_t)WIRE_WRITER_MAX_BLOCKS);
+  }
   size_t bytes = MESSAGE_HEADER_MAX + max_blocks * BLOCK_HEADER_MAX;
-  int parts = (int)(2 * max_blocks + 2);
+  int parts = (int)(2 * max_blocks + 2); /* fits: max_blocks <= WIRE_WRITER_MAX_BLOCKS */
   if (bytes > w->bytes_cap) {
     uint8_t *grown = realloc(w->bytes, bytes);
-    if (grown == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "out of memory for a message");
+    if (grown == NULL) {
+      return ps_error_set(err, PS_ERR_NO_MEMORY, "out of memory for a message of %zu blocks",
+                          max_blocks);
+    }
     w->bytes = grown;
     w->bytes_cap = bytes;
   }
   if (parts > w->part_cap) {
+    if ((size_t)parts > SIZE_MAX / sizeof *w->parts) {
+      return ps_error_set(err, PS_ERR_OUT_OF_RANGE, "a message of %zu blocks is too large",
+                          max_blocks);
+    }
     rpc_part *grown = realloc(w->parts, (size_t)parts * sizeof *grown);
-    if (grown == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "out of memory for a message");
+    if (grown == NULL) {
+      return ps_error_set(err, PS_ERR_NO_MEMORY, "out of memory for a message of %zu blocks",
+                          max_blocks);
+    }
     w->parts = grown;
     w->part_cap = parts;
   }
   w->bytes_used = 0;
   w->part_count = 0;
+  w->status = PS_ERR_OK;
+  w->refused = NULL;
   return PS_ERR_OK;
 }
 
@@ -170,20 +187,43 @@ void wire_writer_free(wire_writer *w) {
   memset(w, 0, sizeof *w);
 }
 
+ps_err wire_writer_check(const wire_writer *w, ps_error *err) {
+  if (w->status == PS_ERR_OK) return PS_ERR_OK;
+  return ps_error_set(err, w->status, "building a block message: %s", w->refused);
+}
+
+/* Records the first refusal; later appends are skipped. */
+static ps_err refuse(wire_writer *w, const char *what) {
+  if (w->status == PS_ERR_OK) {
+    w->status = PS_ERR_OUT_OF_RANGE;
+    w->refused = what;
+  }
+  return w->status;
+}
+
 /* Appends header bytes, extending the last part when it is header bytes too. */
-static void add_bytes(wire_writer *w, const uint8_t *src, size_t len) {
+static ps_err add_bytes(wire_writer *w, const uint8_t *src, size_t len) {
+  if (w->status != PS_ERR_OK) return w->status;
+  if (w->bytes == NULL || len > w->bytes_cap - w->bytes_used) {
+    return refuse(w, "more field headers than wire_writer_begin made room for");
+  }
   uint8_t *dst = w->bytes + w->bytes_used;
+  rpc_part *last = w->part_count > 0 ? &w->parts[w->part_count - 1] : NULL;
+  int extend = last != NULL && last->lease == NULL && (const uint8_t *)last->data + last->len == dst;
+  if (!extend && w->part_count >= w->part_cap) {
+    return refuse(w, "more parts than wire_writer_begin made room for");
+  }
   memcpy(dst, src, len);
   w->bytes_used += len;
-  rpc_part *last = w->part_count > 0 ? &w->parts[w->part_count - 1] : NULL;
-  if (last != NULL && last->lease == NULL && (const uint8_t *)last->data + last->len == dst) {
+  if (extend) {
     last->len += len;
   } else {
     w->parts[w->part_count++] = (rpc_part){dst, len, NULL};
   }
+  return PS_ERR_OK;
 }
 
-void wire_writer_push_header(wire_writer *w, const wire_key *key, uint64_t config_hash) {
+ps_err wire_writer_push_header(wire_writer *w, const wire_key *key, uint64_t config_hash) {
   uint8_t sub[32], buf[MESSAGE_HEADER_MAX];
   size_t s = 0, n = 0;
   sub[s++] = tag(1, WT_VARINT);
@@ -198,21 +238,26 @@ void wire_writer_push_header(wire_writer *w, const wire_key *key, uint64_t confi
   n += s;
   buf[n++] = tag(2, WT_VARINT);
   n += put_varint(buf + n, config_hash);
-  add_bytes(w, buf, n);
+  return add_bytes(w, buf, n);
 }
 
-void wire_writer_params_header(wire_writer *w, uint64_t incarnation, uint64_t step) {
+ps_err wire_writer_params_header(wire_writer *w, uint64_t incarnation, uint64_t step) {
   uint8_t buf[MESSAGE_HEADER_MAX];
   size_t n = 0;
   buf[n++] = tag(1, WT_VARINT);
   n += put_varint(buf + n, incarnation);
   buf[n++] = tag(2, WT_VARINT);
   n += put_varint(buf + n, step);
-  add_bytes(w, buf, n);
+  return add_bytes(w, buf, n);
 }
 
-void wire_writer_block(wire_writer *w, uint32_t id, const float *data, size_t count,
-                       rpc_lease *lease) {
+ps_err wire_writer_block(wire_writer *w, uint32_t id, const float *data, size_t count,
+                         rpc_lease *lease) {
+  if (w->status != PS_ERR_OK) return w->status;
+  /* The block's inner length adds up to 17 header bytes to its data. */
+  if (count > (SIZE_MAX - BLOCK_HEADER_MAX) / sizeof(float)) {
+    return refuse(w, "a block too large for a message");
+  }
   size_t data_len = count * sizeof(float);
   size_t inner = 1 + varint_size(id) + 1 + varint_size(data_len) + data_len;
   uint8_t buf[BLOCK_HEADER_MAX];
@@ -223,8 +268,13 @@ void wire_writer_block(wire_writer *w, uint32_t id, const float *data, size_t co
   n += put_varint(buf + n, id);
   buf[n++] = tag(2, WT_LEN);
   n += put_varint(buf + n, data_len);
-  add_bytes(w, buf, n);
+  /* Room for the data's part too, so a block is written whole or not at all. */
+  if (data_len > 0 && w->part_count >= w->part_cap - 1) {
+    return refuse(w, "more blocks than wire_writer_begin made room for");
+  }
+  if (add_bytes(w, buf, n) != PS_ERR_OK) return w->status;
   if (data_len > 0) w->parts[w->part_count++] = (rpc_part){data, data_len, lease};
+  return PS_ERR_OK;
 }
 
 /* --- reading block messages ------------------------------------------------- */
@@ -374,7 +424,8 @@ ps_err wire_parse_blocks(const rpc_message *msg, wire_blocks_msg *out, ps_error 
   cursor c = {msg, 0, 0, 0, msg->total};
   out->has_key = 0;
   memset(&out->key, 0, sizeof out->key);
-  out->field1 = out->field2 = 0;
+  out->pserver_incarnation = 0;
+  out->step = 0;
   out->block_count = 0;
   while (c.at < c.end) {
     unsigned field, wt;
@@ -383,9 +434,10 @@ ps_err wire_parse_blocks(const rpc_message *msg, wire_blocks_msg *out, ps_error 
       if (!parse_key(&c, &out->key)) goto malformed;
       out->has_key = 1;
     } else if (field == 1 && wt == WT_VARINT) {
-      if (!read_varint(&c, &out->field1)) goto malformed;
+      if (!read_varint(&c, &out->pserver_incarnation)) goto malformed;
     } else if (field == 2 && wt == WT_VARINT) {
-      if (!read_varint(&c, &out->field2)) goto malformed;
+      /* config_hash in a PushRequest: the same member. */
+      if (!read_varint(&c, &out->step)) goto malformed;
     } else if (field == 3 && wt == WT_LEN) {
       if (out->block_count == out->block_cap) {
         return ps_error_set(err, PS_ERR_OUT_OF_RANGE, "message holds more than %zu blocks",

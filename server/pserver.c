@@ -114,7 +114,7 @@ static ps_err build_params_reply(pserver *ps, params_snapshot *snap, ps_error *e
     if (b->pserver != ps->cfg.id) continue;
     wire_writer_block(&ps->reply, b->id, source + b->shard_offset, b->count, lease);
   }
-  return PS_ERR_OK;
+  return wire_writer_check(&ps->reply, err);
 }
 
 /* Answers each call with the current parameters, all from one snapshot. */
@@ -532,7 +532,7 @@ static void handle_push(pserver *ps, rpc_call *call, const rpc_message *msg) {
            "(it may have restarted): register again");
   } else if (wire_parse_blocks(msg, &m, &err) != PS_ERR_OK) {
     refuse(call, "PushPull", err.code, "%s", err.msg);
-  } else if (check_sender(ps, call, "PushPull", m.has_key, &m.key, m.field2) == PS_ERR_OK &&
+  } else if (check_sender(ps, call, "PushPull", m.has_key, &m.key, m.config_hash) == PS_ERR_OK &&
              check_blocks(ps, call, &m) == PS_ERR_OK) {
     ps->stats_pushes++;
     ps->stats_in += msg->total;

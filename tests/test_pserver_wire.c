@@ -341,8 +341,8 @@ int main(void) {
   wire_block_ref refs[64];
   wire_blocks_msg m = {.blocks = refs, .block_cap = 64};
   REQUIRE(wire_parse_blocks(&ops[0].reply.message, &m, &err) == PS_ERR_OK);
-  CHECK_EQ_INT(m.field2, 1); /* version after one step */
-  CHECK(m.field1 == ps.incarnation);
+  CHECK_EQ_INT(m.step, 1); /* version after one step */
+  CHECK(m.pserver_incarnation == ps.incarnation);
   float *after = calloc(layout.total, sizeof *after);
   REQUIRE(after != NULL);
   for (size_t i = 0; i < m.block_count; i++) {

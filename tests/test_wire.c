@@ -73,7 +73,7 @@ int main(void) {
     REQUIRE(wire_parse_blocks(&msg, &m, &err) == PS_ERR_OK);
     CHECK(m.has_key);
     CHECK_EQ_INT(m.key.step, 4242);
-    CHECK(m.field2 == 0x1234567890abcdefULL);
+    CHECK(m.config_hash == 0x1234567890abcdefULL);
     REQUIRE(m.block_count == 2);
     CHECK_EQ_INT(m.blocks[0].id, 7);
     float got[300];
@@ -124,8 +124,8 @@ int main(void) {
   m = (wire_blocks_msg){.blocks = refs, .block_cap = 4};
   REQUIRE(wire_parse_blocks(&pm, &m, &err) == PS_ERR_OK);
   CHECK(!m.has_key);
-  CHECK_EQ_INT(m.field1, 99);
-  CHECK_EQ_INT(m.field2, 17);
+  CHECK_EQ_INT(m.pserver_incarnation, 99);
+  CHECK_EQ_INT(m.step, 17);
   REQUIRE(m.block_count == 1);
   float got[5];
   wire_copy_block(&pm, &m.blocks[0], got);
