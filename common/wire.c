@@ -176,6 +176,9 @@ ps_err wire_writer_begin(wire_writer *w, size_t max_blocks, ps_error *err) {
   }
   w->bytes_used = 0;
   w->part_count = 0;
+  w->block_room = max_blocks;
+  w->block_count = 0;
+  w->has_header = 0;
   w->status = PS_ERR_OK;
   w->refused = NULL;
   return PS_ERR_OK;
@@ -223,7 +226,16 @@ static ps_err add_bytes(wire_writer *w, const uint8_t *src, size_t len) {
   return PS_ERR_OK;
 }
 
+/* One header per message, before its blocks. */
+static ps_err check_header(wire_writer *w) {
+  if (w->status != PS_ERR_OK) return w->status;
+  if (w->has_header) return refuse(w, "a second message header");
+  w->has_header = 1;
+  return PS_ERR_OK;
+}
+
 ps_err wire_writer_push_header(wire_writer *w, const wire_key *key, uint64_t config_hash) {
+  if (check_header(w) != PS_ERR_OK) return w->status;
   uint8_t sub[32], buf[MESSAGE_HEADER_MAX];
   size_t s = 0, n = 0;
   sub[s++] = tag(1, WT_VARINT);
@@ -242,6 +254,7 @@ ps_err wire_writer_push_header(wire_writer *w, const wire_key *key, uint64_t con
 }
 
 ps_err wire_writer_params_header(wire_writer *w, uint64_t incarnation, uint64_t step) {
+  if (check_header(w) != PS_ERR_OK) return w->status;
   uint8_t buf[MESSAGE_HEADER_MAX];
   size_t n = 0;
   buf[n++] = tag(1, WT_VARINT);
@@ -254,6 +267,9 @@ ps_err wire_writer_params_header(wire_writer *w, uint64_t incarnation, uint64_t 
 ps_err wire_writer_block(wire_writer *w, uint32_t id, const float *data, size_t count,
                          rpc_lease *lease) {
   if (w->status != PS_ERR_OK) return w->status;
+  if (w->block_count >= w->block_room) {
+    return refuse(w, "more blocks than wire_writer_begin made room for");
+  }
   /* The block's inner length adds up to 17 header bytes to its data. */
   if (count > (SIZE_MAX - BLOCK_HEADER_MAX) / sizeof(float)) {
     return refuse(w, "a block too large for a message");
@@ -270,10 +286,11 @@ ps_err wire_writer_block(wire_writer *w, uint32_t id, const float *data, size_t 
   n += put_varint(buf + n, data_len);
   /* Room for the data's part too, so a block is written whole or not at all. */
   if (data_len > 0 && w->part_count >= w->part_cap - 1) {
-    return refuse(w, "more blocks than wire_writer_begin made room for");
+    return refuse(w, "more parts than wire_writer_begin made room for");
   }
   if (add_bytes(w, buf, n) != PS_ERR_OK) return w->status;
   if (data_len > 0) w->parts[w->part_count++] = (rpc_part){data, data_len, lease};
+  w->block_count++;
   return PS_ERR_OK;
 }
 

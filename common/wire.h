@@ -62,7 +62,9 @@ typedef struct wire_writer {
   size_t bytes_cap, bytes_used;
   rpc_part *parts; /* owned */
   int part_cap, part_count;
-  ps_err status;      /* PS_ERR_OK, or the first refused append's code */
+  size_t block_room, block_count; /* blocks wire_writer_begin allowed; written */
+  int has_header;
+  ps_err status;       /* PS_ERR_OK, or the first refused append's code */
   const char *refused; /* what that append was */
 } wire_writer;
 
