@@ -4,8 +4,10 @@
 #define PSTRAIN_COMMON_ENDPOINTS_H
 
 #include "common/error.h"
+#include "common/job_limits.h"
 
-#define ENDPOINTS_MAX 256
+/* Endpoint lists are pserver lists. */
+#define ENDPOINTS_MAX PSTRAIN_MAX_PSERVERS
 #define ENDPOINT_LEN 256
 
 typedef struct endpoint_list {

@@ -1,4 +1,5 @@
-/* Job description text, hash and differences. */
+/* Job description text, hash, differences and agreement text, each walking
+ * the one table of fields (job_fields.h). */
 #include "common/job.h"
 
 #include <stdio.h>
@@ -6,33 +7,138 @@
 
 #include "common/hash.h"
 
-static const char *const schedule_names[] = {"constant", "step", "cosine"};
+static const char *const update_names[UPDATE_MODE_COUNT] = {"sync", "async"};
 
-const char *update_mode_name(update_mode mode) { return mode == UPDATE_ASYNC ? "async" : "sync"; }
+const char *update_mode_name(update_mode mode) {
+  return (unsigned)mode < UPDATE_MODE_COUNT ? update_names[mode] : "unknown";
+}
 
-static void optimizer_text(const optimizer_config *o, char *buf, size_t len) {
-  snprintf(buf, len, "%s lr=%.17g wd=%.17g momentum=%.17g betas=%.17g,%.17g eps=%.17g %s "
-           "step_size=%ld gamma=%.17g total_steps=%ld min_lr=%.17g",
-           optimizer_kind_name(o->kind), o->lr, o->weight_decay, o->momentum, o->beta1, o->beta2,
-           o->epsilon, schedule_names[o->schedule], o->step_size, o->gamma, o->total_steps,
-           o->min_lr);
+ps_err update_mode_parse(const char *name, update_mode *out, ps_error *err) {
+  for (int i = 0; i < UPDATE_MODE_COUNT; i++) {
+    if (strcmp(name, update_names[i]) == 0) {
+      *out = (update_mode)i;
+      return PS_ERR_OK;
+    }
+  }
+  return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "update mode '%s' is not sync or async", name);
+}
+
+/* --- the table --------------------------------------------------------------- */
+
+enum { GROUP_JOB = 0, GROUP_OPT = 1 };
+
+static const struct {
+  const char *name, *text;
+  int group;
+} fields[JOB_FIELD_COUNT] = {
+#define FIELD_ROW(id, group, type, text, name, lo, hi) {name, text, GROUP_##group},
+    JOB_FIELDS(FIELD_ROW)
+#undef FIELD_ROW
+};
+
+/* How each type is written; the hash covers these, so keep them stable. */
+#define FORMAT_MODEL(v, buf, len) model_format(&(v), buf, len)
+#define FORMAT_KIND(v, buf, len) snprintf(buf, len, "%s", optimizer_kind_name(v))
+#define FORMAT_SCHEDULE(v, buf, len) snprintf(buf, len, "%s", lr_schedule_name(v))
+#define FORMAT_UPDATE(v, buf, len) snprintf(buf, len, "%s", update_mode_name(v))
+#define FORMAT_DOUBLE(v, buf, len) snprintf(buf, len, "%.17g", v)
+#define FORMAT_INT(v, buf, len) snprintf(buf, len, "%d", v)
+#define FORMAT_LONG(v, buf, len) snprintf(buf, len, "%ld", v)
+#define FORMAT_SLONG(v, buf, len) snprintf(buf, len, "%ld", v)
+#define FORMAT_SIZE(v, buf, len) snprintf(buf, len, "%zu", v)
+#define FORMAT_U64(v, buf, len) snprintf(buf, len, "%llu", (unsigned long long)(v))
+
+const char *job_field_name(job_field field) {
+  return (unsigned)field < JOB_FIELD_COUNT ? fields[field].name : "unknown";
+}
+
+void job_field_format(const job_config *job, job_field field, char *buf, size_t len) {
+  if (len == 0) return;
+  buf[0] = '\0';
+  switch (field) {
+#define FORMAT_CASE(id, group, type, text, name, lo, hi)                                           \
+  case JOB_FIELD_##id:                                                                             \
+    FORMAT_##type(JOB_MEMBER_##group(job, id), buf, len);                                          \
+    break;
+    JOB_FIELDS(FORMAT_CASE)
+#undef FORMAT_CASE
+  case JOB_FIELD_COUNT:
+    break;
+  }
+}
+
+/* --- text and hash -------------------------------------------------------- */
+
+/* Where text goes: a buffer (truncated at its end) and a running FNV-1a
+ * hash of all of it, equal to hash_text() of the whole text. */
+typedef struct sink {
+  char *buf;
+  size_t len, used;
+  size_t total; /* the whole text's length, written or not */
+  uint64_t hash;
+} sink;
+
+static void sink_init(sink *s, char *buf, size_t len) {
+  *s = (sink){buf, len, 0, 0, HASH_TEXT_START};
+  if (len > 0) buf[0] = '\0';
+}
+
+static void emit(sink *s, const char *text) {
+  s->hash = hash_text_continue(s->hash, text);
+  for (const char *p = text; *p != '\0'; p++) {
+    s->total++;
+    if (s->used + 1 < s->len) s->buf[s->used++] = *p;
+  }
+  if (s->len > 0) s->buf[s->used] = '\0';
+}
+
+/* Longest value text: a model ("mlp:" and 17 widths) fits with room. */
+#define VALUE_MAX 256
+
+static void emit_field(sink *s, const job_config *job, int f) {
+  char value[VALUE_MAX];
+  job_field_format(job, (job_field)f, value, sizeof value);
+  emit(s, fields[f].text);
+  emit(s, value);
+}
+
+/* "model=... optimizer=[adam lr=...] update=...": the optimizer's rows in
+ * brackets. */
+static void job_text(const job_config *job, sink *s) {
+  int group = GROUP_JOB;
+  for (int f = 0; f < JOB_FIELD_COUNT; f++) {
+    if (fields[f].group != group) {
+      emit(s, group == GROUP_JOB ? " optimizer=[" : "]");
+      group = fields[f].group;
+    }
+    emit_field(s, job, f);
+  }
+  if (group == GROUP_OPT) emit(s, "]");
+}
+
+/* "adam lr=... min_lr=...": what a difference shows of the optimizer. */
+static void optimizer_text(const job_config *job, char *buf, size_t len) {
+  sink s;
+  sink_init(&s, buf, len);
+  for (int f = 0; f < JOB_FIELD_COUNT; f++) {
+    if (fields[f].group == GROUP_OPT) emit_field(&s, job, f);
+  }
 }
 
 void job_config_format(const job_config *job, char *buf, size_t len) {
-  char model[256], opt[512];
-  model_format(&job->model, model, sizeof model);
-  optimizer_text(&job->optimizer, opt, sizeof opt);
-  snprintf(buf, len, "model=%s optimizer=[%s] update=%s trainers=%d pservers=%d block_size=%zu "
-           "seed=%llu batch=%ld steps=%ld",
-           model, opt, update_mode_name(job->update), job->trainers, job->pservers,
-           job->block_size, (unsigned long long)job->seed, job->batch, job->steps);
+  sink s;
+  sink_init(&s, buf, len);
+  job_text(job, &s);
 }
 
 uint64_t job_config_hash(const job_config *job) {
-  char text[1024];
-  job_config_format(job, text, sizeof text);
-  return hash_text(text);
+  sink s;
+  sink_init(&s, NULL, 0);
+  job_text(job, &s);
+  return s.hash;
 }
+
+/* --- differences ------------------------------------------------------------ */
 
 /* Where one diff is written; names_only: field names without their values. */
 typedef struct diff_out {
@@ -50,29 +156,26 @@ static void append(diff_out *o, const char *field, const char *a, const char *b)
   if (n > 0) o->used += (size_t)n;
 }
 
-static void append_number(diff_out *o, const char *field, long long a, long long b) {
-  char x[32], y[32];
-  snprintf(x, sizeof x, "%lld", a);
-  snprintf(y, sizeof y, "%lld", b);
-  append(o, field, x, y);
-}
-
 static void diff(const job_config *a, const job_config *b, diff_out *o) {
-  char x[512], y[512];
+  char x[1024], y[1024];
+  if (o->len == 0) return;
   o->buf[0] = '\0';
-  model_format(&a->model, x, sizeof x);
-  model_format(&b->model, y, sizeof y);
-  append(o, "model", x, y);
-  optimizer_text(&a->optimizer, x, sizeof x);
-  optimizer_text(&b->optimizer, y, sizeof y);
-  append(o, "optimizer", x, y);
-  append(o, "update", update_mode_name(a->update), update_mode_name(b->update));
-  append_number(o, "trainers", a->trainers, b->trainers);
-  append_number(o, "pservers", a->pservers, b->pservers);
-  append_number(o, "block size", (long long)a->block_size, (long long)b->block_size);
-  append_number(o, "seed", (long long)a->seed, (long long)b->seed);
-  append_number(o, "batch", a->batch, b->batch);
-  append_number(o, "steps", a->steps, b->steps);
+  int group = GROUP_JOB;
+  for (int f = 0; f < JOB_FIELD_COUNT; f++) {
+    if (fields[f].group == GROUP_OPT) {
+      /* The optimizer is one entry, at its first row. */
+      if (group != GROUP_OPT) {
+        optimizer_text(a, x, sizeof x);
+        optimizer_text(b, y, sizeof y);
+        append(o, "optimizer", x, y);
+      }
+    } else {
+      job_field_format(a, (job_field)f, x, sizeof x);
+      job_field_format(b, (job_field)f, y, sizeof y);
+      append(o, fields[f].name, x, y);
+    }
+    group = fields[f].group;
+  }
 }
 
 void job_config_diff(const job_config *a, const job_config *b, char *buf, size_t len) {
@@ -83,4 +186,30 @@ void job_config_diff(const job_config *a, const job_config *b, char *buf, size_t
 void job_config_diff_fields(const job_config *a, const job_config *b, char *buf, size_t len) {
   diff_out o = {buf, len, 0, 1};
   diff(a, b, &o);
+}
+
+/* --- collective mode's agreement text ------------------------------------ */
+
+ps_err job_config_agreement(const job_config *job, const job_extra *extras, size_t extra_count,
+                            char *buf, size_t len, ps_error *err) {
+  sink s;
+  sink_init(&s, buf, len);
+  char value[VALUE_MAX];
+  for (int f = 0; f < JOB_FIELD_COUNT; f++) {
+    job_field_format(job, (job_field)f, value, sizeof value);
+    emit(&s, f > 0 ? ";" : "");
+    emit(&s, fields[f].name);
+    emit(&s, "=");
+    emit(&s, value);
+  }
+  for (size_t i = 0; i < extra_count; i++) {
+    snprintf(value, sizeof value, ";%s=%ld", extras[i].name, extras[i].value);
+    emit(&s, value);
+  }
+  /* A cut text would compare only its beginning: refuse it. */
+  if (s.total >= len) {
+    return ps_error_set(err, PS_ERR_OUT_OF_RANGE,
+                        "the job's agreement text does not fit in %zu bytes", len);
+  }
+  return PS_ERR_OK;
 }

@@ -1,16 +1,22 @@
 /* The job description every trainer and pserver of a job must share: model,
  * optimizer, update mode, counts, block size and seed. Its hash travels in
- * every request; a difference is named field by field. */
+ * every request; a difference is named field by field. The fields are listed
+ * once, in common/job_fields.h. */
 #ifndef PSTRAIN_COMMON_JOB_H
 #define PSTRAIN_COMMON_JOB_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/error.h"
+#include "common/job_fields.h"
 #include "common/model.h"
 #include "common/optimizer.h"
 
 typedef enum { UPDATE_SYNC, UPDATE_ASYNC } update_mode;
+#define UPDATE_MODE_COUNT (UPDATE_ASYNC + 1)
+/* The names of update_mode_name, for option tables' choices. */
+#define UPDATE_MODE_CHOICES "sync|async"
 
 typedef struct job_config {
   model_desc model;
@@ -24,17 +30,46 @@ typedef struct job_config {
   long steps; /* every trainer takes in all */
 } job_config;
 
+/* One enumerator per row of JOB_FIELDS, in its order. */
+typedef enum {
+#define JOB_FIELD_ENUM(id, ...) JOB_FIELD_##id,
+  JOB_FIELDS(JOB_FIELD_ENUM)
+#undef JOB_FIELD_ENUM
+  JOB_FIELD_COUNT
+} job_field;
+
 const char *update_mode_name(update_mode mode);
+ps_err update_mode_parse(const char *name, update_mode *out, ps_error *err);
+
+/* The field's name in differences and the agreement text ("block size"). */
+const char *job_field_name(job_field field);
+/* Its value as the canonical text writes it ("0.001", "adam"). */
+void job_field_format(const job_config *job, job_field field, char *buf, size_t len);
 
 /* Canonical one-line text of the job (what the hash covers). */
 void job_config_format(const job_config *job, char *buf, size_t len);
+/* The hash of that text, never truncated whatever its length. */
 uint64_t job_config_hash(const job_config *job);
 
 /* Writes "model mlp:... vs mlp:...; trainers 2 vs 3" for the fields that
- * differ, or "" when none do. */
+ * differ, or "" when none do. The optimizer's settings are one entry,
+ * "optimizer adam lr=... vs adam lr=...". */
 void job_config_diff(const job_config *a, const job_config *b, char *buf, size_t len);
 /* The same with the field names only ("model, batch"): what may be told to
  * a peer that has not shown the job's token. */
 void job_config_diff_fields(const job_config *a, const job_config *b, char *buf, size_t len);
+
+/* A setting outside the job that processes must still agree on. */
+typedef struct job_extra {
+  const char *name;
+  long value;
+} job_extra;
+
+/* "model=...;optimizer=adam;lr=...;batch=64;epochs=3": every field, then
+ * the extras, as ';'-separated name=value pairs: what collective mode's
+ * ranks compare (collective_check_agreement names the pairs that differ).
+ * PS_ERR_OUT_OF_RANGE when it does not fit in buf. */
+ps_err job_config_agreement(const job_config *job, const job_extra *extras, size_t extra_count,
+                            char *buf, size_t len, ps_error *err);
 
 #endif

@@ -4,11 +4,11 @@
 #include <math.h>
 #include <string.h>
 
-static const char *const kind_names[] = {"sgd", "momentum", "adam"};
-static const char *const schedule_names[] = {"constant", "step", "cosine"};
+static const char *const kind_names[OPTIMIZER_KIND_COUNT] = {"sgd", "momentum", "adam"};
+static const char *const schedule_names[LR_SCHEDULE_COUNT] = {"constant", "step", "cosine"};
 
 ps_err optimizer_kind_parse(const char *name, optimizer_kind *out, ps_error *err) {
-  for (int i = 0; i < 3; i++) {
+  for (int i = 0; i < OPTIMIZER_KIND_COUNT; i++) {
     if (strcmp(name, kind_names[i]) == 0) {
       *out = (optimizer_kind)i;
       return PS_ERR_OK;
@@ -19,7 +19,7 @@ ps_err optimizer_kind_parse(const char *name, optimizer_kind *out, ps_error *err
 }
 
 ps_err lr_schedule_parse(const char *name, lr_schedule *out, ps_error *err) {
-  for (int i = 0; i < 3; i++) {
+  for (int i = 0; i < LR_SCHEDULE_COUNT; i++) {
     if (strcmp(name, schedule_names[i]) == 0) {
       *out = (lr_schedule)i;
       return PS_ERR_OK;
@@ -29,7 +29,14 @@ ps_err lr_schedule_parse(const char *name, lr_schedule *out, ps_error *err) {
                       name, LR_SCHEDULE_CHOICES);
 }
 
-const char *optimizer_kind_name(optimizer_kind kind) { return kind_names[kind]; }
+/* Out-of-range values (a corrupted enum) get a name rather than a wild read. */
+const char *optimizer_kind_name(optimizer_kind kind) {
+  return (unsigned)kind < OPTIMIZER_KIND_COUNT ? kind_names[kind] : "unknown";
+}
+
+const char *lr_schedule_name(lr_schedule schedule) {
+  return (unsigned)schedule < LR_SCHEDULE_COUNT ? schedule_names[schedule] : "unknown";
+}
 
 ps_err optimizer_config_check(const optimizer_config *cfg, ps_error *err) {
   const double values[] = {cfg->lr, cfg->weight_decay, cfg->momentum, cfg->beta1,

@@ -12,7 +12,12 @@
 
 typedef enum { OPTIMIZER_SGD, OPTIMIZER_MOMENTUM, OPTIMIZER_ADAM } optimizer_kind;
 typedef enum { LR_CONSTANT, LR_STEP, LR_COSINE } lr_schedule;
+/* Not enumerators, so that switches over the kinds stay exhaustive. */
+#define OPTIMIZER_KIND_COUNT (OPTIMIZER_ADAM + 1)
+#define LR_SCHEDULE_COUNT (LR_COSINE + 1)
 
+/* The names of optimizer.c's tables, for option tables' choices (test_job
+ * checks they agree). */
 #define OPTIMIZER_CHOICES "sgd|momentum|adam"
 #define LR_SCHEDULE_CHOICES "constant|step|cosine"
 
@@ -33,7 +38,9 @@ typedef struct optimizer_config {
 /* Parse the names in OPTIMIZER_CHOICES / LR_SCHEDULE_CHOICES. */
 ps_err optimizer_kind_parse(const char *name, optimizer_kind *out, ps_error *err);
 ps_err lr_schedule_parse(const char *name, lr_schedule *out, ps_error *err);
+/* The names themselves; the only place they are written. */
 const char *optimizer_kind_name(optimizer_kind kind);
+const char *lr_schedule_name(lr_schedule schedule);
 
 /* Checks ranges (lr > 0, 0 <= momentum < 1, ...). */
 ps_err optimizer_config_check(const optimizer_config *cfg, ps_error *err);

@@ -42,87 +42,83 @@ ps_err wire_pack(const ProtobufCMessage *m, uint8_t **out, size_t *len, ps_error
   return PS_ERR_OK;
 }
 
-static const char *const schedule_names[] = {"constant", "step", "cosine"};
+/* --- the job description, row by row of JOB_FIELDS ------------------------- */
+
+/* The protobuf member of a row: in the JobConfig or its OptimizerConfig. */
+#define PROTO_OUT_JOB(id) out->id
+#define PROTO_OUT_OPT(id) opt->id
+#define PROTO_IN_JOB(id) in->id
+#define PROTO_IN_OPT(id) in->optimizer->id
+
+#define TO_PROTO_MODEL(p, v) (model_format(&(v), text, text_len), (p) = text)
+#define TO_PROTO_KIND(p, v) ((p) = (char *)optimizer_kind_name(v))
+#define TO_PROTO_SCHEDULE(p, v) ((p) = (char *)lr_schedule_name(v))
+#define TO_PROTO_UPDATE(p, v) ((p) = (char *)update_mode_name(v))
+#define TO_PROTO_DOUBLE(p, v) ((p) = (v))
+#define TO_PROTO_INT(p, v) ((p) = (uint32_t)(v))
+#define TO_PROTO_LONG(p, v) ((p) = (v))
+#define TO_PROTO_SLONG(p, v) ((p) = (int64_t)(v))
+#define TO_PROTO_SIZE(p, v) ((p) = (v))
+#define TO_PROTO_U64(p, v) ((p) = (v))
 
 void wire_job_to_proto(const job_config *job, Pstrain__JobConfig *out,
                        Pstrain__OptimizerConfig *opt, char *text, size_t text_len) {
   pstrain__job_config__init(out);
   pstrain__optimizer_config__init(opt);
-  model_format(&job->model, text, text_len);
-  const optimizer_config *o = &job->optimizer;
-  opt->kind = (char *)optimizer_kind_name(o->kind);
-  opt->lr = o->lr;
-  opt->weight_decay = o->weight_decay;
-  opt->momentum = o->momentum;
-  opt->beta1 = o->beta1;
-  opt->beta2 = o->beta2;
-  opt->epsilon = o->epsilon;
-  opt->schedule = (char *)schedule_names[o->schedule];
-  opt->step_size = o->step_size;
-  opt->gamma = o->gamma;
-  opt->total_steps = o->total_steps;
-  opt->min_lr = o->min_lr;
-  out->model = text;
   out->optimizer = opt;
-  out->update = (char *)update_mode_name(job->update);
-  out->trainers = (uint32_t)job->trainers;
-  out->pservers = (uint32_t)job->pservers;
-  out->block_size = job->block_size;
-  out->seed = job->seed;
-  out->batch = (uint32_t)job->batch;
-  out->steps = (uint64_t)job->steps;
+#define TO_PROTO_ROW(id, group, type, txt, name, lo, hi)                                           \
+  TO_PROTO_##type(PROTO_OUT_##group(id), JOB_MEMBER_##group(job, id));
+  JOB_FIELDS(TO_PROTO_ROW)
+#undef TO_PROTO_ROW
 }
+
+static ps_err check_unsigned(const char *name, unsigned long long v, unsigned long long lo,
+                             unsigned long long hi, ps_error *err) {
+  if (v < lo || v > hi) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "job description: %s %llu is not %llu..%llu",
+                        name, v, lo, hi);
+  }
+  return PS_ERR_OK;
+}
+
+static ps_err check_signed(const char *name, long long v, long long lo, long long hi,
+                           ps_error *err) {
+  if (v < lo || v > hi) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "job description: %s %lld is not %lld..%lld",
+                        name, v, lo, hi);
+  }
+  return PS_ERR_OK;
+}
+
+/* Each reads protobuf value p into *out, within lo..hi for integers. */
+#define FROM_PROTO_MODEL(name, p, out, lo, hi) model_parse(p, out, err)
+#define FROM_PROTO_KIND(name, p, out, lo, hi) optimizer_kind_parse(p, out, err)
+#define FROM_PROTO_SCHEDULE(name, p, out, lo, hi) lr_schedule_parse(p, out, err)
+#define FROM_PROTO_UPDATE(name, p, out, lo, hi) update_mode_parse(p, out, err)
+#define FROM_PROTO_DOUBLE(name, p, out, lo, hi) (*(out) = (p), PS_ERR_OK)
+#define FROM_PROTO_UNSIGNED(type, name, p, out, lo, hi)                                            \
+  (check_unsigned(name, p, lo, hi, err) != PS_ERR_OK ? err->code : (*(out) = (type)(p), PS_ERR_OK))
+#define FROM_PROTO_INT(...) FROM_PROTO_UNSIGNED(int, __VA_ARGS__)
+#define FROM_PROTO_LONG(...) FROM_PROTO_UNSIGNED(long, __VA_ARGS__)
+#define FROM_PROTO_SIZE(...) FROM_PROTO_UNSIGNED(size_t, __VA_ARGS__)
+#define FROM_PROTO_U64(...) FROM_PROTO_UNSIGNED(uint64_t, __VA_ARGS__)
+#define FROM_PROTO_SLONG(name, p, out, lo, hi)                                                     \
+  (check_signed(name, p, lo, hi, err) != PS_ERR_OK ? err->code : (*(out) = (long)(p), PS_ERR_OK))
 
 ps_err wire_job_from_proto(const Pstrain__JobConfig *in, job_config *job, ps_error *err) {
   memset(job, 0, sizeof *job);
   if (in->optimizer == NULL) {
     return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "job description without an optimizer");
   }
-  if (model_parse(in->model, &job->model, err) != PS_ERR_OK) return err->code;
-  const Pstrain__OptimizerConfig *o = in->optimizer;
-  optimizer_config *c = &job->optimizer;
-  if (optimizer_kind_parse(o->kind, &c->kind, err) != PS_ERR_OK ||
-      lr_schedule_parse(o->schedule, &c->schedule, err) != PS_ERR_OK) {
-    return err->code;
+#define FROM_PROTO_ROW(id, group, type, txt, name, lo, hi)                                         \
+  if (FROM_PROTO_##type(name, PROTO_IN_##group(id), &JOB_MEMBER_##group(job, id), lo, hi) !=      \
+      PS_ERR_OK) {                                                                                 \
+    return err->code;                                                                              \
   }
-  c->lr = o->lr;
-  c->weight_decay = o->weight_decay;
-  c->momentum = o->momentum;
-  c->beta1 = o->beta1;
-  c->beta2 = o->beta2;
-  c->epsilon = o->epsilon;
-  c->step_size = (long)o->step_size;
-  c->gamma = o->gamma;
-  c->total_steps = (long)o->total_steps;
-  c->min_lr = o->min_lr;
-  if (optimizer_config_check(c, err) != PS_ERR_OK) return err->code;
-  if (strcmp(in->update, "sync") == 0) {
-    job->update = UPDATE_SYNC;
-  } else if (strcmp(in->update, "async") == 0) {
-    job->update = UPDATE_ASYNC;
-  } else {
-    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "update mode '%s' is not sync or async",
-                        in->update);
-  }
-  if (in->trainers < 1 || in->trainers > 4096 || in->pservers < 1 || in->pservers > 4096) {
-    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "%u trainers and %u pservers: not 1..4096",
-                        in->trainers, in->pservers);
-  }
-  if (in->block_size < 1 || in->block_size > (1u << 26)) {
-    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "block size %llu is not 1..%u",
-                        (unsigned long long)in->block_size, 1u << 26);
-  }
-  if (in->batch < 1 || in->steps < 1 || in->steps > (1ULL << 50)) {
-    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "batch %u and steps %llu must be >= 1",
-                        in->batch, (unsigned long long)in->steps);
-  }
-  job->batch = (long)in->batch;
-  job->steps = (long)in->steps;
-  job->trainers = (int)in->trainers;
-  job->pservers = (int)in->pservers;
-  job->block_size = (size_t)in->block_size;
-  job->seed = in->seed;
-  return PS_ERR_OK;
+  JOB_FIELDS(FROM_PROTO_ROW)
+#undef FROM_PROTO_ROW
+  /* As strictly as the command line: lr > 0, momentum < 1, ... */
+  return optimizer_config_check(&job->optimizer, err);
 }
 
 /* --- writing block messages ------------------------------------------------- */
@@ -149,22 +145,42 @@ static size_t varint_size(uint64_t v) {
 static uint8_t tag(unsigned field, unsigned wire_type) { return (uint8_t)(field << 3 | wire_type); }
 
 ps_err wire_writer_begin(wire_writer *w, size_t max_blocks, ps_error *err) {
+  if (max_blocks > WIRE_WRITER_MAX_BLOCKS ||
+      max_blocks > (SIZE_MAX - MESSAGE_HEADER_MAX) / BLOCK_HEADER_MAX) {
+    return ps_error_set(err, PS_ERR_OUT_OF_RANGE, "a message of %zu blocks: more than %zu",
+                        max_blocks, (size_t)WIRE_WRITER_MAX_BLOCKS);
+  }
   size_t bytes = MESSAGE_HEADER_MAX + max_blocks * BLOCK_HEADER_MAX;
-  int parts = (int)(2 * max_blocks + 2);
+  int parts = (int)(2 * max_blocks + 2); /* fits: max_blocks <= WIRE_WRITER_MAX_BLOCKS */
   if (bytes > w->bytes_cap) {
     uint8_t *grown = realloc(w->bytes, bytes);
-    if (grown == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "out of memory for a message");
+    if (grown == NULL) {
+      return ps_error_set(err, PS_ERR_NO_MEMORY, "out of memory for a message of %zu blocks",
+                          max_blocks);
+    }
     w->bytes = grown;
     w->bytes_cap = bytes;
   }
   if (parts > w->part_cap) {
+    if ((size_t)parts > SIZE_MAX / sizeof *w->parts) {
+      return ps_error_set(err, PS_ERR_OUT_OF_RANGE, "a message of %zu blocks is too large",
+                          max_blocks);
+    }
     rpc_part *grown = realloc(w->parts, (size_t)parts * sizeof *grown);
-    if (grown == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "out of memory for a message");
+    if (grown == NULL) {
+      return ps_error_set(err, PS_ERR_NO_MEMORY, "out of memory for a message of %zu blocks",
+                          max_blocks);
+    }
     w->parts = grown;
     w->part_cap = parts;
   }
   w->bytes_used = 0;
   w->part_count = 0;
+  w->block_room = max_blocks;
+  w->block_count = 0;
+  w->has_header = 0;
+  w->status = PS_ERR_OK;
+  w->refused = NULL;
   return PS_ERR_OK;
 }
 
@@ -174,20 +190,52 @@ void wire_writer_free(wire_writer *w) {
   memset(w, 0, sizeof *w);
 }
 
+ps_err wire_writer_check(const wire_writer *w, ps_error *err) {
+  if (w->status == PS_ERR_OK) return PS_ERR_OK;
+  return ps_error_set(err, w->status, "building a block message: %s", w->refused);
+}
+
+/* Records the first refusal; later appends are skipped. */
+static ps_err refuse(wire_writer *w, const char *what) {
+  if (w->status == PS_ERR_OK) {
+    w->status = PS_ERR_OUT_OF_RANGE;
+    w->refused = what;
+  }
+  return w->status;
+}
+
 /* Appends header bytes, extending the last part when it is header bytes too. */
-static void add_bytes(wire_writer *w, const uint8_t *src, size_t len) {
+static ps_err add_bytes(wire_writer *w, const uint8_t *src, size_t len) {
+  if (w->status != PS_ERR_OK) return w->status;
+  if (w->bytes == NULL || len > w->bytes_cap - w->bytes_used) {
+    return refuse(w, "more field headers than wire_writer_begin made room for");
+  }
   uint8_t *dst = w->bytes + w->bytes_used;
+  rpc_part *last = w->part_count > 0 ? &w->parts[w->part_count - 1] : NULL;
+  int extend = last != NULL && last->lease == NULL && (const uint8_t *)last->data + last->len == dst;
+  if (!extend && w->part_count >= w->part_cap) {
+    return refuse(w, "more parts than wire_writer_begin made room for");
+  }
   memcpy(dst, src, len);
   w->bytes_used += len;
-  rpc_part *last = w->part_count > 0 ? &w->parts[w->part_count - 1] : NULL;
-  if (last != NULL && last->lease == NULL && (const uint8_t *)last->data + last->len == dst) {
+  if (extend) {
     last->len += len;
   } else {
     w->parts[w->part_count++] = (rpc_part){dst, len, NULL};
   }
+  return PS_ERR_OK;
 }
 
-void wire_writer_push_header(wire_writer *w, const wire_key *key, uint64_t config_hash) {
+/* One header per message, before its blocks. */
+static ps_err check_header(wire_writer *w) {
+  if (w->status != PS_ERR_OK) return w->status;
+  if (w->has_header) return refuse(w, "a second message header");
+  w->has_header = 1;
+  return PS_ERR_OK;
+}
+
+ps_err wire_writer_push_header(wire_writer *w, const wire_key *key, uint64_t config_hash) {
+  if (check_header(w) != PS_ERR_OK) return w->status;
   uint8_t sub[32], buf[MESSAGE_HEADER_MAX];
   size_t s = 0, n = 0;
   sub[s++] = tag(1, WT_VARINT);
@@ -202,21 +250,30 @@ void wire_writer_push_header(wire_writer *w, const wire_key *key, uint64_t confi
   n += s;
   buf[n++] = tag(2, WT_VARINT);
   n += put_varint(buf + n, config_hash);
-  add_bytes(w, buf, n);
+  return add_bytes(w, buf, n);
 }
 
-void wire_writer_params_header(wire_writer *w, uint64_t incarnation, uint64_t step) {
+ps_err wire_writer_params_header(wire_writer *w, uint64_t incarnation, uint64_t step) {
+  if (check_header(w) != PS_ERR_OK) return w->status;
   uint8_t buf[MESSAGE_HEADER_MAX];
   size_t n = 0;
   buf[n++] = tag(1, WT_VARINT);
   n += put_varint(buf + n, incarnation);
   buf[n++] = tag(2, WT_VARINT);
   n += put_varint(buf + n, step);
-  add_bytes(w, buf, n);
+  return add_bytes(w, buf, n);
 }
 
-void wire_writer_block(wire_writer *w, uint32_t id, const float *data, size_t count,
-                       rpc_lease *lease) {
+ps_err wire_writer_block(wire_writer *w, uint32_t id, const float *data, size_t count,
+                         rpc_lease *lease) {
+  if (w->status != PS_ERR_OK) return w->status;
+  if (w->block_count >= w->block_room) {
+    return refuse(w, "more blocks than wire_writer_begin made room for");
+  }
+  /* The block's inner length adds up to 17 header bytes to its data. */
+  if (count > (SIZE_MAX - BLOCK_HEADER_MAX) / sizeof(float)) {
+    return refuse(w, "a block too large for a message");
+  }
   size_t data_len = count * sizeof(float);
   size_t inner = 1 + varint_size(id) + 1 + varint_size(data_len) + data_len;
   uint8_t buf[BLOCK_HEADER_MAX];
@@ -227,8 +284,14 @@ void wire_writer_block(wire_writer *w, uint32_t id, const float *data, size_t co
   n += put_varint(buf + n, id);
   buf[n++] = tag(2, WT_LEN);
   n += put_varint(buf + n, data_len);
-  add_bytes(w, buf, n);
+  /* Room for the data's part too, so a block is written whole or not at all. */
+  if (data_len > 0 && w->part_count >= w->part_cap - 1) {
+    return refuse(w, "more parts than wire_writer_begin made room for");
+  }
+  if (add_bytes(w, buf, n) != PS_ERR_OK) return w->status;
   if (data_len > 0) w->parts[w->part_count++] = (rpc_part){data, data_len, lease};
+  w->block_count++;
+  return PS_ERR_OK;
 }
 
 /* --- reading block messages ------------------------------------------------- */
@@ -378,7 +441,8 @@ ps_err wire_parse_blocks(const rpc_message *msg, wire_blocks_msg *out, ps_error 
   cursor c = {msg, 0, 0, 0, msg->total};
   out->has_key = 0;
   memset(&out->key, 0, sizeof out->key);
-  out->field1 = out->field2 = 0;
+  out->pserver_incarnation = 0;
+  out->step = 0;
   out->block_count = 0;
   while (c.at < c.end) {
     unsigned field, wt;
@@ -387,9 +451,10 @@ ps_err wire_parse_blocks(const rpc_message *msg, wire_blocks_msg *out, ps_error 
       if (!parse_key(&c, &out->key)) goto malformed;
       out->has_key = 1;
     } else if (field == 1 && wt == WT_VARINT) {
-      if (!read_varint(&c, &out->field1)) goto malformed;
+      if (!read_varint(&c, &out->pserver_incarnation)) goto malformed;
     } else if (field == 2 && wt == WT_VARINT) {
-      if (!read_varint(&c, &out->field2)) goto malformed;
+      /* config_hash in a PushRequest: the same member. */
+      if (!read_varint(&c, &out->step)) goto malformed;
     } else if (field == 3 && wt == WT_LEN) {
       if (out->block_count == out->block_cap) {
         return ps_error_set(err, PS_ERR_OUT_OF_RANGE, "message holds more than %zu blocks",

@@ -7,6 +7,7 @@
 #ifndef PSTRAIN_COMMON_WIRE_H
 #define PSTRAIN_COMMON_WIRE_H
 
+#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -51,24 +52,39 @@ ps_err wire_job_from_proto(const Pstrain__JobConfig *in, job_config *job, ps_err
 
 /* --- block messages ---------------------------------------------------------- */
 
-/* Builds a block message as rpc parts: headers copied, block data borrowed. */
+/* Builds a block message as rpc parts: headers copied, block data borrowed.
+ * wire_writer_begin sizes it; an append beyond that room, or a size that
+ * would overflow, is refused: nothing is written past a buffer, the writer
+ * keeps the first refusal in `status` and skips later appends, and
+ * wire_writer_check reports it. Check before sending the parts. */
 typedef struct wire_writer {
   uint8_t *bytes; /* field headers; owned */
   size_t bytes_cap, bytes_used;
   rpc_part *parts; /* owned */
   int part_cap, part_count;
+  size_t block_room, block_count; /* blocks wire_writer_begin allowed; written */
+  int has_header;
+  ps_err status;       /* PS_ERR_OK, or the first refused append's code */
+  const char *refused; /* what that append was */
 } wire_writer;
 
-/* Sizes the writer for up to max_blocks blocks; call before each message. */
+/* Most blocks one message may hold: its parts are counted in an int. */
+#define WIRE_WRITER_MAX_BLOCKS (((size_t)INT_MAX - 2) / 2)
+
+/* Sizes the writer for one header and up to max_blocks blocks; call before
+ * each message. */
 ps_err wire_writer_begin(wire_writer *w, size_t max_blocks, ps_error *err);
 void wire_writer_free(wire_writer *w);
 /* PushRequest's fields 1 (key) and 2 (config hash). */
-void wire_writer_push_header(wire_writer *w, const wire_key *key, uint64_t config_hash);
+ps_err wire_writer_push_header(wire_writer *w, const wire_key *key, uint64_t config_hash);
 /* ParamsReply's fields 1 (incarnation) and 2 (step). */
-void wire_writer_params_header(wire_writer *w, uint64_t incarnation, uint64_t step);
+ps_err wire_writer_params_header(wire_writer *w, uint64_t incarnation, uint64_t step);
 /* A Block (field 3) whose data is borrowed under lease (NULL: copied). */
-void wire_writer_block(wire_writer *w, uint32_t id, const float *data, size_t count,
-                       rpc_lease *lease);
+ps_err wire_writer_block(wire_writer *w, uint32_t id, const float *data, size_t count,
+                         rpc_lease *lease);
+/* PS_ERR_OK when every append since wire_writer_begin fit; else the first
+ * refusal, described in err. */
+ps_err wire_writer_check(const wire_writer *w, ps_error *err);
 
 /* Where a block's data lies in a received message. */
 typedef struct wire_block_ref {
@@ -77,11 +93,16 @@ typedef struct wire_block_ref {
   size_t len;             /* bytes */
 } wire_block_ref;
 
+/* A parsed PushRequest (has_key, key, config_hash) or ParamsReply
+ * (pserver_incarnation, step); absent fields read 0. */
 typedef struct wire_blocks_msg {
-  int has_key;       /* field 1 as a RequestKey (PushRequest) */
+  int has_key;                  /* field 1 was a RequestKey: a PushRequest */
   wire_key key;
-  uint64_t field1;   /* field 1 as a number (ParamsReply's incarnation) */
-  uint64_t field2;   /* config hash (PushRequest) or step (ParamsReply) */
+  uint64_t pserver_incarnation; /* field 1 as a number: a ParamsReply */
+  union {                       /* field 2, named for each message */
+    uint64_t config_hash;       /* PushRequest */
+    uint64_t step;              /* ParamsReply: the parameters' version */
+  };
   size_t block_count;
   wire_block_ref *blocks; /* caller's array of block_cap entries */
   size_t block_cap;

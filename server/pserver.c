@@ -330,7 +330,7 @@ static void handle_push(pserver *ps, rpc_call *call, const rpc_message *msg) {
            "(it may have restarted): register again");
   } else if (wire_parse_blocks(msg, &m, &err) != PS_ERR_OK) {
     pserver_refuse(call, "PushPull", err.code, "%s", err.msg);
-  } else if (check_sender(ps, call, "PushPull", m.has_key, &m.key, m.field2) == PS_ERR_OK &&
+  } else if (check_sender(ps, call, "PushPull", m.has_key, &m.key, m.config_hash) == PS_ERR_OK &&
              check_blocks(ps, call, &m) == PS_ERR_OK) {
     ps->stats_pushes++;
     ps->stats_in += msg->total;

@@ -137,7 +137,7 @@ static ps_err build_params_reply(pserver *ps, params_snapshot *snap, ps_error *e
     if (b->pserver != ps->cfg.id) continue;
     wire_writer_block(&ps->reply, b->id, source + b->shard_offset, b->count, lease);
   }
-  return PS_ERR_OK;
+  return wire_writer_check(&ps->reply, err);
 }
 
 void pserver_reply_params(pserver *ps, rpc_call *const *calls, int count) {

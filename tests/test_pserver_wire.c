@@ -354,8 +354,8 @@ int main(void) {
   wire_block_ref refs[64];
   wire_blocks_msg m = {.blocks = refs, .block_cap = 64};
   REQUIRE(wire_parse_blocks(&ops[0].reply.message, &m, &err) == PS_ERR_OK);
-  CHECK_EQ_INT(m.field2, 1); /* version after one step */
-  CHECK(m.field1 == ps.incarnation);
+  CHECK_EQ_INT(m.step, 1); /* version after one step */
+  CHECK(m.pserver_incarnation == ps.incarnation);
   float *after = calloc(layout.total, sizeof *after);
   REQUIRE(after != NULL);
   for (size_t i = 0; i < m.block_count; i++) {
@@ -381,7 +381,7 @@ int main(void) {
    * that step answers it with its parameters"); one ahead is ABORTED. */
   CHECK_EQ_INT(send_push(&good0, grads, last_msg, &again), PS_ERR_OK);
   REQUIRE(wire_parse_blocks(&again.message, &m, &err) == PS_ERR_OK);
-  CHECK_EQ_INT(m.field2, 1); /* the pserver's step, not the push's */
+  CHECK_EQ_INT(m.step, 1); /* the pserver's step, not the push's */
   rpc_reply_free(&again);
   CHECK(unchanged(stepped));
   s = good0; s.step = 3;

@@ -1,6 +1,10 @@
 /* The shard map: blocks cover every tensor exactly once, none is larger
  * than the block size, the bytes per pserver are balanced, and building it
- * twice gives the same map. Gather and scatter are inverses. */
+ * twice gives the same map. Gather and scatter are inverses. Two golden maps
+ * written out block by block: every process of a job must compute the same
+ * map, so a change to the rule (even a "better" balance) breaks jobs that
+ * mix builds and checkpoints written before it, and must be seen here. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -69,7 +73,67 @@ static void check_map(const char *model, size_t block_size, int pservers) {
   tensor_layout_free(&layout);
 }
 
+typedef struct golden_block {
+  uint32_t id;
+  int tensor;
+  size_t offset, count;
+  int pserver;
+  size_t shard_offset;
+} golden_block;
+
+static void check_golden(const char *model, size_t block_size, int pservers,
+                         const golden_block *want, size_t count, const size_t *shard_floats) {
+  ps_error err;
+  model_desc d;
+  tensor_layout layout;
+  tensor_layout_init(&layout);
+  REQUIRE(model_parse(model, &d, &err) == PS_ERR_OK);
+  REQUIRE(model_build_layout(&d, &layout, &err) == PS_ERR_OK);
+  shard_map map;
+  REQUIRE(shard_map_build(&map, &layout, block_size, pservers, &err) == PS_ERR_OK);
+  CHECK_EQ_INT(map.block_count, count);
+  for (size_t i = 0; i < count && i < map.block_count; i++) {
+    const shard_block *b = &map.blocks[i];
+    const golden_block *g = &want[i];
+    if (b->id != g->id || b->tensor != g->tensor || b->offset != g->offset ||
+        b->count != g->count || b->pserver != g->pserver || b->shard_offset != g->shard_offset) {
+      fprintf(stderr,
+              "%s, block size %zu, %d pservers: block %zu is {%u, %d, %zu, %zu, %d, %zu}, "
+              "expected {%u, %d, %zu, %zu, %d, %zu}\n",
+              model, block_size, pservers, i, b->id, b->tensor, b->offset, b->count, b->pserver,
+              b->shard_offset, g->id, g->tensor, g->offset, g->count, g->pserver, g->shard_offset);
+      check_failures++;
+    }
+  }
+  for (int p = 0; p < pservers; p++) CHECK_EQ_INT(map.shard_floats[p], shard_floats[p]);
+  shard_map_free(&map);
+  tensor_layout_free(&layout);
+}
+
+static void check_golden_maps(void) {
+  /* mlp:5,3,2: fc1.weight 15, fc1.bias 3, fc2.weight 6, fc2.bias 2 floats.
+   * {id, tensor, offset, count, pserver, shard_offset} */
+  static const golden_block small[] = {
+      {0, 0, 0, 4, 0, 0},  {1, 0, 4, 4, 1, 0},  {2, 0, 8, 4, 2, 0},  {3, 0, 12, 3, 0, 4},
+      {4, 1, 15, 3, 1, 4}, {5, 2, 18, 3, 2, 4}, {6, 2, 21, 3, 0, 7}, {7, 3, 24, 2, 1, 7},
+  };
+  static const size_t small_floats[] = {10, 9, 7};
+  check_golden("mlp:5,3,2", 4, 3, small, sizeof small / sizeof small[0], small_floats);
+  /* The reference MLP with the default block size on 3 pservers. */
+  static const golden_block mlp[] = {
+      {0, 0, 0, 28672, 1, 0},          {1, 0, 28672, 28672, 2, 0},
+      {2, 0, 57344, 28672, 1, 28672},  {3, 0, 86016, 28672, 2, 28672},
+      {4, 0, 114688, 28672, 0, 0},     {5, 0, 143360, 28672, 1, 57344},
+      {6, 0, 172032, 28672, 2, 57344}, {7, 1, 200704, 256, 0, 28672},
+      {8, 2, 200960, 32768, 0, 28928}, {9, 3, 233728, 128, 0, 61696},
+      {10, 4, 233856, 1280, 0, 61824}, {11, 5, 235136, 10, 0, 63104},
+  };
+  static const size_t mlp_floats[] = {63114, 86016, 86016};
+  check_golden("mlp:784,256,128,10", 32768, 3, mlp, sizeof mlp / sizeof mlp[0], mlp_floats);
+}
+
 int main(void) {
+  check_golden_maps();
   check_map("mlp:784,256,128,10", 32768, 1);
   check_map("mlp:784,256,128,10", 32768, 2);
   check_map("mlp:784,256,128,10", 32768, 3);

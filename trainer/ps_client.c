@@ -205,16 +205,16 @@ static ps_err apply_replies(ps_client *c, const char *what, long want_version, f
       return ps_error_set(err, err->code, "%s: pserver %d at %s sent a bad reply: %s", what, p,
                           c->targets.items[p], why);
     }
-    if (m.field1 != c->pserver_incarnation[p]) {
+    if (m.pserver_incarnation != c->pserver_incarnation[p]) {
       return ps_error_set(err, PS_ERR_FAILED_PRECONDITION,
                           "%s: pserver %d at %s restarted (new incarnation); its state is not the "
                           "job's any more",
                           what, p, c->targets.items[p]);
     }
-    if (want_version >= 0 && m.field2 != (uint64_t)want_version) {
+    if (want_version >= 0 && m.step != (uint64_t)want_version) {
       return ps_error_set(err, PS_ERR_FAILED_PRECONDITION,
                           "%s: pserver %d at %s answered with step %llu, expected %ld", what, p,
-                          c->targets.items[p], (unsigned long long)m.field2, want_version);
+                          c->targets.items[p], (unsigned long long)m.step, want_version);
     }
     if (m.block_count != c->map.shard_blocks[p]) {
       return ps_error_set(err, PS_ERR_CORRUPT_DATA, "%s: pserver %d sent %zu blocks, expected %zu",
@@ -290,6 +290,7 @@ ps_err ps_client_push_pull(ps_client *c, long step, const float *grads, float *p
       const shard_block *b = &c->map.blocks[i];
       if (b->pserver == p) wire_writer_block(w, b->id, grads + b->offset, b->count, &c->lease);
     }
+    if (wire_writer_check(w, err) != PS_ERR_OK) return err->code;
     c->ops[p] = (rpc_op){.channel = c->channels[p], .method = WIRE_METHOD_PUSH_PULL,
                          .parts = w->parts, .part_count = w->part_count,
                          .timeout_s = c->rpc_timeout};

@@ -72,16 +72,16 @@ static ps_err connect_pservers(trainer *t, ps_error *err) {
 /* Joins the MPI job and checks every rank trains the same thing. */
 static ps_err join_collective(trainer *t, ps_error *err) {
   const trainer_options *o = &t->settings.opt;
-  const optimizer_config *c = &t->settings.optimizer;
-  char model[256], config[1024];
-  model_format(&t->settings.model, model, sizeof model);
-  snprintf(config, sizeof config,
-           "model=%s;optimizer=%s;lr=%.17g;weight_decay=%.17g;momentum=%.17g;beta1=%.17g;"
-           "beta2=%.17g;epsilon=%.17g;lr_schedule=%s;lr_step_size=%ld;lr_gamma=%.17g;"
-           "min_lr=%.17g;seed=%ld;batch=%ld;epochs=%ld;training_samples=%ld;max_steps=%ld",
-           model, optimizer_kind_name(c->kind), c->lr, c->weight_decay, c->momentum, c->beta1,
-           c->beta2, c->epsilon, o->lr_schedule, c->step_size, c->gamma, c->min_lr, o->seed,
-           o->batch, o->epochs, t->train.count, o->max_steps);
+  job_config job;
+  trainer_job(t, 1, &job);
+  const job_extra extras[] = {{"epochs", o->epochs},
+                              {"training samples", t->train.count},
+                              {"max steps", o->max_steps}};
+  char config[2048];
+  if (job_config_agreement(&job, extras, sizeof extras / sizeof extras[0], config, sizeof config,
+                           err) != PS_ERR_OK) {
+    return err->code;
+  }
   return collective_check_agreement(t->coll, config, err);
 }
 

@@ -16,16 +16,16 @@ static const option_def trainer_option_table[] = {
      "collective: all-reduce gradients over MPI (start with mpirun or scripts/launch)",
      "local|pserver|collective", ANY},
     {"update", NULL, OPT_CHOICE, OFF(update), "sync",
-     "pserver mode: sync (every step waits for all trainers) or async", "sync|async", ANY},
+     "pserver mode: sync (every step waits for all trainers) or async", UPDATE_MODE_CHOICES, ANY},
     {"pservers", "PADDLE_PSERVERS_IP_PORT_LIST", OPT_STRING, OFF(pservers), "",
      "pserver mode: every pserver's HOST:PORT, comma-separated, in the same order everywhere",
      NULL, ANY},
     {"trainers", "PADDLE_TRAINERS_NUM", OPT_INT, OFF(trainers), "-1",
      "pserver mode: trainers in the job (-1: SLURM_NTASKS under srun, else 1)", NULL,
-     NUM(-1, 4096)},
+     NUM(-1, PSTRAIN_MAX_TRAINERS)},
     {"id", "PADDLE_TRAINER_ID", OPT_INT, OFF(id), "-1",
      "pserver mode: this trainer's id, 0..N-1 (-1: SLURM_PROCID under srun, else 0)", NULL,
-     NUM(-1, 4095)},
+     NUM(-1, PSTRAIN_MAX_TRAINERS - 1)},
     {"block-size", NULL, OPT_INT, OFF(block_size), "32768",
      "pserver mode: most floats per block of the shard map", NULL, NUM(1, 1 << 26)},
     {"connect-timeout", NULL, OPT_DOUBLE, OFF(connect_timeout), "60",
@@ -134,7 +134,7 @@ options_result trainer_settings_load(trainer_settings *s, int argc, char **argv,
   if (model_parse(o->model, &s->model, err) != PS_ERR_OK) return OPTIONS_ERROR;
   s->pserver_mode = strcmp(o->mode, "pserver") == 0;
   s->collective_mode = strcmp(o->mode, "collective") == 0;
-  s->update = strcmp(o->update, "async") == 0 ? UPDATE_ASYNC : UPDATE_SYNC;
+  if (update_mode_parse(o->update, &s->update, err) != PS_ERR_OK) return OPTIONS_ERROR;
   if (s->pserver_mode) {
     if (endpoints_check_role("TRAINER", err) != PS_ERR_OK ||
         endpoints_parse(o->pservers, "--pservers", &s->pservers, err) != PS_ERR_OK) {

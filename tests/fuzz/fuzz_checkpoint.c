@@ -123,7 +123,7 @@ static void check_serves(pserver *ps) {
   rpc_message reply = {&rseg, 1, r->len};
   wire_blocks_msg m = {.blocks = refs, .block_cap = 4096};
   ps_error err;
-  if (wire_parse_blocks(&reply, &m, &err) != PS_ERR_OK || m.field2 != 7 ||
+  if (wire_parse_blocks(&reply, &m, &err) != PS_ERR_OK || m.step != 7 ||
       m.block_count != ps->table.map.shard_blocks[0]) {
     finding("a resumed pserver's pull reply is wrong", NULL);
   }

@@ -77,7 +77,7 @@ static void check_params_reply(const pserver *ps, const rpc_local_result *r, int
   wire_blocks_msg m = {.blocks = refs, .block_cap = 64};
   ps_error err;
   if (wire_parse_blocks(&msg, &m, &err) != PS_ERR_OK) finding("an unreadable parameter reply", request);
-  if (m.field1 != ps->incarnation || m.block_count != map->shard_blocks[0]) {
+  if (m.pserver_incarnation != ps->incarnation || m.block_count != map->shard_blocks[0]) {
     finding("a parameter reply with the wrong incarnation or block count", request);
   }
   for (size_t i = 0; i < m.block_count; i++) {

@@ -51,10 +51,10 @@ static void check_blocks(const rpc_message *msg, const uint8_t *flat, size_t cap
     if (memcmp(copy, flat + start, b->len) != 0) finding("a block's copy differs from its bytes");
   }
   /* A push (key, no number in field 1) written back parses the same. */
-  if (m.has_key && m.field1 == 0 && m.block_count > 0) {
+  if (m.has_key && m.pserver_incarnation == 0 && m.block_count > 0) {
     wire_writer w = {0};
     if (wire_writer_begin(&w, m.block_count, &err) != PS_ERR_OK) abort();
-    wire_writer_push_header(&w, &m.key, m.field2);
+    wire_writer_push_header(&w, &m.key, m.config_hash);
     float *data = malloc(msg->total + sizeof(float));
     if (data == NULL) abort();
     int whole = 1;
@@ -67,6 +67,7 @@ static void check_blocks(const rpc_message *msg, const uint8_t *flat, size_t cap
                           m.blocks[i].len / sizeof(float), NULL);
         at += m.blocks[i].len;
       }
+      if (wire_writer_check(&w, &err) != PS_ERR_OK) finding("a parsed push does not fit its writer");
       rpc_segment segs[200];
       if (w.part_count > 200) abort();
       size_t total = 0;
@@ -78,7 +79,7 @@ static void check_blocks(const rpc_message *msg, const uint8_t *flat, size_t cap
       wire_block_ref refs2[64];
       wire_blocks_msg m2 = {.blocks = refs2, .block_cap = cap};
       if (wire_parse_blocks(&again, &m2, &err) != PS_ERR_OK) finding("a rewritten push is refused");
-      if (!m2.has_key || memcmp(&m2.key, &m.key, sizeof m.key) != 0 || m2.field2 != m.field2 ||
+      if (!m2.has_key || memcmp(&m2.key, &m.key, sizeof m.key) != 0 || m2.config_hash != m.config_hash ||
           m2.block_count != m.block_count) {
         finding("a rewritten push parses differently");
       }

@@ -1,0 +1,57 @@
+/* The job's fields, each listed once. Everything that walks the job goes
+ * through this table: the protobuf conversion (wire.c), the canonical text
+ * the job hash covers, the field-by-field difference and collective mode's
+ * agreement text (job.c). Adding a field is one line here plus the field in
+ * proto/pstrain.proto; test_job checks each row reaches the hash, the
+ * difference, the agreement text and the protobuf round trip.
+ *
+ * X(id, group, type, text, name, lo, hi)
+ *   id     the member: of job_config (group JOB) or of its optimizer (OPT),
+ *          and of Pstrain__JobConfig or Pstrain__OptimizerConfig alike
+ *   group  JOB or OPT; OPT rows stay together: the canonical text puts them
+ *          in "optimizer=[...]" and differences name them as "optimizer"
+ *   type   how the value is written and converted: MODEL, KIND, SCHEDULE,
+ *          UPDATE (names), DOUBLE, INT (int), LONG (long, unsigned on the
+ *          wire), SLONG (long, int64 on the wire), SIZE (size_t), U64
+ *   text   what precedes the value in the canonical text. Checkpoints store
+ *          the hash of this text: changing it makes older checkpoints another
+ *          job's.
+ *   name   what differences and the agreement text call the field
+ *   lo, hi the range a received integer field must lie in */
+#ifndef PSTRAIN_COMMON_JOB_FIELDS_H
+#define PSTRAIN_COMMON_JOB_FIELDS_H
+
+#include <limits.h>
+#include <stdint.h>
+
+#include "common/job_limits.h"
+
+/* clang-format off */
+#define JOB_FIELDS(X)                                                                   \
+  X(model,        JOB, MODEL,    "model=",        "model",          0, 0)               \
+  X(kind,         OPT, KIND,     "",              "optimizer",      0, 0)               \
+  X(lr,           OPT, DOUBLE,   " lr=",          "lr",             0, 0)               \
+  X(weight_decay, OPT, DOUBLE,   " wd=",          "weight decay",   0, 0)               \
+  X(momentum,     OPT, DOUBLE,   " momentum=",    "momentum",       0, 0)               \
+  X(beta1,        OPT, DOUBLE,   " betas=",       "beta1",          0, 0)               \
+  X(beta2,        OPT, DOUBLE,   ",",             "beta2",          0, 0)               \
+  X(epsilon,      OPT, DOUBLE,   " eps=",         "epsilon",        0, 0)               \
+  X(schedule,     OPT, SCHEDULE, " ",             "lr schedule",    0, 0)               \
+  X(step_size,    OPT, SLONG,    " step_size=",   "lr step size",   LONG_MIN, LONG_MAX) \
+  X(gamma,        OPT, DOUBLE,   " gamma=",       "lr gamma",       0, 0)               \
+  X(total_steps,  OPT, SLONG,    " total_steps=", "lr total steps", LONG_MIN, LONG_MAX) \
+  X(min_lr,       OPT, DOUBLE,   " min_lr=",      "min lr",         0, 0)               \
+  X(update,       JOB, UPDATE,   " update=",      "update",         0, 0)               \
+  X(trainers,     JOB, INT,      " trainers=",    "trainers",       1, PSTRAIN_MAX_TRAINERS) \
+  X(pservers,     JOB, INT,      " pservers=",    "pservers",       1, PSTRAIN_MAX_PSERVERS) \
+  X(block_size,   JOB, SIZE,     " block_size=",  "block size",     1, 1u << 26)        \
+  X(seed,         JOB, U64,      " seed=",        "seed",           0, UINT64_MAX)      \
+  X(batch,        JOB, LONG,     " batch=",       "batch",          1, UINT32_MAX)      \
+  X(steps,        JOB, LONG,     " steps=",       "steps",          1, 1ULL << 50)
+/* clang-format on */
+
+/* The member of a job_config `job` that row `id` of `group` describes. */
+#define JOB_MEMBER_JOB(job, id) ((job)->id)
+#define JOB_MEMBER_OPT(job, id) ((job)->optimizer.id)
+
+#endif

@@ -1,0 +1,12 @@
+/* How many processes a job may have, written once: the command lines, the
+ * endpoint lists and the wire (a received job description) check the same
+ * bounds, so nothing one side accepts is refused by the other. */
+#ifndef PSTRAIN_COMMON_JOB_LIMITS_H
+#define PSTRAIN_COMMON_JOB_LIMITS_H
+
+/* Every pserver is an entry of --pservers, which holds this many. */
+#define PSTRAIN_MAX_PSERVERS 256
+/* Trainer ids are 0..PSTRAIN_MAX_TRAINERS - 1. */
+#define PSTRAIN_MAX_TRAINERS 4096
+
+#endif

@@ -1,0 +1,290 @@
+/* The table of job fields (common/job_fields.h) reaches everything that
+ * walks the job. For every row: its value is in the canonical text, a change
+ * to it changes the hash, shows in the difference under its name and in the
+ * agreement text, and survives the protobuf round trip. A new row is checked
+ * without touching this file; a job_config member left out of the table
+ * shows as bytes no row covers. Also: the canonical text of a fixed job is
+ * what checkpoints written by earlier builds hashed, the name tables agree
+ * with the option choices, and the wire, the endpoint lists and the limits
+ * header agree on how many processes a job may have. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/endpoints.h"
+#include "common/hash.h"
+#include "common/job.h"
+#include "common/wire.h"
+#include "tests/check.h"
+
+/* A valid job whose every field changes under mutate() and stays valid. */
+static job_config base_job(void) {
+  ps_error err;
+  job_config job = {.update = UPDATE_SYNC, .trainers = 2, .pservers = 2, .block_size = 32768,
+                    .seed = 7, .batch = 64, .steps = 100};
+  REQUIRE(model_parse("mlp:20,16,4", &job.model, &err) == PS_ERR_OK);
+  job.optimizer = (optimizer_config){.kind = OPTIMIZER_ADAM, .lr = 0.001, .weight_decay = 0.01,
+                                     .momentum = 0.9, .beta1 = 0.9, .beta2 = 0.999,
+                                     .epsilon = 1e-8, .schedule = LR_COSINE, .step_size = 1000,
+                                     .gamma = 0.5, .total_steps = 5000, .min_lr = 1e-5};
+  return job;
+}
+
+/* Another valid value per type; a new type needs its line here. */
+#define MUTATE_MODEL(v) REQUIRE(model_parse("mlp:20,7,4", &(v), &err) == PS_ERR_OK)
+#define MUTATE_KIND(v) (v) = (v) == OPTIMIZER_ADAM ? OPTIMIZER_MOMENTUM : OPTIMIZER_ADAM
+#define MUTATE_SCHEDULE(v) (v) = (v) == LR_COSINE ? LR_STEP : LR_COSINE
+#define MUTATE_UPDATE(v) (v) = (v) == UPDATE_SYNC ? UPDATE_ASYNC : UPDATE_SYNC
+#define MUTATE_DOUBLE(v) (v) = (v) / 2 + 0.125 /* stays in (0, 1) when it was */
+#define MUTATE_INT(v) (v) += 1
+#define MUTATE_LONG(v) (v) += 1
+#define MUTATE_SLONG(v) (v) += 1
+#define MUTATE_SIZE(v) (v) += 1
+#define MUTATE_U64(v) (v) += 1
+
+static void mutate(job_config *job, job_field field) {
+  ps_error err;
+  switch (field) {
+#define MUTATE_CASE(id, group, type, text, name, lo, hi)                                           \
+  case JOB_FIELD_##id:                                                                             \
+    MUTATE_##type(JOB_MEMBER_##group(job, id));                                                    \
+    break;
+    JOB_FIELDS(MUTATE_CASE)
+#undef MUTATE_CASE
+  case JOB_FIELD_COUNT:
+    break;
+  }
+}
+
+static int is_optimizer_field(job_field field) {
+  static const int opt[JOB_FIELD_COUNT] = {
+#define GROUP_ROW(id, group, ...) [JOB_FIELD_##id] = GROUP_IS_OPT_##group,
+#define GROUP_IS_OPT_JOB 0
+#define GROUP_IS_OPT_OPT 1
+      JOB_FIELDS(GROUP_ROW)
+#undef GROUP_ROW
+  };
+  return opt[field];
+}
+
+/* Through the protobuf message, packed and unpacked, and back. */
+static void round_trip(const job_config *job, job_config *back) {
+  ps_error err;
+  Pstrain__JobConfig jc;
+  Pstrain__OptimizerConfig oc;
+  char model[256];
+  wire_job_to_proto(job, &jc, &oc, model, sizeof model);
+  uint8_t *packed;
+  size_t len;
+  REQUIRE(wire_pack(&jc.base, &packed, &len, &err) == PS_ERR_OK);
+  Pstrain__JobConfig *again = pstrain__job_config__unpack(NULL, len, packed);
+  REQUIRE(again != NULL);
+  if (wire_job_from_proto(again, back, &err) != PS_ERR_OK) {
+    fprintf(stderr, "round trip refused: %s\n", err.msg);
+    exit(1);
+  }
+  pstrain__job_config__free_unpacked(again, NULL);
+  free(packed);
+}
+
+static void check_every_field(void) {
+  const job_config base = base_job();
+  char base_text[1024], text[1024], diff[1024], names[256], agree_base[2048], agree[2048];
+  char value[256], want[300];
+  ps_error err;
+  job_config_format(&base, base_text, sizeof base_text);
+  REQUIRE(job_config_agreement(&base, NULL, 0, agree_base, sizeof agree_base, &err) == PS_ERR_OK);
+  job_config back;
+  round_trip(&base, &back);
+  CHECK(job_config_hash(&back) == job_config_hash(&base));
+  for (int f = 0; f < JOB_FIELD_COUNT; f++) {
+    const char *name = job_field_name((job_field)f);
+    /* The field's value is in the canonical text and the agreement text. */
+    job_field_format(&base, (job_field)f, value, sizeof value);
+    CHECK(value[0] != '\0');
+    CHECK(strstr(base_text, value) != NULL);
+    snprintf(want, sizeof want, "%s=%s", name, value);
+    CHECK(strstr(agree_base, want) != NULL);
+
+    job_config other = base;
+    mutate(&other, (job_field)f);
+    job_field_format(&other, (job_field)f, value, sizeof value);
+    job_config_format(&other, text, sizeof text);
+    if (strcmp(text, base_text) == 0 || job_config_hash(&other) == job_config_hash(&base)) {
+      fprintf(stderr, "field %s: a change does not reach the job hash\n", name);
+      check_failures++;
+    }
+    /* The difference names it: the optimizer's settings as "optimizer". */
+    const char *diff_name = is_optimizer_field((job_field)f) ? "optimizer" : name;
+    job_config_diff(&other, &base, diff, sizeof diff);
+    snprintf(want, sizeof want, "%s ", diff_name);
+    if (strncmp(diff, want, strlen(want)) != 0 || strstr(diff, " vs ") == NULL ||
+        strstr(diff, value) == NULL) {
+      fprintf(stderr, "field %s: difference \"%s\"\n", name, diff);
+      check_failures++;
+    }
+    job_config_diff_fields(&other, &base, names, sizeof names);
+    CHECK_EQ_STR(names, diff_name);
+    /* Ranks that differ in it disagree, by its name. */
+    REQUIRE(job_config_agreement(&other, NULL, 0, agree, sizeof agree, &err) == PS_ERR_OK);
+    snprintf(want, sizeof want, "%s=%s", name, value);
+    if (strcmp(agree, agree_base) == 0 || strstr(agree, want) == NULL) {
+      fprintf(stderr, "field %s: agreement text \"%s\"\n", name, agree);
+      check_failures++;
+    }
+    /* It survives the wire, and the wire does not invent others. */
+    round_trip(&other, &back);
+    char got[256];
+    job_field_format(&back, (job_field)f, got, sizeof got);
+    if (strcmp(got, value) != 0 || job_config_hash(&back) != job_config_hash(&other)) {
+      fprintf(stderr, "field %s: sent %s, received %s\n", name, value, got);
+      check_failures++;
+    }
+  }
+}
+
+/* Bytes of job_config that no row's member covers. */
+static size_t uncovered_bytes(void) {
+  job_config job;
+  unsigned char covered[sizeof job];
+  memset(covered, 0, sizeof covered);
+  const char *start = (const char *)&job;
+#define COVER_ROW(id, group, type, text, name, lo, hi)                                             \
+  memset(covered + ((const char *)&JOB_MEMBER_##group(&job, id) - start), 1,                       \
+         sizeof JOB_MEMBER_##group(&job, id));
+  JOB_FIELDS(COVER_ROW)
+#undef COVER_ROW
+  size_t n = 0;
+  for (size_t i = 0; i < sizeof covered; i++) n += !covered[i];
+  return n;
+}
+
+static void check_golden_text(void) {
+  /* Checkpoints store this hash: the text must not change by accident. */
+  ps_error err;
+  job_config job = {.update = UPDATE_ASYNC, .trainers = 2, .pservers = 3, .block_size = 32768,
+                    .seed = 18446744073709551615ULL, .batch = 64, .steps = 100};
+  REQUIRE(model_parse("mlp:784,256,128,10", &job.model, &err) == PS_ERR_OK);
+  job.optimizer = (optimizer_config){.kind = OPTIMIZER_ADAM, .lr = 0.001, .weight_decay = 0.1,
+                                     .momentum = 0.5, .beta1 = 0.9, .beta2 = 0.999,
+                                     .epsilon = 1e-8, .schedule = LR_COSINE, .step_size = 1000,
+                                     .gamma = 0.5, .total_steps = 5000, .min_lr = 1e-5};
+  char text[1024];
+  job_config_format(&job, text, sizeof text);
+  CHECK_EQ_STR(text,
+               "model=mlp:784,256,128,10 optimizer=[adam lr=0.001 wd=0.10000000000000001 "
+               "momentum=0.5 betas=0.90000000000000002,0.999 eps=1e-08 cosine step_size=1000 "
+               "gamma=0.5 total_steps=5000 min_lr=1.0000000000000001e-05] update=async "
+               "trainers=2 pservers=3 block_size=32768 seed=18446744073709551615 batch=64 "
+               "steps=100");
+  CHECK(job_config_hash(&job) == 0x5eb1ef5e337d33ccULL);
+  CHECK(job_config_hash(&job) == hash_text_continue(HASH_TEXT_START, text));
+  /* A short buffer cuts the text, never the hash. */
+  char small[16];
+  job_config_format(&job, small, sizeof small);
+  CHECK_EQ_STR(small, "model=mlp:784,2");
+  /* A cut agreement text is refused rather than compared in part. */
+  job_extra extra = {"epochs", 3};
+  CHECK_EQ_INT(job_config_agreement(&job, &extra, 1, small, sizeof small, &err),
+               PS_ERR_OUT_OF_RANGE);
+  char agree[2048];
+  REQUIRE(job_config_agreement(&job, &extra, 1, agree, sizeof agree, &err) == PS_ERR_OK);
+  CHECK(strstr(agree, "model=mlp:784,256,128,10;optimizer=adam;lr=0.001;") == agree);
+  size_t n = strlen(agree);
+  CHECK(n > 9 && strcmp(agree + n - 9, ";epochs=3") == 0);
+}
+
+/* OPTIMIZER_CHOICES and the like are the tables' names joined by '|'. */
+static void check_name_tables(void) {
+  ps_error err;
+  char joined[128] = "";
+  for (int k = 0; k < OPTIMIZER_KIND_COUNT; k++) {
+    const char *name = optimizer_kind_name((optimizer_kind)k);
+    snprintf(joined + strlen(joined), sizeof joined - strlen(joined), "%s%s", k ? "|" : "", name);
+    optimizer_kind kind;
+    CHECK(optimizer_kind_parse(name, &kind, &err) == PS_ERR_OK && kind == (optimizer_kind)k);
+  }
+  CHECK_EQ_STR(joined, OPTIMIZER_CHOICES);
+  joined[0] = '\0';
+  for (int s = 0; s < LR_SCHEDULE_COUNT; s++) {
+    const char *name = lr_schedule_name((lr_schedule)s);
+    snprintf(joined + strlen(joined), sizeof joined - strlen(joined), "%s%s", s ? "|" : "", name);
+    lr_schedule schedule;
+    CHECK(lr_schedule_parse(name, &schedule, &err) == PS_ERR_OK && schedule == (lr_schedule)s);
+  }
+  CHECK_EQ_STR(joined, LR_SCHEDULE_CHOICES);
+  joined[0] = '\0';
+  for (int u = 0; u < UPDATE_MODE_COUNT; u++) {
+    const char *name = update_mode_name((update_mode)u);
+    snprintf(joined + strlen(joined), sizeof joined - strlen(joined), "%s%s", u ? "|" : "", name);
+    update_mode mode;
+    CHECK(update_mode_parse(name, &mode, &err) == PS_ERR_OK && mode == (update_mode)u);
+  }
+  CHECK_EQ_STR(joined, UPDATE_MODE_CHOICES);
+  CHECK_EQ_INT(update_mode_parse("eventually", &(update_mode){0}, &err), PS_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_STR(lr_schedule_name((lr_schedule)7), "unknown");
+}
+
+/* Sends `job` with one protobuf field set to v after the conversion. */
+static ps_err send_with(const char *field, unsigned long long v, ps_error *err) {
+  job_config job = base_job(), back;
+  Pstrain__JobConfig jc;
+  Pstrain__OptimizerConfig oc;
+  char model[256];
+  wire_job_to_proto(&job, &jc, &oc, model, sizeof model);
+  if (strcmp(field, "trainers") == 0) jc.trainers = (uint32_t)v;
+  if (strcmp(field, "pservers") == 0) jc.pservers = (uint32_t)v;
+  if (strcmp(field, "block_size") == 0) jc.block_size = v;
+  if (strcmp(field, "batch") == 0) jc.batch = (uint32_t)v;
+  if (strcmp(field, "steps") == 0) jc.steps = v;
+  return wire_job_from_proto(&jc, &back, err);
+}
+
+static void check_limits(void) {
+  ps_error err;
+  CHECK_EQ_INT(send_with("trainers", PSTRAIN_MAX_TRAINERS, &err), PS_ERR_OK);
+  CHECK_EQ_INT(send_with("trainers", PSTRAIN_MAX_TRAINERS + 1, &err), PS_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(err.msg, "trainers 4097 is not 1..4096");
+  CHECK_EQ_INT(send_with("trainers", 0, &err), PS_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(send_with("pservers", PSTRAIN_MAX_PSERVERS, &err), PS_ERR_OK);
+  CHECK_EQ_INT(send_with("pservers", PSTRAIN_MAX_PSERVERS + 1, &err), PS_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(send_with("pservers", 0, &err), PS_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(send_with("block_size", 1u << 26, &err), PS_ERR_OK);
+  CHECK_EQ_INT(send_with("block_size", (1u << 26) + 1, &err), PS_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(send_with("block_size", 0, &err), PS_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(err.msg, "block size 0 is not 1..67108864");
+  CHECK_EQ_INT(send_with("batch", 0, &err), PS_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(send_with("batch", UINT32_MAX, &err), PS_ERR_OK);
+  CHECK_EQ_INT(send_with("steps", 1ULL << 50, &err), PS_ERR_OK);
+  CHECK_EQ_INT(send_with("steps", (1ULL << 50) + 1, &err), PS_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(send_with("steps", 0, &err), PS_ERR_INVALID_ARGUMENT);
+
+  /* --pservers holds as many pservers as the wire accepts, and no more. */
+  CHECK_EQ_INT(ENDPOINTS_MAX, PSTRAIN_MAX_PSERVERS);
+  size_t cap = (PSTRAIN_MAX_PSERVERS + 1) * 16;
+  char *list = malloc(cap);
+  REQUIRE(list != NULL);
+  list[0] = '\0';
+  for (int i = 0; i < PSTRAIN_MAX_PSERVERS; i++) {
+    snprintf(list + strlen(list), cap - strlen(list), "%sh%d:7000", i ? "," : "", i);
+  }
+  endpoint_list *eps = malloc(sizeof *eps);
+  REQUIRE(eps != NULL);
+  CHECK_EQ_INT(endpoints_parse(list, "--pservers", eps, &err), PS_ERR_OK);
+  CHECK_EQ_INT(eps->count, PSTRAIN_MAX_PSERVERS);
+  snprintf(list + strlen(list), cap - strlen(list), ",h%d:7000", PSTRAIN_MAX_PSERVERS);
+  CHECK_EQ_INT(endpoints_parse(list, "--pservers", eps, &err), PS_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(err.msg, "more than 256 entries");
+  free(eps);
+  free(list);
+}
+
+int main(void) {
+  check_every_field();
+  /* Every member of job_config is a row: what no row covers is padding
+   * (after optimizer.kind, optimizer.schedule and pservers on LP64). */
+  CHECK_EQ_INT(uncovered_bytes(), 12);
+  check_golden_text();
+  check_name_tables();
+  check_limits();
+  return check_report("test_job");
+}
