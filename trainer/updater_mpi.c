@@ -30,6 +30,7 @@ static ps_err join_collective(trainer *t, collective *coll, ps_error *err) {
 }
 
 #ifndef PSTRAIN_HAVE_NCCL
+/* Without NCCL a GPU model's gradients go through host memory (mpi_apply). */
 static ps_err updater_nccl_start(collective_updater *c, ps_error *err) {
   (void)c;
   return ps_error_set(err, PS_ERR_UNSUPPORTED, "this build has no NCCL");
