@@ -210,7 +210,7 @@ static ps_err train_epoch(trainer *t, long epoch, long *global_step, double *mea
       return err->code;
     }
     if (next <= *global_step) {
-      t->rewind_to = next; /* trainer_run takes the steps again */
+      t->rewind_to = next; /* the job went back: trainer_run takes the steps again */
       return PS_ERR_OK;
     }
     if (!isfinite(batch_loss)) {
