@@ -1,13 +1,12 @@
-/* MPI collective mode: start-up checks and the gradient all-reduce. */
+/* MPI collective mode: start-up checks and the gradient all-reduce. Built
+ * only with MPI; the NCCL part only with NCCL. */
 #include "trainer/collective.h"
 
+#include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#ifdef PSTRAIN_HAVE_MPI
-#include <mpi.h>
 
 #include "common/hash.h"
 #include "common/log.h"
@@ -25,8 +24,6 @@
     }                                                                                           \
   } while (0)
 #endif
-
-int collective_available(void) { return 1; }
 
 /* An MPI error as text for a message. */
 static const char *mpi_text(int rc, char *buf) {
@@ -182,20 +179,6 @@ ps_err collective_allreduce_mean_device(collective *c, float *grads, size_t n, p
   }
   return PS_ERR_OK;
 }
-#else
-ps_err collective_use_nccl(collective *c, int device, void *stream, ps_error *err) {
-  (void)c;
-  (void)device;
-  (void)stream;
-  return ps_error_set(err, PS_ERR_UNSUPPORTED, "this build has no NCCL");
-}
-
-ps_err collective_allreduce_mean_device(collective *c, float *grads, size_t n, ps_error *err) {
-  (void)c;
-  (void)grads;
-  (void)n;
-  return ps_error_set(err, PS_ERR_UNSUPPORTED, "this build has no NCCL");
-}
 #endif
 
 void collective_finalize(collective *c) {
@@ -212,51 +195,3 @@ void collective_finalize(collective *c) {
   }
   c->initialized = 0;
 }
-
-#else /* no MPI */
-
-int collective_available(void) { return 0; }
-
-ps_err collective_init(collective *c, ps_error *err) {
-  memset(c, 0, sizeof *c);
-  return ps_error_set(err, PS_ERR_UNSUPPORTED,
-                      "--mode collective: this build has no MPI (install libopenmpi-dev and rebuild)");
-}
-
-ps_err collective_check_agreement(collective *c, const char *config, ps_error *err) {
-  (void)c;
-  (void)config;
-  return ps_error_set(err, PS_ERR_UNSUPPORTED, "collective mode is not built");
-}
-
-ps_err collective_allreduce_mean(collective *c, float *grads, size_t n, ps_error *err) {
-  (void)c;
-  (void)grads;
-  (void)n;
-  return ps_error_set(err, PS_ERR_UNSUPPORTED, "collective mode is not built");
-}
-
-ps_err collective_use_nccl(collective *c, int device, void *stream, ps_error *err) {
-  (void)c;
-  (void)device;
-  (void)stream;
-  return ps_error_set(err, PS_ERR_UNSUPPORTED, "collective mode is not built");
-}
-
-ps_err collective_allreduce_mean_device(collective *c, float *grads, size_t n, ps_error *err) {
-  (void)c;
-  (void)grads;
-  (void)n;
-  return ps_error_set(err, PS_ERR_UNSUPPORTED, "collective mode is not built");
-}
-
-ps_err collective_broadcast(collective *c, void *data, size_t bytes, ps_error *err) {
-  (void)c;
-  (void)data;
-  (void)bytes;
-  return ps_error_set(err, PS_ERR_UNSUPPORTED, "collective mode is not built");
-}
-
-void collective_finalize(collective *c) { (void)c; }
-
-#endif

@@ -1,7 +1,8 @@
 /* Collective mode over MPI: rank and size from the launcher, a check at
  * start that every rank trains the same job (naming the rank and the field
  * that differ), and the all-reduce that averages gradients each step. Built
- * only when CMake found MPI (PSTRAIN_HAVE_MPI). */
+ * only when CMake found MPI (PSTRAIN_HAVE_MPI); its NCCL part only when it
+ * found NCCL too (PSTRAIN_HAVE_NCCL). */
 #ifndef PSTRAIN_TRAINER_COLLECTIVE_H
 #define PSTRAIN_TRAINER_COLLECTIVE_H
 
@@ -28,21 +29,20 @@ ps_err collective_check_agreement(collective *c, const char *config, ps_error *e
 /* Replaces grads (n floats, host memory) by their mean over all ranks. */
 ps_err collective_allreduce_mean(collective *c, float *grads, size_t n, ps_error *err);
 
+#ifdef PSTRAIN_HAVE_NCCL
 /* Sets up NCCL on GPU `device` with its unique id sent over MPI, so that
  * gradients in device memory are averaged on the GPUs (collective_
  * allreduce_mean_device). `stream` is the CUDA backend's cudaStream_t. Every
- * rank must call it. PS_ERR_UNSUPPORTED when the build has no NCCL. */
+ * rank must call it. */
 ps_err collective_use_nccl(collective *c, int device, void *stream, ps_error *err);
 
 /* ncclAllReduce with ncclAvg of n floats in device memory, in place. */
 ps_err collective_allreduce_mean_device(collective *c, float *grads, size_t n, ps_error *err);
+#endif
 
 /* Sends rank 0's `bytes` bytes at data to every other rank (host memory). */
 ps_err collective_broadcast(collective *c, void *data, size_t bytes, ps_error *err);
 
 void collective_finalize(collective *c);
-
-/* Whether this build has collective mode. */
-int collective_available(void);
 
 #endif

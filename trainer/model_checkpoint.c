@@ -29,7 +29,7 @@ static ps_err build_layout(const trainer *t, tensor_layout *layout, ps_error *er
 
 int model_checkpoint_due(const trainer *t, long step, int final) {
   const trainer_options *o = &t->settings.opt;
-  if (t->ps != NULL || t->id != 0 || o->checkpoint_dir[0] == '\0') return 0;
+  if (!t->up->ops->holds_state || t->id != 0 || o->checkpoint_dir[0] == '\0') return 0;
   return final || (o->checkpoint_every > 0 && step % o->checkpoint_every == 0);
 }
 
@@ -113,12 +113,10 @@ ps_err model_checkpoint_resume(trainer *t, ps_error *err) {
     status.step = step;
     if (status.code != PS_ERR_OK) snprintf(status.message, sizeof status.message, "%s", err->msg);
   }
-  ps_err rc = PS_ERR_OK;
-  if (t->coll != NULL) {
-    rc = collective_broadcast(t->coll, &status, sizeof status, err);
-    if (rc == PS_ERR_OK && status.code == PS_ERR_OK) {
-      rc = collective_broadcast(t->coll, data, 3 * n * sizeof *data, err);
-    }
+  /* Collective mode: rank 0's verdict and file go to every rank. */
+  ps_err rc = updater_broadcast(t->up, &status, sizeof status, err);
+  if (rc == PS_ERR_OK && status.code == PS_ERR_OK) {
+    rc = updater_broadcast(t->up, data, 3 * n * sizeof *data, err);
   }
   if (rc == PS_ERR_OK && status.code != PS_ERR_OK) {
     rc = ps_error_set(err, (ps_err)status.code, "%s%s", t->id == 0 ? "" : "rank 0: ",

@@ -39,109 +39,16 @@ void trainer_job(const trainer *t, int pservers, job_config *job) {
   long steps = t->steps_per_epoch * s->opt.epochs;
   if (s->opt.max_steps > 0 && s->opt.max_steps < steps) steps = s->opt.max_steps;
   *job = (job_config){.model = s->model, .optimizer = s->optimizer,
-                      .update = t->ps != NULL || s->pserver_mode ? s->update : UPDATE_SYNC,
+                      .update = s->pserver_mode ? s->update : UPDATE_SYNC,
                       .trainers = t->trainers, .pservers = pservers,
                       .block_size = (size_t)s->opt.block_size, .seed = (uint64_t)s->opt.seed,
                       .batch = s->opt.batch, .steps = steps};
-}
-
-/* Registers with the pservers and takes their initial parameters. */
-static ps_err connect_pservers(trainer *t, ps_error *err) {
-  const trainer_settings *s = &t->settings;
-  job_config job;
-  trainer_job(t, s->pservers.count, &job);
-  t->ps = calloc(1, sizeof *t->ps);
-  if (t->ps == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "out of memory");
-  if (ps_client_connect(t->ps, &s->pservers, &job, t->id, s->opt.connect_timeout,
-                        s->opt.rpc_timeout, s->token, &s->tls, err) != PS_ERR_OK) {
-    free(t->ps);
-    t->ps = NULL;
-    return err->code;
-  }
-  if (ps_client_pull(t->ps, t->host_params, err) != PS_ERR_OK) return err->code;
-  t->start_step = t->ps->start_step;
-  if (t->start_step > 0) {
-    LOG_INFO("resuming at step %ld (epoch %ld, step %ld of it), where the pservers are",
-             t->start_step, t->start_step / t->steps_per_epoch + 1,
-             t->start_step % t->steps_per_epoch + 1);
-  }
-  if (t->staged) return mlp_set_params(t->model, t->host_params, err);
-  return PS_ERR_OK;
-}
-
-/* Joins the MPI job and checks every rank trains the same thing. */
-static ps_err join_collective(trainer *t, ps_error *err) {
-  const trainer_options *o = &t->settings.opt;
-  job_config job;
-  trainer_job(t, 1, &job);
-  const job_extra extras[] = {{"epochs", o->epochs},
-                              {"training samples", t->train.count},
-                              {"max steps", o->max_steps}};
-  char config[2048];
-  if (job_config_agreement(&job, extras, sizeof extras / sizeof extras[0], config, sizeof config,
-                           err) != PS_ERR_OK) {
-    return err->code;
-  }
-  return collective_check_agreement(t->coll, config, err);
-}
-
-/* The step's update: the local optimizer after an all-reduce (collective)
- * or alone (local), or a push-pull with the pservers. */
-static ps_err apply_update(trainer *t, long step, ps_error *err) {
-  if (t->ps == NULL && t->coll == NULL) {
-    return mlp_apply_optimizer(t->model, &t->settings.optimizer, step, err);
-  }
-  double start = now_s();
-  if (t->coll != NULL && t->coll->nccl != NULL) {
-    /* NCCL: the gradients never leave the GPUs. */
-    size_t n = t->model->layout.total;
-    if (collective_allreduce_mean_device(t->coll, t->model->grads, n, err) != PS_ERR_OK) {
-      return err->code;
-    }
-    t->comm_seconds += now_s() - start;
-    t->comm_bytes += 4.0 * (t->trainers - 1) / t->trainers * (double)n * sizeof(float);
-    return mlp_apply_optimizer(t->model, &t->settings.optimizer, step, err);
-  }
-  if (t->staged && mlp_get_grads(t->model, t->host_grads, err) != PS_ERR_OK) return err->code;
-  start = now_s();
-  if (t->coll != NULL) {
-    size_t n = t->model->layout.total;
-    if (collective_allreduce_mean(t->coll, t->host_grads, n, err) != PS_ERR_OK) return err->code;
-    t->comm_seconds += now_s() - start;
-    /* A ring all-reduce sends and receives 2(N-1)/N of the gradients each. */
-    t->comm_bytes += 4.0 * (t->trainers - 1) / t->trainers * (double)n * sizeof(float);
-    if (t->staged && mlp_set_grads(t->model, t->host_grads, err) != PS_ERR_OK) return err->code;
-    return mlp_apply_optimizer(t->model, &t->settings.optimizer, step, err);
-  }
-  uint64_t before = t->ps->bytes_sent + t->ps->bytes_received;
-  if (ps_client_push_pull(t->ps, step, t->host_grads, t->host_params, err) != PS_ERR_OK) {
-    double timeout = t->settings.opt.recover_timeout;
-    if (!ps_client_recoverable(err->code) || timeout <= 0) return err->code;
-    LOG_WARN("%s: recovering (--recover-timeout %.0f s)", err->msg, timeout);
-    long resume_at;
-    if (ps_client_recover(t->ps, step, t->host_grads, t->host_params, timeout, &resume_at,
-                          err) != PS_ERR_OK) {
-      return err->code;
-    }
-    if (resume_at <= step) {
-      t->rewind_to = resume_at;
-      if (t->staged && mlp_set_params(t->model, t->host_params, err) != PS_ERR_OK) {
-        return err->code;
-      }
-      return PS_ERR_ABORTED;
-    }
-  }
-  t->comm_seconds += now_s() - start;
-  t->comm_bytes += (double)(t->ps->bytes_sent + t->ps->bytes_received - before);
-  if (t->staged) return mlp_set_params(t->model, t->host_params, err);
-  return PS_ERR_OK;
 }
 
 ps_err trainer_init(trainer *t, const trainer_settings *settings, ps_error *err) {
   memset(t, 0, sizeof *t);
   t->rewind_to = -1;
   t->settings = *settings;
-  t->mode_label = "local";
   const trainer_options *o = &settings->opt;
 
   if (dataset_load(o->data, "train", o->train_samples, &t->train, err) != PS_ERR_OK ||
@@ -155,23 +62,8 @@ ps_err trainer_init(trainer *t, const trainer_settings *settings, ps_error *err)
   }
   if (check_model_fits_data(&settings->model, &t->train, o->model, err) != PS_ERR_OK) goto fail;
 
-  t->id = settings->pserver_mode ? (int)o->id : 0;
-  t->trainers = settings->pserver_mode ? (int)o->trainers : 1;
-  if (settings->pserver_mode) {
-    t->mode_label = settings->update == UPDATE_ASYNC ? "pserver-async" : "pserver-sync";
-  }
-  if (settings->collective_mode) {
-    t->mode_label = "collective";
-    t->coll = calloc(1, sizeof *t->coll);
-    if (t->coll == NULL) {
-      ps_error_set(err, PS_ERR_NO_MEMORY, "out of memory");
-      goto fail;
-    }
-    if (collective_init(t->coll, err) != PS_ERR_OK) goto fail;
-    t->id = t->coll->rank;
-    t->trainers = t->coll->size;
-    if (join_collective(t, err) != PS_ERR_OK) goto fail;
-  }
+  /* The way replicas stay in step decides this trainer's share of the data. */
+  if (updater_create(t, &t->up, err) != PS_ERR_OK) goto fail;
   t->evaluates = t->id == 0;
   if (t->train.count < t->trainers) {
     ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "%ld training samples cannot be shared by %d trainers",
@@ -212,7 +104,6 @@ ps_err trainer_init(trainer *t, const trainer_settings *settings, ps_error *err)
     t->host_params = t->model->params;
     t->host_grads = t->model->grads;
   }
-  if (settings->pserver_mode && connect_pservers(t, err) != PS_ERR_OK) goto fail;
   if (o->checkpoint_dir[0] != '\0' && t->id == 0 && !o->resume &&
       process_prepare_dir(o->checkpoint_dir, "--checkpoint-dir", err) != PS_ERR_OK) {
     goto fail;
@@ -222,22 +113,8 @@ ps_err trainer_init(trainer *t, const trainer_settings *settings, ps_error *err)
     LOG_INFO("resuming at step %ld (epoch %ld, step %ld of it)", t->start_step,
              t->start_step / t->steps_per_epoch + 1, t->start_step % t->steps_per_epoch + 1);
   }
-  if (t->coll != NULL) {
-    /* Every rank must take the same road: all on GPUs (NCCL) or all on CPUs. */
-    char backend_text[64];
-    snprintf(backend_text, sizeof backend_text, "device=%s", t->be->name);
-    if (collective_check_agreement(t->coll, backend_text, err) != PS_ERR_OK) goto fail;
-    if (strcmp(t->be->name, "cuda") == 0) {
-      if (collective_use_nccl(t->coll, t->be->device, t->be->stream, err) == PS_ERR_OK) {
-        LOG_INFO("collective: gradients are all-reduced by NCCL on GPU %d", t->be->device);
-      } else if (err->code != PS_ERR_UNSUPPORTED) {
-        goto fail;
-      } else {
-        LOG_WARN("collective mode on GPUs without NCCL (%s): gradients go through host memory",
-                 err->msg);
-      }
-    }
-  }
+  /* Connect, pull, agree on the device: after any --resume has loaded the model. */
+  if (updater_start(t->up, err) != PS_ERR_OK) goto fail;
   return PS_ERR_OK;
 fail:
   trainer_free(t);
@@ -245,14 +122,7 @@ fail:
 }
 
 void trainer_free(trainer *t) {
-  if (t->ps != NULL) {
-    ps_client_close(t->ps);
-    free(t->ps);
-  }
-  if (t->coll != NULL) {
-    collective_finalize(t->coll);
-    free(t->coll);
-  }
+  updater_destroy(t->up);
   if (t->staged) {
     if (t->host_params != NULL) t->be->ops->host_free(t->be, t->host_params);
     if (t->host_grads != NULL) t->be->ops->host_free(t->be, t->host_grads);
@@ -313,7 +183,7 @@ static ps_err write_metrics(trainer *t, long epoch, double train_loss, double ac
  * returns the mean loss, the training throughput and the communication. */
 static ps_err train_epoch(trainer *t, long epoch, long *global_step, double *mean_loss,
                           double *samples_per_s, epoch_comm *comm, ps_error *err) {
-  double comm_s0 = t->comm_seconds, comm_b0 = t->comm_bytes;
+  double comm_s0 = t->up->comm_seconds, comm_b0 = t->up->comm_bytes;
   long step0 = *global_step;
   const trainer_options *o = &t->settings.opt;
   sampler_start_epoch(&t->order, epoch);
@@ -332,12 +202,16 @@ static ps_err train_epoch(trainer *t, long epoch, long *global_step, double *mea
     sampler_gather(&t->train, t->order.order + first, count, mlp_host_inputs(t->model),
                    mlp_host_labels(t->model));
     double batch_loss = 0.0;
+    long next = 0;
     if (mlp_load_batch(t->model, count, err) != PS_ERR_OK ||
         mlp_forward(t->model, count, 1, &batch_loss, &correct, err) != PS_ERR_OK ||
         mlp_backward(t->model, count, err) != PS_ERR_OK ||
-        apply_update(t, *global_step, err) != PS_ERR_OK) {
-      if (t->rewind_to >= 0) return PS_ERR_OK; /* trainer_run takes the steps again */
+        updater_apply(t->up, *global_step, &next, err) != PS_ERR_OK) {
       return err->code;
+    }
+    if (next <= *global_step) {
+      t->rewind_to = next; /* the job went back: trainer_run takes the steps again */
+      return PS_ERR_OK;
     }
     if (!isfinite(batch_loss)) {
       return ps_error_set(err, PS_ERR_FAILED_PRECONDITION,
@@ -368,8 +242,8 @@ static ps_err train_epoch(trainer *t, long epoch, long *global_step, double *mea
   *mean_loss = seen > 0 ? loss_sum / (double)seen : 0.0;
   *samples_per_s = seen > 0 ? (double)seen / elapsed : 0.0;
   long steps = *global_step - step0;
-  comm->share = elapsed > 0 ? (t->comm_seconds - comm_s0) / elapsed : 0.0;
-  comm->bytes_per_step = steps > 0 ? (t->comm_bytes - comm_b0) / (double)steps : 0.0;
+  comm->share = elapsed > 0 ? (t->up->comm_seconds - comm_s0) / elapsed : 0.0;
+  comm->bytes_per_step = steps > 0 ? (t->up->comm_bytes - comm_b0) / (double)steps : 0.0;
   return PS_ERR_OK;
 }
 
@@ -434,12 +308,7 @@ ps_err trainer_run(trainer *t, train_summary *summary, ps_error *err) {
       model_checkpoint_write(t, global_step, err) != PS_ERR_OK) {
     return err->code;
   }
-  if (t->ps != NULL) {
-    LOG_INFO("communication: %.1f MB sent, %.1f MB received, %.1f s in push-pull",
-             (double)t->ps->bytes_sent / 1e6, (double)t->ps->bytes_received / 1e6,
-             t->ps->comm_seconds);
-    if (ps_client_done(t->ps, global_step, err) != PS_ERR_OK) return err->code;
-  }
+  if (updater_finish(t->up, global_step, err) != PS_ERR_OK) return err->code;
   if (o->export_path[0] != '\0' && export_model(t, err) != PS_ERR_OK) return err->code;
   return PS_ERR_OK;
 }

@@ -1,7 +1,7 @@
 /* The training loop of one trainer: data share, mini-batches, the model's
  * forward and backward, the update, progress lines, evaluation on the test
- * set after each epoch and the metrics file. The update is the optimizer
- * applied in-process (local mode) or a push-pull to the pservers. */
+ * set after each epoch and the metrics file. The update, and with it the
+ * way replicas stay in step, is the updater's (trainer/updater.h). */
 #ifndef PSTRAIN_TRAINER_TRAIN_H
 #define PSTRAIN_TRAINER_TRAIN_H
 
@@ -9,31 +9,27 @@
 
 #include "common/error.h"
 #include "trainer/backend.h"
-#include "trainer/collective.h"
 #include "trainer/idx.h"
 #include "trainer/mlp.h"
-#include "trainer/ps_client.h"
 #include "trainer/sampler.h"
 #include "trainer/trainer_config.h"
+#include "trainer/updater.h"
 
 typedef struct trainer {
   trainer_settings settings;
-  const char *mode_label; /* "local", later "pserver-sync", ... for metrics */
+  const char *mode_label; /* "local", "pserver-sync", ... for metrics */
   dataset train, test;
   backend *be;
   mlp *model;
   sampler order;
   long samples_per_epoch; /* equal on every trainer, so sync steps line up */
   long steps_per_epoch;
-  long start_step;     /* where training resumes (the pservers' step), else 0 */
+  long start_step;     /* where training resumes (a checkpoint's or the pservers' step), else 0 */
   long rewind_to;      /* >= 0: the pservers went back to this step; take it again */
   int id, trainers;
   int evaluates;       /* trainer 0 evaluates and writes metrics */
   FILE *metrics;       /* NULL without --metrics */
-  ps_client *ps;       /* pserver mode */
-  collective *coll;    /* collective mode */
-  double comm_seconds; /* in push-pull or all-reduce, since the start */
-  double comm_bytes;   /* sent + received, since the start */
+  updater *up;         /* the step's update: local, pserver, MPI or NCCL */
   float *host_params;  /* the model's parameters and gradients as host memory: */
   float *host_grads;   /* the backend's own, or staging copies */
   int staged;
