@@ -71,8 +71,9 @@ typedef struct rpc_server_config {
   int threads;                 /* worker threads, >= 1 */
   size_t max_message_bytes;    /* both directions */
   const char *token;           /* when set, every call must carry "authorization: Bearer
-                                  TOKEN"; others get UNAUTHENTICATED and never reach the
-                                  handler. Copied at start. */
+                                  TOKEN"; others get UNAUTHENTICATED before their request
+                                  body is read, and never reach the handler. Copied at
+                                  start. */
   const tls_config *tls;       /* NULL or empty: plaintext. With cert and key: TLS; with a
                                   CA as well, clients must present a certificate it signed
                                   (others fail the handshake). Files are read at start. */
@@ -98,6 +99,10 @@ const char *rpc_call_peer_identity(const rpc_call *call);
  * name or one of its subject alternative names; 0 without one. Call before
  * the reply. */
 int rpc_call_peer_has_name(const rpc_call *call, const char *name);
+
+/* Request-body bytes the server has read so far, over all calls (only
+ * authorized calls' bodies are read). Thread-safe. */
+size_t rpc_server_received_bytes(const rpc_server *srv);
 
 /* Stops accepting calls, cancels those still open, waits for the workers and
  * frees the server. Every deferred call must have been answered before. */
