@@ -25,6 +25,25 @@ static void flip_byte(const char *path, long from_end) {
 int main(void) {
   CHECK_EQ_INT(crc32c_update(0, "123456789", 9), 0xe3069283u);
   CHECK_EQ_INT(crc32c_update(crc32c_update(0, "1234", 4), "56789", 5), 0xe3069283u);
+  CHECK_EQ_INT(crc32c_update_portable(0, "123456789", 9), 0xe3069283u);
+  /* The instruction path equals the table at every length and alignment,
+   * continued from any split point. */
+  static uint8_t noise[4096 + 16];
+  uint32_t state = 12345;
+  for (size_t i = 0; i < sizeof noise; i++) {
+    state = state * 1103515245u + 12345u;
+    noise[i] = (uint8_t)(state >> 16);
+  }
+  for (size_t offset = 0; offset < 9; offset++) {
+    for (size_t len = 0; len <= 4096; len += len < 64 ? 1 : 61) {
+      uint32_t want = crc32c_update_portable(0, noise + offset, len);
+      CHECK_EQ_INT(crc32c_update(0, noise + offset, len), want);
+      size_t cut = len / 3;
+      CHECK_EQ_INT(crc32c_update(crc32c_update(0, noise + offset, cut), noise + offset + cut,
+                                 len - cut),
+                   want);
+    }
+  }
   REQUIRE(mkdtemp(dir) != NULL);
   ps_error err;
   tensor_layout layout, other;
