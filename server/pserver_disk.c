@@ -5,10 +5,12 @@
  * under the lock again, its call answered from there. A rollback waits for
  * the writes asked for before it, so it never reads a checkpoint that is
  * still being written. The writer never takes the pserver's lock. */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* SCHED_IDLE */
 #include "server/pserver_internal.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,6 +118,24 @@ static void *rollback_thread(void *arg) {
   return NULL;
 }
 
+/* The writer runs only when a core is otherwise idle (SCHED_IDLE): a sync
+ * step is latency-bound, and a write taking a core from a handler delayed
+ * the trainers. A sync job idles between steps, so the writes still get
+ * done; should they fall a checkpoint behind, the next checkpoint waits. */
+static void writer_yields_to_steps(pthread_t writer) {
+#ifdef SCHED_IDLE
+  struct sched_param param;
+  memset(&param, 0, sizeof param);
+  int rc = pthread_setschedparam(writer, SCHED_IDLE, &param);
+  if (rc != 0) {
+    LOG_WARN("checkpoint writer thread: SCHED_IDLE refused (%s): it competes with the steps",
+             strerror(rc));
+  }
+#else
+  (void)writer;
+#endif
+}
+
 ps_err pserver_disk_start(pserver *ps, ps_error *err) {
   pserver_disk *d = &ps->disk;
   d->rollbacks_tail = &d->rollbacks;
@@ -129,6 +149,7 @@ ps_err pserver_disk_start(pserver *ps, ps_error *err) {
   d->initialized = 1;
   if ((rc = pthread_create(&d->writer, NULL, writer_thread, ps)) == 0) {
     d->started = 1;
+    writer_yields_to_steps(d->writer);
     if ((rc = pthread_create(&d->reader, NULL, rollback_thread, ps)) == 0) d->started = 2;
   }
   if (rc != 0) {
