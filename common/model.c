@@ -10,14 +10,9 @@
 #include "common/hash.h"
 #include "common/rng.h"
 
-ps_err model_parse(const char *text, model_desc *desc, ps_error *err) {
-  memset(desc, 0, sizeof *desc);
-  if (strncmp(text, "mlp:", 4) != 0) {
-    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
-                        "model '%s': expected mlp:IN,HIDDEN...,OUT (e.g. mlp:784,256,128,10)", text);
-  }
-  const char *p = text + 4;
-  int n = 0;
+/* Parses "A,B,C" from p into sizes[*n...]; text is the whole model for messages. */
+static ps_err parse_sizes(const char *text, const char *p, model_desc *desc, int *n,
+                          ps_error *err) {
   for (;;) {
     char *end;
     errno = 0;
@@ -30,17 +25,63 @@ ps_err model_parse(const char *text, model_desc *desc, ps_error *err) {
       return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "model '%s': layer size %ld is outside 1..%d",
                           text, v, MODEL_MAX_WIDTH);
     }
-    if (n > MODEL_MAX_LAYERS) {
+    if (*n > MODEL_MAX_LAYERS) {
       return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "model '%s': more than %d layers", text,
                           MODEL_MAX_LAYERS);
     }
-    desc->sizes[n++] = (int)v;
-    if (*end == '\0') break;
+    desc->sizes[(*n)++] = (int)v;
+    if (*end == '\0') return PS_ERR_OK;
     if (*end != ',') {
       return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "model '%s': unexpected '%c'", text, *end);
     }
     p = end + 1;
   }
+}
+
+/* "ctr:DIM:H1,H2,...": the MLP maps 26 * DIM + 13 inputs through H1, H2, ... to one logit. */
+static ps_err parse_ctr(const char *text, model_desc *desc, ps_error *err) {
+  const char *p = text + 4;
+  char *end;
+  errno = 0;
+  long dim = strtol(p, &end, 10);
+  if (end == p || errno != 0 || *end != ':') {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                        "model '%s': expected ctr:DIM:H1,H2,... (e.g. ctr:16:256,128)", text);
+  }
+  if (dim < 1 || dim > MODEL_MAX_EMBED_DIM) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                        "model '%s': embedding dimension %ld is outside 1..%d", text, dim,
+                        MODEL_MAX_EMBED_DIM);
+  }
+  desc->kind = MODEL_CTR;
+  desc->embed_dim = (int)dim;
+  desc->sizes[0] = CTR_CAT_FIELDS * (int)dim + CTR_DENSE_FIELDS;
+  int n = 1;
+  if (parse_sizes(text, end + 1, desc, &n, err) != PS_ERR_OK) return err->code;
+  if (n > MODEL_MAX_LAYERS) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "model '%s': more than %d layers", text,
+                        MODEL_MAX_LAYERS);
+  }
+  desc->sizes[n] = 1;
+  desc->num_layers = n;
+  return PS_ERR_OK;
+}
+
+ps_err model_parse(const char *text, model_desc *desc, ps_error *err) {
+  memset(desc, 0, sizeof *desc);
+  if (strcmp(text, "lr") == 0) {
+    desc->kind = MODEL_LR;
+    return PS_ERR_OK;
+  }
+  if (strncmp(text, "ctr:", 4) == 0) return parse_ctr(text, desc, err);
+  if (strncmp(text, "mlp:", 4) != 0) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                        "model '%s': expected mlp:IN,HIDDEN...,OUT (e.g. mlp:784,256,128,10), "
+                        "ctr:DIM:H1,H2,... (e.g. ctr:16:256,128) or lr",
+                        text);
+  }
+  int n = 0;
+  if (parse_sizes(text, text + 4, desc, &n, err) != PS_ERR_OK) return err->code;
   if (n < 2) {
     return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
                         "model '%s': needs at least an input and an output size", text);
@@ -50,9 +91,21 @@ ps_err model_parse(const char *text, model_desc *desc, ps_error *err) {
 }
 
 void model_format(const model_desc *desc, char *buf, size_t len) {
-  size_t used = (size_t)snprintf(buf, len, "mlp:");
-  for (int i = 0; i <= desc->num_layers && used < len; i++) {
-    used += (size_t)snprintf(buf + used, len - used, i == 0 ? "%d" : ",%d", desc->sizes[i]);
+  if (desc->kind == MODEL_LR) {
+    snprintf(buf, len, "lr");
+    return;
+  }
+  int first = 0, last = desc->num_layers;
+  size_t used;
+  if (desc->kind == MODEL_CTR) {
+    used = (size_t)snprintf(buf, len, "ctr:%d:", desc->embed_dim);
+    first = 1; /* the input width and the one output follow from the kind */
+    last = desc->num_layers - 1;
+  } else {
+    used = (size_t)snprintf(buf, len, "mlp:");
+  }
+  for (int i = first; i <= last && used < len; i++) {
+    used += (size_t)snprintf(buf + used, len - used, i == first ? "%d" : ",%d", desc->sizes[i]);
   }
 }
 
@@ -65,6 +118,10 @@ ps_err model_build_layout(const model_desc *desc, tensor_layout *layout, ps_erro
     if (tensor_layout_add(layout, name, 2, weight_shape, err) != PS_ERR_OK) return err->code;
     snprintf(name, sizeof name, "fc%d.bias", l);
     if (tensor_layout_add(layout, name, 1, bias_shape, err) != PS_ERR_OK) return err->code;
+  }
+  if (model_is_ctr(desc)) {
+    long bias_shape[1] = {1};
+    if (tensor_layout_add(layout, "wide.bias", 1, bias_shape, err) != PS_ERR_OK) return err->code;
   }
   return PS_ERR_OK;
 }

@@ -1,7 +1,9 @@
 /* The model description every process agrees on: parsed from text such as
- * "mlp:784,256,128,10", turned into the parameter layout (fc1.weight (out,in),
- * fc1.bias (out), ...), hashed, and initialized deterministically from a seed.
- * The compute (forward, backward) is the trainer's, not here. */
+ * "mlp:784,256,128,10", "ctr:16:256,128" or "lr", turned into the dense
+ * parameter layout (fc1.weight (out,in), fc1.bias (out), ..., then wide.bias
+ * for the CTR models), hashed, and initialized deterministically from a
+ * seed. The CTR models' sparse tables are sparse_table.h's. The compute
+ * (forward, backward) is the trainer's, not here. */
 #ifndef PSTRAIN_COMMON_MODEL_H
 #define PSTRAIN_COMMON_MODEL_H
 
@@ -14,19 +16,34 @@
 #define MODEL_MAX_LAYERS 16
 #define MODEL_MAX_WIDTH 65536
 
+#define MODEL_MAX_EMBED_DIM 1024
+/* Criteo's fields: what a CTR model's deep input is made of. */
+#define CTR_CAT_FIELDS 26
+#define CTR_DENSE_FIELDS 13
+
+/* MLP: an image classifier. CTR: Wide&Deep over Criteo examples (a wide
+ * table of one weight per feature key, an embedding table of embed_dim per
+ * key, an MLP over the 26 embeddings and 13 dense features). LR: the wide
+ * part alone. */
+typedef enum { MODEL_MLP, MODEL_CTR, MODEL_LR } model_kind;
+
 typedef struct model_desc {
-  int num_layers;                     /* fully connected layers */
+  model_kind kind;
+  int embed_dim;                      /* CTR: floats per embedding row; else 0 */
+  int num_layers;                     /* fully connected layers (0 for LR) */
   int sizes[MODEL_MAX_LAYERS + 1];    /* sizes[0] inputs ... sizes[num_layers] outputs */
 } model_desc;
 
-/* Parses "mlp:IN,H1,...,OUT" (at least one layer). */
+/* Parses "mlp:IN,H1,...,OUT" (at least one layer), "ctr:DIM:H1,H2,..." (the
+ * MLP's input is 26 * DIM + 13, its output one logit) or "lr". */
 ps_err model_parse(const char *text, model_desc *desc, ps_error *err);
 
 /* Writes the canonical text form, e.g. "mlp:784,256,128,10". */
 void model_format(const model_desc *desc, char *buf, size_t len);
 
 /* Fills an initialized, empty layout with fcK.weight (out, in) and fcK.bias
- * (out) for K = 1..num_layers, in that order. */
+ * (out) for K = 1..num_layers, in that order, then wide.bias (1) for the CTR
+ * models. */
 ps_err model_build_layout(const model_desc *desc, tensor_layout *layout, ps_error *err);
 
 /* FNV-1a hash of the canonical text: equal models hash alike everywhere. */
@@ -38,5 +55,8 @@ uint64_t model_hash(const model_desc *desc);
  * values as the whole, so each pserver can initialize only its blocks. */
 void model_init_params(const model_desc *desc, const tensor_layout *layout, uint64_t seed,
                        size_t begin, size_t count, float *out);
+
+/* Whether the model reads Criteo examples through sparse tables. */
+static inline int model_is_ctr(const model_desc *desc) { return desc->kind != MODEL_MLP; }
 
 #endif

@@ -1,0 +1,126 @@
+/* A sparse embedding table: an open-addressing hash map from 64-bit feature
+ * key to a row of `dim` floats (plus its optimizer state), the rows kept in
+ * contiguous slabs. A row is created the first time its key is pulled, with
+ * values that depend only on (seed, table id, key), so any process creating
+ * it (a local trainer, whichever pserver owns the key) gets the same row.
+ * Row optimizers (AdaGrad, lazy Adam, SGD) update only the rows a batch
+ * touched. Optional admission (a key gets a row after N occurrences, counted
+ * in a small counting filter; before that it reads as zeros and its gradient
+ * is dropped), eviction (rows unseen for N steps are dropped) and a memory
+ * limit. Used by local trainers now and by pservers next; one thread at a
+ * time (callers lock). */
+#ifndef PSTRAIN_COMMON_SPARSE_TABLE_H
+#define PSTRAIN_COMMON_SPARSE_TABLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/error.h"
+
+#define SPARSE_TABLE_NAME_MAX 32
+#define SPARSE_TABLE_MAX_DIM 1024
+
+typedef enum { SPARSE_OPT_ADAGRAD, SPARSE_OPT_ADAM, SPARSE_OPT_SGD } sparse_optimizer_kind;
+#define SPARSE_OPT_KIND_COUNT (SPARSE_OPT_SGD + 1)
+#define SPARSE_OPTIMIZER_CHOICES "adagrad|adam|sgd"
+
+typedef struct sparse_optimizer_config {
+  sparse_optimizer_kind kind;
+  double lr;
+  double epsilon;      /* AdaGrad and Adam */
+  double initial_accumulator; /* AdaGrad's starting sum of squares */
+  double beta1, beta2; /* Adam */
+} sparse_optimizer_config;
+
+typedef struct sparse_table_config {
+  char name[SPARSE_TABLE_NAME_MAX]; /* "wide", "embedding": named in errors and logs */
+  uint32_t id;         /* part of every row's initialization stream */
+  int dim;             /* floats per row, 1..SPARSE_TABLE_MAX_DIM */
+  uint64_t seed;
+  float init_scale;    /* rows start uniform in +-init_scale; 0: zeros */
+  sparse_optimizer_config opt;
+  size_t max_bytes;    /* 0: no limit. Reaching it fails (RESOURCE_EXHAUSTED) unless evicting */
+  int admit_after;     /* a key gets a row at its N-th occurrence; 0 or 1: at once */
+  long evict_after;    /* rows unseen for this many steps are dropped; 0: never */
+} sparse_table_config;
+
+typedef struct sparse_table_stats {
+  size_t rows;             /* live rows */
+  size_t bytes;            /* all memory the table holds: slabs, map, filter */
+  double bytes_per_row;    /* bytes / rows (0 without rows) */
+  uint64_t admitted;       /* keys that got a row */
+  uint64_t refused;        /* pulls of keys not (yet) admitted */
+  uint64_t evicted;        /* rows dropped by eviction */
+} sparse_table_stats;
+
+typedef struct sparse_table sparse_table;
+
+/* Checks cfg (dim range, lr > 0, ...) and makes an empty table. */
+ps_err sparse_table_create(sparse_table **out, const sparse_table_config *cfg, ps_error *err);
+void sparse_table_destroy(sparse_table *t);
+const sparse_table_config *sparse_table_config_of(const sparse_table *t);
+
+/* The initial row of key (dim floats): what a new row holds. */
+void sparse_table_init_row(const sparse_table_config *cfg, uint64_t key, float *out);
+
+/* Writes the rows of n keys (distinct; see sparse_dedup) to out (n * dim
+ * floats), creating missing rows; counts[i] occurrences of keys[i] in the
+ * batch feed admission (NULL: one each). Keys not admitted read zeros. Marks
+ * the rows seen at `step`. Fails with RESOURCE_EXHAUSTED naming the table
+ * when a new row would pass max_bytes and no row can be evicted; nothing is
+ * changed then. */
+ps_err sparse_table_pull(sparse_table *t, const uint64_t *keys, size_t n, const uint32_t *counts,
+                         long step, float *out, ps_error *err);
+
+/* Applies one optimizer step at zero-based `step` to the rows of n distinct
+ * keys with their summed gradients (n * dim floats). Keys without a row
+ * (not admitted, or evicted since the pull) are skipped. */
+ps_err sparse_table_push(sparse_table *t, const uint64_t *keys, size_t n, const float *grads,
+                         long step, ps_error *err);
+
+/* Drops the rows unseen for evict_after steps before `step`; returns how
+ * many. A no-op without evict_after. */
+size_t sparse_table_evict(sparse_table *t, long step);
+
+void sparse_table_stats_get(const sparse_table *t, sparse_table_stats *out);
+
+/* Floats of optimizer state per row (0 SGD, 1 row-wise AdaGrad, 2*dim Adam). */
+int sparse_table_state_floats(const sparse_table_config *cfg);
+
+/* Snapshot for export and checkpoints, in ascending key order so equal
+ * tables give equal bytes: keys (rows), values (rows * dim), state (rows *
+ * state_floats, may be NULL), meta (rows * 2: last step seen and the row's
+ * own update count, for eviction and Adam's bias correction; may be NULL).
+ * The arrays must hold sparse_table_stats.rows entries. */
+ps_err sparse_table_dump(const sparse_table *t, uint64_t *keys, float *values, float *state,
+                         int64_t *meta, ps_error *err);
+
+/* Replaces the table's rows with n rows as sparse_table_dump wrote them
+ * (keys distinct; state/meta NULL: fresh). Fails, changing nothing, on a
+ * duplicate key or when max_bytes cannot hold them. */
+ps_err sparse_table_load(sparse_table *t, size_t n, const uint64_t *keys, const float *values,
+                         const float *state, const int64_t *meta, ps_error *err);
+
+/* Per-batch deduplication: n keys become the distinct ones in order of
+ * first occurrence (unique), with slot[i] the index in unique of keys[i] and
+ * counts[j] the occurrences of unique[j]. Reuses its memory across batches. */
+typedef struct sparse_dedup {
+  uint64_t *unique;
+  uint32_t *counts;
+  size_t n_unique;
+  /* private: the map and capacities */
+  uint64_t *map_keys;
+  uint32_t *map_index;
+  size_t map_cap, cap;
+} sparse_dedup;
+
+void sparse_dedup_init(sparse_dedup *d);
+ps_err sparse_dedup_run(sparse_dedup *d, const uint64_t *keys, size_t n, uint32_t *slot,
+                        ps_error *err);
+void sparse_dedup_free(sparse_dedup *d);
+
+/* Parses SPARSE_OPTIMIZER_CHOICES; the names are written only in the .c. */
+ps_err sparse_optimizer_parse(const char *name, sparse_optimizer_kind *out, ps_error *err);
+const char *sparse_optimizer_name(sparse_optimizer_kind kind);
+
+#endif
