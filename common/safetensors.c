@@ -68,10 +68,68 @@ static ps_err sync_folder(const char *path, ps_error *err) {
   return PS_ERR_OK;
 }
 
+static const char *const dtype_names[] = {"F32", "U64", "I64"};
+
+size_t safetensors_dtype_size(safetensors_dtype dtype) { return dtype == SAFETENSORS_F32 ? 4 : 8; }
+
+static int dtype_parse(const char *name, safetensors_dtype *out) {
+  for (int d = 0; d < (int)(sizeof dtype_names / sizeof dtype_names[0]); d++) {
+    if (strcmp(name, dtype_names[d]) == 0) {
+      *out = (safetensors_dtype)d;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* Elements of a shape; 0 when it overflows or a dimension is negative. */
+static size_t shape_elements(const long *shape, int rank, int *ok) {
+  size_t n = 1;
+  *ok = 1;
+  for (int d = 0; d < rank; d++) {
+    if (shape[d] < 0 || (shape[d] > 0 && n > SIZE_MAX / 8 / (size_t)shape[d])) {
+      *ok = 0;
+      return 0;
+    }
+    n *= (size_t)shape[d];
+  }
+  return n;
+}
+
 ps_err safetensors_write(const char *path, const tensor_layout *layout, const float *data,
                          const char *const *metadata, int keep_previous, ps_error *err) {
-  size_t bytes = layout->total * sizeof(float);
-  uint32_t crc = crc32c_update(0, data, bytes);
+  safetensors_tensor *tensors = calloc((size_t)(layout->count > 0 ? layout->count : 1),
+                                       sizeof *tensors);
+  if (tensors == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "safetensors: out of memory");
+  for (int t = 0; t < layout->count; t++) {
+    const tensor_info *info = &layout->tensors[t];
+    snprintf(tensors[t].name, sizeof tensors[t].name, "%s", info->name);
+    tensors[t].dtype = SAFETENSORS_F32;
+    tensors[t].rank = info->rank;
+    memcpy(tensors[t].shape, info->shape, sizeof info->shape);
+    tensors[t].data = (void *)(data + info->offset);
+  }
+  ps_err rc = safetensors_write_tensors(path, tensors, layout->count, metadata, keep_previous, err);
+  free(tensors);
+  return rc;
+}
+
+ps_err safetensors_write_tensors(const char *path, safetensors_tensor *tensors, int count,
+                                 const char *const *metadata, int keep_previous, ps_error *err) {
+  size_t total = 0;
+  uint32_t crc = 0;
+  for (int t = 0; t < count; t++) {
+    int ok;
+    size_t n = shape_elements(tensors[t].shape, tensors[t].rank, &ok);
+    if (!ok || tensors[t].rank < 0 || tensors[t].rank > TENSOR_MAX_RANK) {
+      return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "writing %s: tensor %s has a bad shape",
+                          path, tensors[t].name);
+    }
+    tensors[t].offset = total;
+    tensors[t].bytes = n * safetensors_dtype_size(tensors[t].dtype);
+    total += tensors[t].bytes;
+    crc = crc32c_update(crc, tensors[t].data, tensors[t].bytes);
+  }
   size_t cap = 256, len = 0;
   char *json = malloc(cap);
   if (json == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "safetensors: out of memory");
@@ -82,14 +140,15 @@ ps_err safetensors_write(const char *path, const tensor_layout *layout, const fl
     ok = appendf(&json, &len, &cap, ",\"%s\":\"%s\"", metadata[i], metadata[i + 1]);
   }
   ok = ok && appendf(&json, &len, &cap, "}");
-  for (int t = 0; ok && t < layout->count; t++) {
-    const tensor_info *info = &layout->tensors[t];
-    ok = appendf(&json, &len, &cap, ",\"%s\":{\"dtype\":\"F32\",\"shape\":[", info->name);
+  for (int t = 0; ok && t < count; t++) {
+    const safetensors_tensor *info = &tensors[t];
+    ok = appendf(&json, &len, &cap, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[", info->name,
+                 dtype_names[info->dtype]);
     for (int d = 0; ok && d < info->rank; d++) {
       ok = appendf(&json, &len, &cap, "%s%ld", d > 0 ? "," : "", info->shape[d]);
     }
-    ok = ok && appendf(&json, &len, &cap, "],\"data_offsets\":[%zu,%zu]}",
-                       info->offset * sizeof(float), (info->offset + info->count) * sizeof(float));
+    ok = ok && appendf(&json, &len, &cap, "],\"data_offsets\":[%zu,%zu]}", info->offset,
+                       info->offset + info->bytes);
   }
   ok = ok && appendf(&json, &len, &cap, "}");
   /* Pad with spaces so the data starts 8-byte aligned, as the format suggests. */
@@ -111,7 +170,9 @@ ps_err safetensors_write(const char *path, const tensor_layout *layout, const fl
   for (int i = 0; i < 8; i++) header_len[i] = (uint8_t)((uint64_t)len >> (8 * i));
   ps_err rc = write_all(fd, header_len, 8, tmp, err);
   if (rc == PS_ERR_OK) rc = write_all(fd, json, len, tmp, err);
-  if (rc == PS_ERR_OK) rc = write_all(fd, data, bytes, tmp, err);
+  for (int t = 0; t < count && rc == PS_ERR_OK; t++) {
+    rc = write_all(fd, tensors[t].data, tensors[t].bytes, tmp, err);
+  }
   free(json);
   if (rc == PS_ERR_OK && fsync(fd) != 0) {
     rc = ps_error_set(err, PS_ERR_IO, "fsync of %s: %s", tmp, strerror(errno));
@@ -209,12 +270,14 @@ static ps_err bad_header(const char *path, const char *why, ps_error *err) {
   return ps_error_set(err, PS_ERR_CORRUPT_DATA, "%s: %s", path, why);
 }
 
-/* Parses the header and checks it describes exactly layout. */
+/* Parses the header: the metadata, and each tensor entry into entries (at
+ * most max; entries NULL: entries are checked for form only). */
 static ps_err parse_header(const char *path, const char *json, size_t len,
-                           const tensor_layout *layout, safetensors_meta *meta, ps_error *err) {
+                           safetensors_tensor *entries, int max, int *count,
+                           safetensors_meta *meta, ps_error *err) {
   json_cursor c = {json, json + len};
   char key[128], value[256];
-  int tensor = 0;
+  *count = 0;
   meta->count = 0;
   if (!expect(&c, '{')) return bad_header(path, "the header is not a JSON object", err);
   for (int first = 1;; first = 0) {
@@ -244,21 +307,13 @@ static ps_err parse_header(const char *path, const char *json, size_t len,
       }
       continue;
     }
-    if (layout == NULL) { /* metadata only: skip the entry */
-      int depth = 1;
-      while (c.p < c.end && depth > 0) {
-        if (*c.p == '{') depth++;
-        if (*c.p == '}') depth--;
-        c.p++;
-      }
-      if (depth != 0) return bad_header(path, "malformed tensor entry", err);
-      continue;
+    if (entries != NULL && *count == max) {
+      return ps_error_set(err, PS_ERR_CORRUPT_DATA, "%s: more than %d tensors", path, max);
     }
-    if (tensor >= layout->count || strcmp(key, layout->tensors[tensor].name) != 0) {
-      return ps_error_set(err, PS_ERR_CORRUPT_DATA, "%s: tensor '%s' where '%s' was expected", path,
-                          key, tensor < layout->count ? layout->tensors[tensor].name : "(none)");
-    }
-    const tensor_info *info = &layout->tensors[tensor];
+    safetensors_tensor scratch, *e = entries != NULL ? &entries[*count] : &scratch;
+    memset(e, 0, sizeof *e);
+    if (strlen(key) >= sizeof e->name) return bad_header(path, "a tensor name is too long", err);
+    memcpy(e->name, key, strlen(key) + 1);
     long long shape[8] = {0}, offsets[2] = {0};
     int shape_n = -1, offsets_n = -1, dtype_ok = 0;
     for (int ffirst = 1;; ffirst = 0) {
@@ -274,7 +329,7 @@ static ps_err parse_header(const char *path, const char *json, size_t len,
       if (strcmp(value, "dtype") == 0) {
         char dtype[16];
         if (!read_string(&c, dtype, sizeof dtype)) return bad_header(path, "malformed dtype", err);
-        dtype_ok = strcmp(dtype, "F32") == 0;
+        dtype_ok = dtype_parse(dtype, &e->dtype);
       } else if (strcmp(value, "shape") == 0) {
         if (!read_int_array(&c, shape, 8, &shape_n)) return bad_header(path, "malformed shape", err);
       } else if (strcmp(value, "data_offsets") == 0) {
@@ -285,22 +340,68 @@ static ps_err parse_header(const char *path, const char *json, size_t len,
         return bad_header(path, "unknown field in a tensor entry", err);
       }
     }
-    int shape_ok = shape_n == info->rank;
-    for (int d = 0; shape_ok && d < info->rank; d++) shape_ok = shape[d] == info->shape[d];
-    if (!dtype_ok || !shape_ok || offsets_n != 2 ||
-        offsets[0] != (long long)(info->offset * sizeof(float)) ||
-        offsets[1] != (long long)((info->offset + info->count) * sizeof(float))) {
+    if (!dtype_ok || shape_n < 0 || shape_n > TENSOR_MAX_RANK || offsets_n != 2 ||
+        offsets[1] < offsets[0]) {
+      return ps_error_set(err, PS_ERR_CORRUPT_DATA,
+                          "%s: tensor %s has an unknown dtype, a bad shape or bad data_offsets",
+                          path, key);
+    }
+    e->rank = shape_n;
+    for (int d = 0; d < shape_n; d++) e->shape[d] = (long)shape[d];
+    e->offset = (size_t)offsets[0];
+    e->bytes = (size_t)(offsets[1] - offsets[0]);
+    int ok;
+    size_t n = shape_elements(e->shape, e->rank, &ok);
+    if (!ok || n * safetensors_dtype_size(e->dtype) != e->bytes) {
+      return ps_error_set(err, PS_ERR_CORRUPT_DATA,
+                          "%s: tensor %s: its shape does not match its %zu bytes", path, key,
+                          e->bytes);
+    }
+    (*count)++;
+  }
+  skip_ws(&c);
+  if (c.p != c.end) return bad_header(path, "bytes after the header object", err);
+  return PS_ERR_OK;
+}
+
+/* Checks the entries describe exactly layout (F32 tensors in its order). */
+static ps_err check_layout(const char *path, const safetensors_tensor *entries, int count,
+                           const tensor_layout *layout, ps_error *err) {
+  for (int t = 0; t < count; t++) {
+    if (t >= layout->count || strcmp(entries[t].name, layout->tensors[t].name) != 0) {
+      return ps_error_set(err, PS_ERR_CORRUPT_DATA, "%s: tensor '%s' where '%s' was expected", path,
+                          entries[t].name, t < layout->count ? layout->tensors[t].name : "(none)");
+    }
+    const tensor_info *info = &layout->tensors[t];
+    int shape_ok = entries[t].rank == info->rank;
+    for (int d = 0; shape_ok && d < info->rank; d++) shape_ok = entries[t].shape[d] == info->shape[d];
+    if (entries[t].dtype != SAFETENSORS_F32 || !shape_ok ||
+        entries[t].offset != info->offset * sizeof(float) ||
+        entries[t].bytes != info->count * sizeof(float)) {
       return ps_error_set(err, PS_ERR_CORRUPT_DATA,
                           "%s: tensor %s has another dtype, shape or place than expected", path,
                           info->name);
     }
-    tensor++;
   }
-  skip_ws(&c);
-  if (c.p != c.end) return bad_header(path, "bytes after the header object", err);
-  if (layout != NULL && tensor != layout->count) {
-    return ps_error_set(err, PS_ERR_CORRUPT_DATA, "%s: holds %d tensors, expected %d", path, tensor,
+  if (count != layout->count) {
+    return ps_error_set(err, PS_ERR_CORRUPT_DATA, "%s: holds %d tensors, expected %d", path, count,
                         layout->count);
+  }
+  return PS_ERR_OK;
+}
+
+static ps_err check_crc(const char *path, const safetensors_meta *meta, const void *data,
+                        size_t bytes, ps_error *err) {
+  const char *want_crc = safetensors_meta_get(meta, "crc32c");
+  char got_crc[16];
+  snprintf(got_crc, sizeof got_crc, "%08x", crc32c_update(0, data, bytes));
+#ifdef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
+  want_crc = got_crc; /* fuzzed data must get past the checksum to reach its users */
+#endif
+  if (want_crc == NULL || strcmp(want_crc, got_crc) != 0) {
+    return ps_error_set(err, PS_ERR_CORRUPT_DATA,
+                        "%s: CRC-32C of the data is %s but the header records %s (corrupt file)",
+                        path, got_crc, want_crc != NULL ? want_crc : "none");
   }
   return PS_ERR_OK;
 }
@@ -350,19 +451,102 @@ ps_err safetensors_read(const char *path, const tensor_layout *layout, float *da
     }
   }
   close(fd);
-  if (rc == PS_ERR_OK) rc = parse_header(path, json, header_len, layout, meta, err);
+  safetensors_tensor *entries = NULL;
+  int count = 0;
+  if (rc == PS_ERR_OK && layout != NULL &&
+      (entries = calloc((size_t)layout->count + 1, sizeof *entries)) == NULL) {
+    rc = ps_error_set(err, PS_ERR_NO_MEMORY, "reading %s: out of memory", path);
+  }
+  if (rc == PS_ERR_OK) {
+    rc = parse_header(path, json, header_len, entries, layout != NULL ? layout->count + 1 : 0,
+                      &count, meta, err);
+  }
+  if (rc == PS_ERR_OK && layout != NULL) rc = check_layout(path, entries, count, layout, err);
+  free(entries);
   free(json);
   if (rc != PS_ERR_OK || layout == NULL) return rc;
-  const char *want_crc = safetensors_meta_get(meta, "crc32c");
-  char got_crc[16];
-  snprintf(got_crc, sizeof got_crc, "%08x", crc32c_update(0, data, bytes));
-#ifdef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
-  want_crc = got_crc; /* fuzzed data must get past the checksum to reach its users */
-#endif
-  if (want_crc == NULL || strcmp(want_crc, got_crc) != 0) {
-    return ps_error_set(err, PS_ERR_CORRUPT_DATA,
-                        "%s: CRC-32C of the data is %s but the header records %s (corrupt file)",
-                        path, got_crc, want_crc != NULL ? want_crc : "none");
+  return check_crc(path, meta, data, bytes, err);
+}
+
+/* Reads exactly len bytes at the file's current position. */
+static ps_err read_exact(int fd, void *dst, size_t len, const char *path, ps_error *err) {
+  for (size_t got = 0; got < len;) {
+    ssize_t n = read(fd, (char *)dst + got, len - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      return ps_error_set(err, PS_ERR_IO, "reading %s: %s", path,
+                          n < 0 ? strerror(errno) : "unexpected end of file");
+    }
+    got += (size_t)n;
   }
   return PS_ERR_OK;
+}
+
+ps_err safetensors_file_read(const char *path, safetensors_file *file, ps_error *err) {
+  memset(file, 0, sizeof *file);
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) return ps_error_set(err, PS_ERR_IO, "opening %s: %s", path, strerror(errno));
+  struct stat st;
+  uint8_t head[8];
+  uint64_t header_len = 0;
+  char *json = NULL;
+  size_t data_bytes = 0;
+  ps_err rc = PS_ERR_OK;
+  if (fstat(fd, &st) != 0) {
+    rc = ps_error_set(err, PS_ERR_IO, "reading %s: %s", path, strerror(errno));
+  } else if (read_exact(fd, head, 8, path, err) != PS_ERR_OK) {
+    rc = ps_error_set(err, PS_ERR_CORRUPT_DATA, "%s: shorter than a safetensors header", path);
+  } else {
+    for (int i = 0; i < 8; i++) header_len |= (uint64_t)head[i] << (8 * i);
+    if (header_len < 2 || header_len > HEADER_MAX || (uint64_t)st.st_size < 8 + header_len) {
+      rc = ps_error_set(err, PS_ERR_CORRUPT_DATA, "%s: a %llu-byte header in a %lld-byte file",
+                        path, (unsigned long long)header_len, (long long)st.st_size);
+    } else {
+      data_bytes = (size_t)((uint64_t)st.st_size - 8 - header_len);
+    }
+  }
+  if (rc == PS_ERR_OK && ((json = malloc(header_len)) == NULL ||
+                          (file->bytes = malloc(data_bytes > 0 ? data_bytes : 1)) == NULL)) {
+    rc = ps_error_set(err, PS_ERR_NO_MEMORY, "reading %s: out of memory for %zu bytes", path,
+                      data_bytes);
+  }
+  if (rc == PS_ERR_OK) rc = read_exact(fd, json, header_len, path, err);
+  if (rc == PS_ERR_OK) rc = read_exact(fd, file->bytes, data_bytes, path, err);
+  close(fd);
+  if (rc == PS_ERR_OK) {
+    rc = parse_header(path, json, header_len, file->tensors, SAFETENSORS_MAX_TENSORS, &file->count,
+                      &file->meta, err);
+  }
+  free(json);
+  /* The ranges must tile the data section, in order, without holes. */
+  size_t at = 0;
+  for (int t = 0; rc == PS_ERR_OK && t < file->count; t++) {
+    safetensors_tensor *e = &file->tensors[t];
+    if (e->offset != at || e->bytes > data_bytes - at) {
+      rc = ps_error_set(err, PS_ERR_CORRUPT_DATA,
+                        "%s: tensor %s's bytes are not where the previous tensor ends", path,
+                        e->name);
+    }
+    e->data = (char *)file->bytes + e->offset;
+    at += e->bytes;
+  }
+  if (rc == PS_ERR_OK && at != data_bytes) {
+    rc = ps_error_set(err, PS_ERR_CORRUPT_DATA, "%s: %zu bytes of tensors but %zu bytes of data",
+                      path, at, data_bytes);
+  }
+  if (rc == PS_ERR_OK) rc = check_crc(path, &file->meta, file->bytes, data_bytes, err);
+  if (rc != PS_ERR_OK) safetensors_file_free(file);
+  return rc;
+}
+
+const safetensors_tensor *safetensors_file_find(const safetensors_file *file, const char *name) {
+  for (int t = 0; t < file->count; t++) {
+    if (strcmp(file->tensors[t].name, name) == 0) return &file->tensors[t];
+  }
+  return NULL;
+}
+
+void safetensors_file_free(safetensors_file *file) {
+  free(file->bytes);
+  memset(file, 0, sizeof *file);
 }

@@ -11,6 +11,25 @@
 #include "common/tensor.h"
 
 #define SAFETENSORS_MAX_META 16
+#define SAFETENSORS_MAX_TENSORS 256
+
+/* Element types pstrain writes: parameters, and sparse tables' keys and row
+ * meta. */
+typedef enum { SAFETENSORS_F32, SAFETENSORS_U64, SAFETENSORS_I64 } safetensors_dtype;
+
+/* One tensor of a file: its name, type, shape and bytes (data: the values to
+ * write, or where safetensors_file_read puts them). */
+typedef struct safetensors_tensor {
+  char name[TENSOR_NAME_MAX];
+  safetensors_dtype dtype;
+  int rank;
+  long shape[TENSOR_MAX_RANK];
+  size_t offset, bytes; /* within the data section */
+  void *data;
+} safetensors_tensor;
+
+/* Bytes of one element of dtype. */
+size_t safetensors_dtype_size(safetensors_dtype dtype);
 
 /* Writes every tensor of layout, taking values from data (layout->total
  * floats), to path. metadata is a NULL-terminated list of key/value string
@@ -25,6 +44,27 @@ typedef struct safetensors_meta {
   char keys[SAFETENSORS_MAX_META][64];
   char values[SAFETENSORS_MAX_META][1024];
 } safetensors_meta;
+
+/* Writes count tensors, each from its data (offset and bytes are computed
+ * from the shapes), as safetensors_write does. */
+ps_err safetensors_write_tensors(const char *path, safetensors_tensor *tensors, int count,
+                                 const char *const *metadata, int keep_previous, ps_error *err);
+
+/* A file read whole, for tensors whose shapes are known only from the file
+ * (sparse tables): the header is checked (dtypes, shapes against byte
+ * ranges, ranges covering the data exactly) and the data's CRC-32C; each
+ * tensor's data points into the file's bytes. */
+typedef struct safetensors_file {
+  int count;
+  safetensors_tensor tensors[SAFETENSORS_MAX_TENSORS];
+  safetensors_meta meta;
+  void *bytes; /* the data section, owned */
+} safetensors_file;
+
+ps_err safetensors_file_read(const char *path, safetensors_file *file, ps_error *err);
+/* The tensor named name, or NULL. */
+const safetensors_tensor *safetensors_file_find(const safetensors_file *file, const char *name);
+void safetensors_file_free(safetensors_file *file);
 
 /* The value of key, or NULL. */
 const char *safetensors_meta_get(const safetensors_meta *meta, const char *key);

@@ -99,6 +99,43 @@ int main(void) {
   /* Missing. */
   CHECK_EQ_INT(safetensors_read("/nonexistent/x.safetensors", &layout, back, &got, &err), PS_ERR_IO);
 
+  /* Tensors of several dtypes whose shapes only the file knows (sparse tables). */
+  uint64_t keys[3] = {7, UINT64_MAX, 1ULL << 40};
+  int64_t meta_rows[6] = {-1, 2, 3, -4, 5, INT64_MIN};
+  float rows[6] = {1, 2, 3, 4, 5, 6};
+  safetensors_tensor parts[3] = {
+      {.name = "t.keys", .dtype = SAFETENSORS_U64, .rank = 1, .shape = {3}, .data = keys},
+      {.name = "t.rows", .dtype = SAFETENSORS_F32, .rank = 2, .shape = {3, 2}, .data = rows},
+      {.name = "t.meta", .dtype = SAFETENSORS_I64, .rank = 2, .shape = {3, 2}, .data = meta_rows}};
+  char mixed[300];
+  snprintf(mixed, sizeof mixed, "%s/mixed.safetensors", dir);
+  REQUIRE(safetensors_write_tensors(mixed, parts, 3, meta, 0, &err) == PS_ERR_OK);
+  safetensors_file file;
+  REQUIRE(safetensors_file_read(mixed, &file, &err) == PS_ERR_OK);
+  CHECK_EQ_INT(file.count, 3);
+  const safetensors_tensor *k = safetensors_file_find(&file, "t.keys");
+  const safetensors_tensor *m = safetensors_file_find(&file, "t.meta");
+  const safetensors_tensor *r = safetensors_file_find(&file, "t.rows");
+  REQUIRE(k != NULL && m != NULL && r != NULL && safetensors_file_find(&file, "t.x") == NULL);
+  CHECK(k->dtype == SAFETENSORS_U64 && k->bytes == sizeof keys && memcmp(k->data, keys, sizeof keys) == 0);
+  CHECK(m->dtype == SAFETENSORS_I64 && m->shape[1] == 2 &&
+        memcmp(m->data, meta_rows, sizeof meta_rows) == 0);
+  CHECK(r->rank == 2 && r->shape[0] == 3 && memcmp(r->data, rows, sizeof rows) == 0);
+  CHECK_EQ_STR(safetensors_meta_get(&file.meta, "step"), "42");
+  safetensors_file_free(&file);
+  flip_byte(mixed, 3);
+  CHECK_EQ_INT(safetensors_file_read(mixed, &file, &err), PS_ERR_CORRUPT_DATA);
+  CHECK_CONTAINS(err.msg, "CRC-32C");
+  /* The strict reader refuses a file with other dtypes than F32. */
+  REQUIRE(safetensors_write_tensors(mixed, parts, 1, meta, 0, &err) == PS_ERR_OK);
+  tensor_layout one;
+  tensor_layout_init(&one);
+  long three[1] = {3};
+  REQUIRE(tensor_layout_add(&one, "t.keys", 1, three, &err) == PS_ERR_OK);
+  float six[6];
+  CHECK_EQ_INT(safetensors_read(mixed, &one, six, &got, &err), PS_ERR_CORRUPT_DATA);
+  tensor_layout_free(&one);
+
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   CHECK(system(cmd) == 0);
