@@ -100,6 +100,26 @@ static int from_hex(const char *text, uint8_t *out, size_t cap, size_t *len) {
 ps_err checkpoint_write(const char *dir, const char *prefix, const char *format, long step,
                         const job_config *job, const char *const *extra,
                         const tensor_layout *layout, const float *data, ps_error *err) {
+  safetensors_tensor *tensors = calloc((size_t)(layout->count > 0 ? layout->count : 1),
+                                       sizeof *tensors);
+  if (tensors == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "checkpoint: out of memory");
+  for (int t = 0; t < layout->count; t++) {
+    const tensor_info *info = &layout->tensors[t];
+    snprintf(tensors[t].name, sizeof tensors[t].name, "%s", info->name);
+    tensors[t].dtype = SAFETENSORS_F32;
+    tensors[t].rank = info->rank;
+    memcpy(tensors[t].shape, info->shape, sizeof info->shape);
+    tensors[t].data = (void *)(data + info->offset);
+  }
+  ps_err rc = checkpoint_write_tensors(dir, prefix, format, step, job, extra, tensors,
+                                       layout->count, err);
+  free(tensors);
+  return rc;
+}
+
+ps_err checkpoint_write_tensors(const char *dir, const char *prefix, const char *format, long step,
+                                const job_config *job, const char *const *extra,
+                                safetensors_tensor *tensors, int count, ps_error *err) {
   Pstrain__JobConfig jc;
   Pstrain__OptimizerConfig oc;
   char model[256], path[4096], step_text[32], hash[32], job_hex[2 * PACKED_JOB_MAX + 1];
@@ -124,7 +144,7 @@ ps_err checkpoint_write(const char *dir, const char *prefix, const char *format,
   }
   meta[used] = NULL;
   checkpoint_path(dir, prefix, step, path, sizeof path);
-  if (safetensors_write(path, layout, data, meta, 0, err) != PS_ERR_OK) return err->code;
+  if (safetensors_write_tensors(path, tensors, count, meta, 0, err) != PS_ERR_OK) return err->code;
   LOG_INFO("checkpoint at step %ld: %s", step, path);
   prune(dir, prefix);
   return PS_ERR_OK;

@@ -29,6 +29,12 @@ ps_err checkpoint_write(const char *dir, const char *prefix, const char *format,
                         const job_config *job, const char *const *extra,
                         const tensor_layout *layout, const float *data, ps_error *err);
 
+/* The same for tensors of any dtype and shape (safetensors_write_tensors):
+ * sparse tables' keys, rows and state beside dense tensors. */
+ps_err checkpoint_write_tensors(const char *dir, const char *prefix, const char *format, long step,
+                                const job_config *job, const char *const *extra,
+                                safetensors_tensor *tensors, int count, ps_error *err);
+
 /* Reads path's metadata and checks that it is a `format` checkpoint of a
  * well-formed job whose hash matches; *job and *step receive what it holds,
  * *meta all metadata. Errors name path. */

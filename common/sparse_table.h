@@ -72,6 +72,10 @@ void sparse_table_init_row(const sparse_table_config *cfg, uint64_t key, float *
 ps_err sparse_table_pull(sparse_table *t, const uint64_t *keys, size_t n, const uint32_t *counts,
                          long step, float *out, ps_error *err);
 
+/* Read-only: the rows of n keys into out (n * dim floats), zeros for keys
+ * without a row. Creates nothing, counts nothing: for evaluation. */
+void sparse_table_lookup(const sparse_table *t, const uint64_t *keys, size_t n, float *out);
+
 /* Applies one optimizer step at zero-based `step` to the rows of n distinct
  * keys with their summed gradients (n * dim floats). Keys without a row
  * (not admitted, or evicted since the pull) are skipped. */

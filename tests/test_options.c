@@ -60,7 +60,7 @@ int main(void) {
   CHECK_EQ_INT(s.opt.epochs, 5);
   CHECK_EQ_INT(s.optimizer.kind, OPTIMIZER_ADAM);
   /* A bad environment value is refused and named, even when a flag would win. */
-  REQUIRE(setenv("PSTRAIN_BATCH", "0", 1) == 0);
+  REQUIRE(setenv("PSTRAIN_BATCH", "-1", 1) == 0);
   expect_error(ARGS("--epochs", "1"), "environment variable PSTRAIN_BATCH");
   REQUIRE(unsetenv("PSTRAIN_BATCH") == 0);
   REQUIRE(unsetenv("PSTRAIN_EPOCHS") == 0);
@@ -71,10 +71,19 @@ int main(void) {
   /* Every rejection names the flag and the reason. */
   expect_error(ARGS("--bogus", "1"), "unknown option '--bogus'");
   expect_error(ARGS("--optimizer", "rmsprop"), "--optimizer: 'rmsprop' is not one of sgd|momentum|adam");
-  expect_error(ARGS("--batch", "0"), "--batch: 0 is outside 1..65536");
+  expect_error(ARGS("--batch", "65537"), "--batch: 65537 is outside 0..65536");
   expect_error(ARGS("--batch", "-5"), "--batch: -5 is outside");
   expect_error(ARGS("--batch", "12abc"), "--batch: '12abc' is not an integer");
-  expect_error(ARGS("--epochs", "0"), "--epochs: 0 is outside");
+  expect_error(ARGS("--epochs", "-1"), "--epochs: -1 is outside");
+  /* 0 takes the model's default. */
+  CHECK_EQ_INT(parse(&s, &err, ARGS("--batch", "0", "--epochs", "0")), OPTIONS_OK);
+  CHECK_EQ_INT(s.opt.batch, 64);
+  CHECK_EQ_INT(s.opt.epochs, 12);
+  /* The CTR models read Criteo files; IDX data is refused for them and the other way round. */
+  expect_error(ARGS("--model", "ctr:8:16"), "is not a Criteo TSV file");
+  expect_error(ARGS("--model", "lr", "--data-format", "idx"), "is not a Criteo TSV file");
+  expect_error(ARGS("--test-data", "x.tsv"), "--test-data and --eval-every are for --model ctr");
+  expect_error(ARGS("--sparse-optimizer", "ftrl"), "--sparse-optimizer: 'ftrl' is not one of");
   expect_error(ARGS("--epochs"), "option --epochs needs a value");
   expect_error(ARGS("--lr", "nan"), "--lr: 'nan' is not a finite number");
   expect_error(ARGS("--lr", "0"), "--lr: 0 is outside");

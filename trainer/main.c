@@ -6,6 +6,7 @@
 #include "common/log.h"
 #include "common/process.h"
 #include "common/rpc.h"
+#include "trainer/ctr_train.h"
 #include "trainer/train.h"
 #include "trainer/trainer_config.h"
 
@@ -21,6 +22,35 @@ static int exit_status(ps_err code) {
   default:
     return 1;
   }
+}
+
+/* A click-through-rate model in one process. */
+static int run_ctr(const trainer_settings *settings) {
+  ps_error err;
+  ps_error_clear(&err);
+  if (settings->pserver_mode || settings->collective_mode) {
+    LOG_ERROR("--model %s trains in --mode local in this version; sparse tables on pservers and "
+              "in collective mode are not built yet",
+              settings->opt.model);
+    return 2;
+  }
+  ctr_trainer t;
+  if (ctr_trainer_init(&t, settings, &err) != PS_ERR_OK) {
+    LOG_ERROR("%s", err.msg);
+    return exit_status(err.code);
+  }
+  ctr_summary summary;
+  ps_err rc = ctr_trainer_run(&t, &summary, &err);
+  ctr_trainer_free(&t);
+  if (rc != PS_ERR_OK) {
+    LOG_ERROR("training failed: %s", err.msg);
+    return 1;
+  }
+  LOG_INFO("done: %ld epochs (%ld steps), test AUC %.4f, test logloss %.4f, train logloss %.4f, "
+           "%.0f examples/s",
+           summary.epochs, summary.steps, summary.auc, summary.logloss, summary.train_logloss,
+           summary.examples_per_s);
+  return 0;
 }
 
 int main(int argc, char **argv) {
@@ -54,8 +84,9 @@ int main(int argc, char **argv) {
 
   /* The trainer keeps the default signal actions: Ctrl-C stops it at once,
    * and its pservers notice the missing trainer. */
-  rpc_global_init();
   process_tune_malloc();
+  if (model_is_ctr(&settings.model)) return run_ctr(&settings);
+  rpc_global_init();
   trainer t;
   if (trainer_init(&t, &settings, &err) != PS_ERR_OK) {
     LOG_ERROR("%s", err.msg);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "common/token.h"
+#include "trainer/ctr_reader.h"
 
 #define OFF(field) offsetof(trainer_options, field)
 #define NUM(lo, hi) .min = (lo), .max = (hi)
@@ -66,13 +67,40 @@ static const option_def trainer_option_table[] = {
      "write the trained model to this safetensors file (fc1.weight (out, in), fc1.bias, ...)",
      NULL, ANY},
     {"data", NULL, OPT_STRING, OFF(data), "/usr/share/datasets/fashion-mnist",
-     "folder of the IDX files (train-* and t10k-*, gzip'd or plain)", NULL, ANY},
+     "training data: a folder of IDX files (train-* and t10k-*, gzip'd or plain) for mlp, or a "
+     "Criteo TSV file (plain or gzip'd) for ctr and lr", NULL, ANY},
+    {"data-format", NULL, OPT_CHOICE, OFF(data_format), "auto",
+     "format of --data (auto: Criteo TSV when the file's first line has 40 tab-separated fields, "
+     "else IDX)", "auto|idx|criteo", ANY},
+    {"test-data", NULL, OPT_STRING, OFF(test_data), "",
+     "ctr and lr: a Criteo TSV file to evaluate on (AUC and logloss); empty: no evaluation", NULL,
+     ANY},
+    {"skip-bad-lines", NULL, OPT_BOOL, OFF(skip_bad_lines), "false",
+     "Criteo data: count and skip malformed lines instead of stopping at the first", NULL, ANY},
+    {"eval-every", NULL, OPT_INT, OFF(eval_every), "0",
+     "ctr and lr: also evaluate every N steps, mid-epoch (0: after each epoch only)", NULL,
+     NUM(0, 1e15)},
     {"model", NULL, OPT_STRING, OFF(model), "mlp:784,256,128,10",
-     "model: mlp:INPUTS,HIDDEN...,CLASSES (ReLU hidden layers)", NULL, ANY},
-    {"epochs", NULL, OPT_INT, OFF(epochs), "12", "passes over the training data", NULL,
-     NUM(1, 100000)},
-    {"batch", NULL, OPT_INT, OFF(batch), "64", "mini-batch size per trainer", NULL,
-     NUM(1, 65536)},
+     "model: mlp:INPUTS,HIDDEN...,CLASSES (ReLU hidden layers); ctr:DIM:H1,H2,... (Wide&Deep on "
+     "Criteo data: DIM-wide embeddings, ReLU layers H1, H2, ...); lr (logistic regression)", NULL,
+     ANY},
+    {"sparse-optimizer", NULL, OPT_CHOICE, OFF(sparse_optimizer), "adagrad",
+     "ctr and lr: update rule of the sparse tables (adagrad: one accumulator per row)",
+     SPARSE_OPTIMIZER_CHOICES, ANY},
+    {"sparse-lr", NULL, OPT_DOUBLE, OFF(sparse_lr), "0.05",
+     "ctr and lr: learning rate of the sparse tables", NULL, NUM(1e-12, 1e6)},
+    {"max-table-mb", NULL, OPT_DOUBLE, OFF(max_table_mb), "0",
+     "ctr and lr: most memory per sparse table, MiB; reaching it stops the job unless "
+     "--evict-after is set (0: no limit)", NULL, NUM(0, 1e9)},
+    {"admit-after", NULL, OPT_INT, OFF(admit_after), "0",
+     "ctr and lr: a feature gets a row at its N-th occurrence; before that it reads zeros "
+     "(0: at once)", NULL, NUM(0, 255)},
+    {"evict-after", NULL, OPT_INT, OFF(evict_after), "0",
+     "ctr and lr: drop rows unseen for this many steps (0: never)", NULL, NUM(0, 1e15)},
+    {"epochs", NULL, OPT_INT, OFF(epochs), "0",
+     "passes over the training data (0: 12 for mlp, 1 for ctr and lr)", NULL, NUM(0, 100000)},
+    {"batch", NULL, OPT_INT, OFF(batch), "0",
+     "mini-batch size per trainer (0: 64 for mlp, 512 for ctr and lr)", NULL, NUM(0, 65536)},
     {"optimizer", NULL, OPT_CHOICE, OFF(optimizer), "adam", "update rule", OPTIMIZER_CHOICES, ANY},
     {"lr", NULL, OPT_DOUBLE, OFF(lr), "0.001", "learning rate", NULL, NUM(1e-12, 1e6)},
     {"weight-decay", NULL, OPT_DOUBLE, OFF(weight_decay), "0",
@@ -118,6 +146,45 @@ static const option_def trainer_option_table[] = {
 
 #define TRAINER_OPTION_COUNT (sizeof trainer_option_table / sizeof trainer_option_table[0])
 
+/* The data format, the defaults that depend on the model and the sparse
+ * tables' settings. */
+static ps_err ctr_settings_load(trainer_settings *s, ps_error *err) {
+  trainer_options *o = &s->opt;
+  int ctr = model_is_ctr(&s->model);
+  if (strcmp(o->data_format, "auto") == 0) {
+    s->criteo = ctr_reader_sniff(o->data);
+  } else {
+    s->criteo = strcmp(o->data_format, "criteo") == 0;
+  }
+  if (ctr && !s->criteo) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                        "--model %s reads Criteo TSV data, but --data %s is not a Criteo TSV "
+                        "file (40 tab-separated fields per line)",
+                        o->model, o->data);
+  }
+  if (!ctr && s->criteo) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                        "--data %s is Criteo TSV data: train it with --model ctr:DIM:H1,... or "
+                        "--model lr (--model %s reads IDX images)",
+                        o->data, o->model);
+  }
+  if (!ctr && (o->test_data[0] != '\0' || o->eval_every > 0)) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                        "--test-data and --eval-every are for --model ctr and lr (mlp tests on "
+                        "the t10k files of --data)");
+  }
+  if (o->epochs == 0) o->epochs = ctr ? 1 : 12;
+  if (o->batch == 0) o->batch = ctr ? 512 : 64;
+  sparse_optimizer_config *c = &s->sparse_opt;
+  if (sparse_optimizer_parse(o->sparse_optimizer, &c->kind, err) != PS_ERR_OK) return err->code;
+  c->lr = o->sparse_lr;
+  c->epsilon = 1e-8;
+  c->initial_accumulator = 0.0;
+  c->beta1 = o->beta1;
+  c->beta2 = o->beta2;
+  return PS_ERR_OK;
+}
+
 options_result trainer_settings_load(trainer_settings *s, int argc, char **argv, ps_error *err) {
   memset(s, 0, sizeof *s);
   options_result r =
@@ -132,6 +199,7 @@ options_result trainer_settings_load(trainer_settings *s, int argc, char **argv,
   if (o->id < 0) o->id = from_slurm ? procid : 0;
   if (o->trainers < 0) o->trainers = from_slurm ? ntasks : 1;
   if (model_parse(o->model, &s->model, err) != PS_ERR_OK) return OPTIONS_ERROR;
+  if (ctr_settings_load(s, err) != PS_ERR_OK) return OPTIONS_ERROR;
   s->pserver_mode = strcmp(o->mode, "pserver") == 0;
   s->collective_mode = strcmp(o->mode, "collective") == 0;
   if (update_mode_parse(o->update, &s->update, err) != PS_ERR_OK) return OPTIONS_ERROR;
@@ -197,7 +265,8 @@ options_result trainer_settings_load(trainer_settings *s, int argc, char **argv,
 void trainer_print_help(FILE *out) {
   options_print_help(out,
                      "Usage: trainer [--mode local] [--OPTION VALUE]...\n"
-                     "Trains a model on Fashion-MNIST/MNIST IDX data and reports test accuracy.",
+                     "Trains a model on Fashion-MNIST/MNIST IDX data (mlp) and reports test accuracy,\n"
+                     "or a click-through-rate model on Criteo TSV data (ctr, lr) and reports AUC.",
                      trainer_option_table, TRAINER_OPTION_COUNT);
 }
 

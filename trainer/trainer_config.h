@@ -14,6 +14,7 @@
 #include "common/model.h"
 #include "common/optimizer.h"
 #include "common/options.h"
+#include "common/sparse_table.h"
 #include "common/tls.h"
 
 /* Raw option values, as the table fills them. */
@@ -36,6 +37,15 @@ typedef struct trainer_options {
   bool resume;
   long resume_step;
   const char *data;
+  const char *data_format;
+  const char *test_data;
+  bool skip_bad_lines;
+  long eval_every;
+  const char *sparse_optimizer;
+  double sparse_lr;
+  double max_table_mb;
+  long admit_after;
+  long evict_after;
   const char *model;
   long epochs;
   long batch;
@@ -71,6 +81,8 @@ typedef struct trainer_settings {
   char token[256];        /* from --token-file; "" for none */
   tls_config tls;         /* the --tls-* paths (checked); all empty for plaintext */
   optimizer_config optimizer; /* total_steps is set once the data size is known */
+  int criteo;                 /* --data is a Criteo TSV file (the CTR models' data) */
+  sparse_optimizer_config sparse_opt; /* the CTR models' tables */
   log_level level;
 } trainer_settings;
 

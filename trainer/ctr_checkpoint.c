@@ -1,0 +1,264 @@
+/* CTR checkpoints: dense tensors and sparse tables side by side. */
+#define _POSIX_C_SOURCE 200809L
+#include "trainer/ctr_checkpoint.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/checkpoint.h"
+#include "common/log.h"
+
+#define CTR_FORMAT "pstrain-ctr-1"
+#define CTR_PREFIX "ctr-step-"
+/* Dense tensors, and four per table. */
+#define MAX_PARTS (2 + 2 * 4)
+
+/* The tables' settings that change results; a resume must match them. */
+static void sparse_text(const ctr_trainer *t, char *buf, size_t len) {
+  const trainer_options *o = &t->settings.opt;
+  const sparse_optimizer_config *c = &t->settings.sparse_opt;
+  snprintf(buf, len, "%s lr=%.17g eps=%.17g acc0=%.17g betas=%.17g,%.17g admit=%ld evict=%ld",
+           sparse_optimizer_name(c->kind), c->lr, c->epsilon, c->initial_accumulator, c->beta1,
+           c->beta2, o->admit_after, o->evict_after);
+}
+
+/* A table's snapshot, ascending keys (so equal tables write equal bytes). */
+typedef struct table_dump {
+  size_t rows;
+  int dim, state_floats;
+  uint64_t *keys;
+  float *values, *state;
+  int64_t *meta;
+} table_dump;
+
+static void table_dump_free(table_dump *d) {
+  free(d->keys);
+  free(d->values);
+  free(d->state);
+  free(d->meta);
+  memset(d, 0, sizeof *d);
+}
+
+static ps_err table_dump_take(const sparse_table *table, int with_state, table_dump *d,
+                              ps_error *err) {
+  memset(d, 0, sizeof *d);
+  sparse_table_stats st;
+  sparse_table_stats_get(table, &st);
+  const sparse_table_config *c = sparse_table_config_of(table);
+  d->rows = st.rows;
+  d->dim = c->dim;
+  d->state_floats = with_state ? sparse_table_state_floats(c) : 0;
+  size_t n = d->rows > 0 ? d->rows : 1;
+  d->keys = malloc(n * sizeof *d->keys);
+  d->values = malloc(n * (size_t)d->dim * sizeof *d->values);
+  d->state = d->state_floats > 0 ? malloc(n * (size_t)d->state_floats * sizeof *d->state) : NULL;
+  d->meta = with_state ? malloc(n * 2 * sizeof *d->meta) : NULL;
+  if (d->keys == NULL || d->values == NULL || (d->state_floats > 0 && d->state == NULL) ||
+      (with_state && d->meta == NULL)) {
+    table_dump_free(d);
+    return ps_error_set(err, PS_ERR_NO_MEMORY, "table %s: out of memory for a copy of %zu rows",
+                        c->name, st.rows);
+  }
+  if (sparse_table_dump(table, d->keys, d->values, d->state, d->meta, err) != PS_ERR_OK) {
+    table_dump_free(d);
+    return err->code;
+  }
+  return PS_ERR_OK;
+}
+
+static safetensors_tensor part(const char *table, const char *what, safetensors_dtype dtype,
+                               size_t rows, long cols, void *data) {
+  safetensors_tensor p;
+  memset(&p, 0, sizeof p);
+  snprintf(p.name, sizeof p.name, "%s%s%s", table, table[0] ? "." : "", what);
+  p.dtype = dtype;
+  p.rank = cols > 0 ? 2 : 1;
+  p.shape[0] = (long)rows;
+  p.shape[1] = cols > 0 ? cols : 0;
+  p.data = data;
+  return p;
+}
+
+int ctr_checkpoint_due(const ctr_trainer *t, long step, int final) {
+  const trainer_options *o = &t->settings.opt;
+  if (o->checkpoint_dir[0] == '\0') return 0;
+  return final || (o->checkpoint_every > 0 && step % o->checkpoint_every == 0);
+}
+
+ps_err ctr_checkpoint_write(ctr_trainer *t, long step, ps_error *err) {
+  size_t n = t->model->layout.total;
+  float *dense = malloc(3 * n * sizeof *dense);
+  if (dense == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "checkpoint: out of memory");
+  table_dump dumps[2];
+  memset(dumps, 0, sizeof dumps);
+  const sparse_table *tables[2] = {t->wide, t->deep};
+  safetensors_tensor parts[MAX_PARTS];
+  int count = 0;
+  ps_err rc = ctr_model_get_params(t->model, dense, err);
+  if (rc == PS_ERR_OK) rc = ctr_model_get_state(t->model, dense + n, err);
+  parts[count++] = part("dense", "params", SAFETENSORS_F32, n, 0, dense);
+  parts[count++] = part("dense", "state", SAFETENSORS_F32, 2 * n, 0, dense + n);
+  for (int i = 0; i < 2 && rc == PS_ERR_OK && tables[i] != NULL; i++) {
+    if ((rc = table_dump_take(tables[i], 1, &dumps[i], err)) != PS_ERR_OK) break;
+    const char *name = sparse_table_config_of(tables[i])->name;
+    table_dump *d = &dumps[i];
+    parts[count++] = part(name, "keys", SAFETENSORS_U64, d->rows, 0, d->keys);
+    parts[count++] = part(name, "values", SAFETENSORS_F32, d->rows, d->dim, d->values);
+    if (d->state_floats > 0) {
+      parts[count++] = part(name, "state", SAFETENSORS_F32, d->rows, d->state_floats, d->state);
+    }
+    parts[count++] = part(name, "meta", SAFETENSORS_I64, d->rows, 2, d->meta);
+  }
+  if (rc == PS_ERR_OK) {
+    job_config job;
+    ctr_trainer_job(t, &job);
+    char sparse[512];
+    sparse_text(t, sparse, sizeof sparse);
+    const char *extra[] = {"trainers", "1", "mode", "local", "sparse", sparse, NULL};
+    rc = checkpoint_write_tensors(t->settings.opt.checkpoint_dir, CTR_PREFIX, CTR_FORMAT, step,
+                                  &job, extra, parts, count, err);
+  }
+  for (int i = 0; i < 2; i++) table_dump_free(&dumps[i]);
+  free(dense);
+  return rc;
+}
+
+/* Checks a tensor's dtype and shape; rows < 0 takes the file's. */
+static const safetensors_tensor *find(const safetensors_file *f, const char *path,
+                                      const char *table, const char *what,
+                                      safetensors_dtype dtype, long rows, long cols,
+                                      ps_error *err) {
+  char name[TENSOR_NAME_MAX];
+  snprintf(name, sizeof name, "%s.%s", table, what);
+  const safetensors_tensor *p = safetensors_file_find(f, name);
+  int rank = cols > 0 ? 2 : 1;
+  if (p == NULL || p->dtype != dtype || p->rank != rank || (rows >= 0 && p->shape[0] != rows) ||
+      (cols > 0 && p->shape[1] != cols)) {
+    ps_error_set(err, PS_ERR_CORRUPT_DATA,
+                 "--resume: %s: tensor %s is missing or has another dtype or shape", path, name);
+    return NULL;
+  }
+  return p;
+}
+
+static ps_err load_table(sparse_table *table, const safetensors_file *f, const char *path,
+                         ps_error *err) {
+  const sparse_table_config *c = sparse_table_config_of(table);
+  int state_floats = sparse_table_state_floats(c);
+  const safetensors_tensor *keys = find(f, path, c->name, "keys", SAFETENSORS_U64, -1, 0, err);
+  if (keys == NULL) return err->code;
+  long rows = keys->shape[0];
+  const safetensors_tensor *values =
+      find(f, path, c->name, "values", SAFETENSORS_F32, rows, c->dim, err);
+  const safetensors_tensor *state =
+      values == NULL || state_floats == 0
+          ? NULL
+          : find(f, path, c->name, "state", SAFETENSORS_F32, rows, state_floats, err);
+  const safetensors_tensor *meta =
+      values == NULL || (state_floats > 0 && state == NULL)
+          ? NULL
+          : find(f, path, c->name, "meta", SAFETENSORS_I64, rows, 2, err);
+  if (meta == NULL) return err->code;
+  if (sparse_table_load(table, (size_t)rows, keys->data, values->data,
+                        state != NULL ? state->data : NULL, meta->data, err) != PS_ERR_OK) {
+    return ps_error_set(err, err->code, "--resume: %s: %s", path, err->msg);
+  }
+  return PS_ERR_OK;
+}
+
+ps_err ctr_checkpoint_resume(ctr_trainer *t, ps_error *err) {
+  const trainer_options *o = &t->settings.opt;
+  long want = o->resume_step;
+  if (want < 0) {
+    int found = checkpoint_list(o->checkpoint_dir, CTR_PREFIX, &want, 1);
+    if (found < 0) return ps_error_set(err, PS_ERR_IO, "--resume: cannot read %s", o->checkpoint_dir);
+    if (found == 0) {
+      return ps_error_set(err, PS_ERR_IO, "--resume: no CTR checkpoint (%s*) in %s", CTR_PREFIX,
+                          o->checkpoint_dir);
+    }
+  }
+  char path[4096];
+  checkpoint_path(o->checkpoint_dir, CTR_PREFIX, want, path, sizeof path);
+  job_config file_job, job;
+  safetensors_meta meta;
+  long step = 0;
+  if (checkpoint_read_job(path, CTR_FORMAT, &file_job, &step, &meta, err) != PS_ERR_OK) {
+    return ps_error_set(err, err->code, "--resume: %s", err->msg);
+  }
+  ctr_trainer_job(t, &job);
+  if (job_config_hash(&file_job) != job_config_hash(&job)) {
+    char diff[512];
+    job_config_diff(&job, &file_job, diff, sizeof diff);
+    return ps_error_set(err, PS_ERR_FAILED_PRECONDITION,
+                        "--resume: %s is another job's (this job vs the file's: %s)", path, diff);
+  }
+  char sparse[512];
+  sparse_text(t, sparse, sizeof sparse);
+  const char *file_sparse = safetensors_meta_get(&meta, "sparse");
+  if (file_sparse == NULL || strcmp(file_sparse, sparse) != 0) {
+    return ps_error_set(err, PS_ERR_FAILED_PRECONDITION,
+                        "--resume: %s has other sparse table settings (this job: %s; the file: %s)",
+                        path, sparse, file_sparse != NULL ? file_sparse : "none");
+  }
+  safetensors_file f;
+  if (safetensors_file_read(path, &f, err) != PS_ERR_OK) {
+    return ps_error_set(err, err->code, "--resume: %s", err->msg);
+  }
+  size_t n = t->model->layout.total;
+  const safetensors_tensor *params = find(&f, path, "dense", "params", SAFETENSORS_F32, (long)n, 0, err);
+  const safetensors_tensor *state =
+      params == NULL ? NULL : find(&f, path, "dense", "state", SAFETENSORS_F32, 2 * (long)n, 0, err);
+  ps_err rc = state == NULL ? err->code : PS_ERR_OK;
+  if (rc == PS_ERR_OK) rc = load_table(t->wide, &f, path, err);
+  if (rc == PS_ERR_OK && t->deep != NULL) rc = load_table(t->deep, &f, path, err);
+  if (rc == PS_ERR_OK) rc = ctr_model_set_params(t->model, params->data, err);
+  if (rc == PS_ERR_OK) rc = ctr_model_set_state(t->model, state->data, err);
+  safetensors_file_free(&f);
+  if (rc != PS_ERR_OK) return rc;
+  t->start_step = step;
+  LOG_INFO("resuming from %s at step %ld (epoch %ld, step %ld of it)", path, step,
+           step / t->steps_per_epoch + 1, step % t->steps_per_epoch + 1);
+  return PS_ERR_OK;
+}
+
+ps_err ctr_export(ctr_trainer *t, const char *path, ps_error *err) {
+  const tensor_layout *layout = &t->model->layout;
+  float *dense = malloc((layout->total > 0 ? layout->total : 1) * sizeof *dense);
+  safetensors_tensor *parts = calloc((size_t)layout->count + 4, sizeof *parts);
+  table_dump dumps[2];
+  memset(dumps, 0, sizeof dumps);
+  if (dense == NULL || parts == NULL) {
+    free(dense);
+    free(parts);
+    return ps_error_set(err, PS_ERR_NO_MEMORY, "--export: out of memory");
+  }
+  ps_err rc = ctr_model_get_params(t->model, dense, err);
+  int count = 0;
+  for (int i = 0; i < layout->count; i++) {
+    const tensor_info *info = &layout->tensors[i];
+    parts[count] = part("", info->name, SAFETENSORS_F32, (size_t)info->shape[0],
+                        info->rank == 2 ? info->shape[1] : 0, dense + info->offset);
+    count++;
+  }
+  const sparse_table *tables[2] = {t->wide, t->deep};
+  for (int i = 0; i < 2 && rc == PS_ERR_OK && tables[i] != NULL; i++) {
+    if ((rc = table_dump_take(tables[i], 0, &dumps[i], err)) != PS_ERR_OK) break;
+    const char *name = sparse_table_config_of(tables[i])->name;
+    parts[count++] = part(name, "keys", SAFETENSORS_U64, dumps[i].rows, 0, dumps[i].keys);
+    parts[count++] = part(name, "rows", SAFETENSORS_F32, dumps[i].rows, dumps[i].dim,
+                          dumps[i].values);
+  }
+  if (rc == PS_ERR_OK) {
+    char model[256];
+    model_format(&t->settings.model, model, sizeof model);
+    const char *metadata[] = {"format", "pt", "model", model, "producer", "pstrain", NULL};
+    rc = safetensors_write_tensors(path, parts, count, metadata, 0, err);
+  }
+  if (rc == PS_ERR_OK) LOG_INFO("exported the model and its tables to %s", path);
+  for (int i = 0; i < 2; i++) table_dump_free(&dumps[i]);
+  free(parts);
+  free(dense);
+  return rc;
+}

@@ -1,0 +1,435 @@
+/* The CTR training loop: read a batch, gather the rows of its distinct
+ * keys, forward and backward, update the rows it touched and the dense
+ * model; evaluation, progress, metrics and table statistics. */
+#define _POSIX_C_SOURCE 200809L
+#include "trainer/ctr_train.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/process.h"
+#include "trainer/auc.h"
+#include "trainer/ctr_checkpoint.h"
+
+#define FIELDS CRITEO_CAT_FIELDS
+/* Evaluation needs no backward pass: bigger batches. */
+#define EVAL_BATCH 2048
+/* New embedding rows start uniform in +-EMBED_INIT; wide weights at zero. */
+#define EMBED_INIT 0.01f
+
+void ctr_trainer_job(const ctr_trainer *t, job_config *job) {
+  const trainer_settings *s = &t->settings;
+  long steps = t->steps_per_epoch * s->opt.epochs;
+  if (s->opt.max_steps > 0 && s->opt.max_steps < steps) steps = s->opt.max_steps;
+  *job = (job_config){.model = s->model, .optimizer = s->optimizer, .update = UPDATE_SYNC,
+                      .trainers = 1, .pservers = 1, .block_size = (size_t)s->opt.block_size,
+                      .seed = (uint64_t)s->opt.seed, .batch = s->opt.batch, .steps = steps};
+}
+
+/* Lines of a (gzip'd) text file, the last one counted without its newline. */
+static ps_err count_lines(const char *path, long *lines, ps_error *err) {
+  gzFile f = gzopen(path, "rb");
+  if (f == NULL) {
+    return ps_error_set(err, PS_ERR_IO, "--data %s: cannot open: %s", path,
+                        errno ? strerror(errno) : "out of memory");
+  }
+  gzbuffer(f, 1 << 18);
+  static char buf[1 << 18];
+  long n = 0;
+  int last = '\n';
+  for (;;) {
+    int got = gzread(f, buf, sizeof buf);
+    if (got < 0) {
+      int code;
+      const char *why = gzerror(f, &code);
+      ps_error_set(err, PS_ERR_IO, "--data %s: reading: %s", path, why);
+      gzclose(f);
+      return err->code;
+    }
+    if (got == 0) break;
+    for (const char *p = buf, *end = buf + got; (p = memchr(p, '\n', (size_t)(end - p))) != NULL;
+         p++) {
+      n++;
+    }
+    last = (unsigned char)buf[got - 1];
+  }
+  if (last != '\n') n++;
+  gzclose(f);
+  *lines = n;
+  return PS_ERR_OK;
+}
+
+static ps_err table_create(sparse_table **out, const trainer_settings *s, const char *name,
+                           uint32_t id, int dim, float init_scale, ps_error *err) {
+  sparse_table_config c;
+  memset(&c, 0, sizeof c);
+  snprintf(c.name, sizeof c.name, "%s", name);
+  c.id = id;
+  c.dim = dim;
+  c.seed = (uint64_t)s->opt.seed;
+  c.init_scale = init_scale;
+  c.opt = s->sparse_opt;
+  c.max_bytes = (size_t)(s->opt.max_table_mb * 1024.0 * 1024.0);
+  c.admit_after = (int)s->opt.admit_after;
+  c.evict_after = s->opt.evict_after;
+  return sparse_table_create(out, &c, err);
+}
+
+static void *alloc_array(size_t count, size_t size, int *ok) {
+  void *p = calloc(count > 0 ? count : 1, size);
+  if (p == NULL) *ok = 0;
+  return p;
+}
+
+static ps_err open_reader(ctr_trainer *t, ps_error *err) {
+  const trainer_options *o = &t->settings.opt;
+  ctr_reader_options ro = {.skip_bad_lines = o->skip_bad_lines, .limit = o->train_samples};
+  return ctr_reader_open(&t->train, o->data, &ro, err);
+}
+
+ps_err ctr_trainer_init(ctr_trainer *t, const trainer_settings *settings, ps_error *err) {
+  memset(t, 0, sizeof *t);
+  t->settings = *settings;
+  sparse_dedup_init(&t->dedup);
+  const trainer_options *o = &settings->opt;
+  const model_desc *m = &settings->model;
+  double start = now_s();
+  if (count_lines(o->data, &t->examples_per_epoch, err) != PS_ERR_OK) goto fail;
+  if (o->train_samples > 0 && o->train_samples < t->examples_per_epoch) {
+    t->examples_per_epoch = o->train_samples;
+  }
+  if (t->examples_per_epoch < 1) {
+    ps_error_set(err, PS_ERR_CORRUPT_DATA, "--data %s holds no examples", o->data);
+    goto fail;
+  }
+  LOG_INFO("%s: %ld examples (counted in %.1fs)", o->data, t->examples_per_epoch, now_s() - start);
+  t->steps_per_epoch = (t->examples_per_epoch + o->batch - 1) / o->batch;
+  t->settings.optimizer.total_steps = t->steps_per_epoch * o->epochs;
+  if (o->test_data[0] != '\0' && !ctr_reader_sniff(o->test_data)) {
+    ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                 "--test-data %s is not a Criteo TSV file (40 tab-separated fields per line)",
+                 o->test_data);
+    goto fail;
+  }
+  if (o->metrics[0] != '\0' && (t->metrics = fopen(o->metrics, "a")) == NULL) {
+    ps_error_set(err, PS_ERR_IO, "--metrics %s: cannot open for appending: %s", o->metrics,
+                 strerror(errno));
+    goto fail;
+  }
+  if (backend_open(&t->be, o->device, (int)o->threads, (int)o->gpu, err) != PS_ERR_OK) goto fail;
+  int max_batch = o->batch > EVAL_BATCH ? (int)o->batch : EVAL_BATCH;
+  if (ctr_model_create(&t->model, m, t->be, max_batch, (uint64_t)o->seed, err) != PS_ERR_OK ||
+      table_create(&t->wide, settings, "wide", 0, 1, 0.0f, err) != PS_ERR_OK ||
+      (m->kind == MODEL_CTR &&
+       table_create(&t->deep, settings, "embedding", 1, m->embed_dim, EMBED_INIT, err) !=
+           PS_ERR_OK)) {
+    goto fail;
+  }
+  size_t keys = (size_t)max_batch * FIELDS;
+  size_t dim = m->kind == MODEL_CTR ? (size_t)m->embed_dim : 0;
+  int ok = 1;
+  t->examples = alloc_array((size_t)max_batch, sizeof *t->examples, &ok);
+  t->keys = alloc_array(keys, sizeof *t->keys, &ok);
+  t->slot = alloc_array(keys, sizeof *t->slot, &ok);
+  t->wide_rows = alloc_array(keys, sizeof(float), &ok);
+  t->wide_grads = alloc_array(keys, sizeof(float), &ok);
+  t->deep_rows = alloc_array(keys * dim, sizeof(float), &ok);
+  t->deep_grads = alloc_array(keys * dim, sizeof(float), &ok);
+  if (!ok) {
+    ps_error_set(err, PS_ERR_NO_MEMORY, "out of memory for batches of %d", max_batch);
+    goto fail;
+  }
+  if (o->checkpoint_dir[0] != '\0' && !o->resume &&
+      process_prepare_dir(o->checkpoint_dir, "--checkpoint-dir", err) != PS_ERR_OK) {
+    goto fail;
+  }
+  if (o->resume && ctr_checkpoint_resume(t, err) != PS_ERR_OK) goto fail;
+  if (open_reader(t, err) != PS_ERR_OK) goto fail;
+  return PS_ERR_OK;
+fail:
+  ctr_trainer_free(t);
+  return err->code;
+}
+
+void ctr_trainer_free(ctr_trainer *t) {
+  if (t->train != NULL) ctr_reader_close(t->train);
+  sparse_table_destroy(t->wide);
+  sparse_table_destroy(t->deep);
+  ctr_model_destroy(t->model);
+  backend_destroy(t->be);
+  if (t->metrics != NULL && fclose(t->metrics) != 0) {
+    LOG_ERROR("closing the metrics file: %s", strerror(errno));
+  }
+  sparse_dedup_free(&t->dedup);
+  free(t->examples);
+  free(t->keys);
+  free(t->slot);
+  free(t->wide_rows);
+  free(t->wide_grads);
+  free(t->deep_rows);
+  free(t->deep_grads);
+  memset(t, 0, sizeof *t);
+}
+
+/* The batch's distinct keys and each example field's slot among them. */
+static ps_err dedup_batch(ctr_trainer *t, int count, ps_error *err) {
+  for (int i = 0; i < count; i++) {
+    memcpy(t->keys + (size_t)i * FIELDS, t->examples[i].keys, sizeof t->examples[i].keys);
+  }
+  return sparse_dedup_run(&t->dedup, t->keys, (size_t)count * FIELDS, t->slot, err);
+}
+
+static ctr_batch batch_of(const ctr_trainer *t, int count) {
+  return (ctr_batch){.size = count, .examples = t->examples, .slot = t->slot,
+                     .unique = t->dedup.n_unique, .wide_rows = t->wide_rows,
+                     .deep_rows = t->deep != NULL ? t->deep_rows : NULL};
+}
+
+/* One training step on the `count` examples in t->examples. */
+static ps_err train_step(ctr_trainer *t, int count, long step, double *loss_sum, ps_error *err) {
+  if (dedup_batch(t, count, err) != PS_ERR_OK) return err->code;
+  const sparse_dedup *d = &t->dedup;
+  if (sparse_table_pull(t->wide, d->unique, d->n_unique, d->counts, step, t->wide_rows, err) !=
+          PS_ERR_OK ||
+      (t->deep != NULL && sparse_table_pull(t->deep, d->unique, d->n_unique, d->counts, step,
+                                            t->deep_rows, err) != PS_ERR_OK)) {
+    return err->code;
+  }
+  ctr_batch b = batch_of(t, count);
+  if (ctr_model_forward(t->model, &b, 1, loss_sum, NULL, err) != PS_ERR_OK ||
+      ctr_model_backward(t->model, &b, t->wide_grads, t->deep != NULL ? t->deep_grads : NULL,
+                         err) != PS_ERR_OK ||
+      ctr_model_apply_optimizer(t->model, &t->settings.optimizer, step, err) != PS_ERR_OK ||
+      sparse_table_push(t->wide, d->unique, d->n_unique, t->wide_grads, step, err) != PS_ERR_OK ||
+      (t->deep != NULL && sparse_table_push(t->deep, d->unique, d->n_unique, t->deep_grads, step,
+                                            err) != PS_ERR_OK)) {
+    return err->code;
+  }
+  long every = t->settings.opt.evict_after / 4 > 0 ? t->settings.opt.evict_after / 4 : 1;
+  if (t->settings.opt.evict_after > 0 && (step + 1) % every == 0) {
+    sparse_table_evict(t->wide, step + 1);
+    if (t->deep != NULL) sparse_table_evict(t->deep, step + 1);
+  }
+  return PS_ERR_OK;
+}
+
+ps_err ctr_trainer_evaluate(ctr_trainer *t, const char *path, double *auc, double *logloss,
+                            long *examples, ps_error *err) {
+  ctr_reader_options ro = {.skip_bad_lines = t->settings.opt.skip_bad_lines,
+                           .limit = t->settings.opt.test_samples};
+  ctr_reader *r;
+  if (ctr_reader_open(&r, path, &ro, err) != PS_ERR_OK) return err->code;
+  size_t cap = 1 << 16, n = 0;
+  float *probs = malloc(cap * sizeof *probs), *labels = malloc(cap * sizeof *labels);
+  double loss = 0.0;
+  ps_err rc = probs != NULL && labels != NULL
+                  ? PS_ERR_OK
+                  : ps_error_set(err, PS_ERR_NO_MEMORY, "evaluating: out of memory");
+  while (rc == PS_ERR_OK) {
+    int count = 0;
+    if ((rc = ctr_reader_next(r, t->examples, EVAL_BATCH, &count, err)) != PS_ERR_OK) break;
+    if (count == 0) break;
+    if (n + (size_t)count > cap) {
+      cap *= 2;
+      float *p2 = realloc(probs, cap * sizeof *probs);
+      if (p2 != NULL) probs = p2;
+      float *l2 = realloc(labels, cap * sizeof *labels);
+      if (l2 != NULL) labels = l2;
+      if (p2 == NULL || l2 == NULL) {
+        rc = ps_error_set(err, PS_ERR_NO_MEMORY, "evaluating %s: out of memory", path);
+        break;
+      }
+    }
+    if ((rc = dedup_batch(t, count, err)) != PS_ERR_OK) break;
+    const sparse_dedup *d = &t->dedup;
+    sparse_table_lookup(t->wide, d->unique, d->n_unique, t->wide_rows);
+    if (t->deep != NULL) sparse_table_lookup(t->deep, d->unique, d->n_unique, t->deep_rows);
+    ctr_batch b = batch_of(t, count);
+    if ((rc = ctr_model_forward(t->model, &b, 0, &loss, probs + n, err)) != PS_ERR_OK) break;
+    for (int i = 0; i < count; i++) labels[n + (size_t)i] = t->examples[i].label;
+    n += (size_t)count;
+  }
+  ctr_reader_close(r);
+  if (rc == PS_ERR_OK && n == 0) {
+    rc = ps_error_set(err, PS_ERR_CORRUPT_DATA, "--test-data %s holds no examples", path);
+  }
+  if (rc == PS_ERR_OK) rc = auc_exact(probs, labels, n, auc, err);
+  free(probs);
+  free(labels);
+  if (rc != PS_ERR_OK) return rc;
+  *logloss = loss / (double)n;
+  *examples = (long)n;
+  return PS_ERR_OK;
+}
+
+static void log_tables(const ctr_trainer *t, char *json, size_t len) {
+  size_t used = 0;
+  json[0] = '\0';
+  const sparse_table *tables[2] = {t->wide, t->deep};
+  for (int i = 0; i < 2 && tables[i] != NULL; i++) {
+    sparse_table_stats st;
+    sparse_table_stats_get(tables[i], &st);
+    const char *name = sparse_table_config_of(tables[i])->name;
+    LOG_INFO("table %s: %zu rows, %.1f MiB (%.1f bytes per row), %llu admitted, %llu refused, "
+             "%llu evicted",
+             name, st.rows, (double)st.bytes / 1048576.0, st.bytes_per_row,
+             (unsigned long long)st.admitted, (unsigned long long)st.refused,
+             (unsigned long long)st.evicted);
+    if (used < len) {
+      used += (size_t)snprintf(json + used, len - used,
+                               ",\"%s_rows\":%zu,\"%s_bytes\":%zu,\"%s_bytes_per_row\":%.1f,"
+                               "\"%s_evicted\":%llu,\"%s_refused\":%llu",
+                               name, st.rows, name, st.bytes, name, st.bytes_per_row, name,
+                               (unsigned long long)st.evicted, name,
+                               (unsigned long long)st.refused);
+    }
+  }
+}
+
+typedef struct progress {
+  long epoch, step;         /* one-based epoch; global step done */
+  double train_logloss;     /* mean since the epoch began */
+  double examples_per_s;
+  double wall_s;
+} progress;
+
+/* Evaluates on --test-data (when given), logs and appends a metrics row. */
+static ps_err report(ctr_trainer *t, const progress *p, double *auc, double *logloss,
+                     ps_error *err) {
+  const trainer_options *o = &t->settings.opt;
+  long n = 0;
+  *auc = NAN;
+  *logloss = NAN;
+  if (o->test_data[0] != '\0' &&
+      ctr_trainer_evaluate(t, o->test_data, auc, logloss, &n, err) != PS_ERR_OK) {
+    return err->code;
+  }
+  char tables[512];
+  log_tables(t, tables, sizeof tables);
+  if (n > 0) {
+    LOG_INFO("epoch %ld step %ld: test AUC %.4f, test logloss %.4f on %ld examples; train "
+             "logloss %.4f, %.0f examples/s",
+             p->epoch, p->step, *auc, *logloss, n, p->train_logloss, p->examples_per_s);
+  }
+  if (t->metrics == NULL) return PS_ERR_OK;
+  char eval[128] = "";
+  if (n > 0) snprintf(eval, sizeof eval, ",\"auc\":%.6f,\"logloss\":%.6f", *auc, *logloss);
+  if (fprintf(t->metrics,
+              "{\"epoch\":%ld,\"step\":%ld,\"train_logloss\":%.6f%s,\"examples_per_s\":%.1f,"
+              "\"wall_s\":%.3f,\"mode\":\"local\",\"model\":\"%s\",\"trainers\":1%s}\n",
+              p->epoch, p->step, p->train_logloss, eval, p->examples_per_s, p->wall_s, o->model,
+              tables) < 0 ||
+      fflush(t->metrics) != 0) {
+    return ps_error_set(err, PS_ERR_IO, "writing --metrics %s: %s", o->metrics, strerror(errno));
+  }
+  return PS_ERR_OK;
+}
+
+/* Reads and drops n examples: a resumed run starts where the step left the data. */
+static ps_err skip_examples(ctr_trainer *t, long n, ps_error *err) {
+  while (n > 0) {
+    int count = 0, want = n < t->settings.opt.batch ? (int)n : (int)t->settings.opt.batch;
+    if (ctr_reader_next(t->train, t->examples, want, &count, err) != PS_ERR_OK) return err->code;
+    if (count == 0) break;
+    n -= count;
+  }
+  return PS_ERR_OK;
+}
+
+static ps_err train_epoch(ctr_trainer *t, long epoch, long *global_step, double run_start,
+                          ctr_summary *summary, ps_error *err) {
+  const trainer_options *o = &t->settings.opt;
+  long total_steps = t->steps_per_epoch * o->epochs;
+  if (o->max_steps > 0 && o->max_steps < total_steps) total_steps = o->max_steps;
+  long first = *global_step - epoch * t->steps_per_epoch;
+  if (first > 0 && skip_examples(t, first * o->batch, err) != PS_ERR_OK) return err->code;
+  double loss_sum = 0.0, start = now_s(), next_progress = start + o->progress_interval;
+  double eval_s = 0.0; /* evaluation time is not training time */
+  long seen = 0, seen_since_report = 0;
+  double loss_since_report = 0.0;
+  for (long step = first; step < t->steps_per_epoch && *global_step < total_steps; step++) {
+    int count = 0;
+    if (ctr_reader_next(t->train, t->examples, (int)o->batch, &count, err) != PS_ERR_OK) {
+      return err->code;
+    }
+    if (count == 0) break; /* bad lines skipped: the file held fewer examples than lines */
+    double batch_loss = 0.0;
+    if (train_step(t, count, *global_step, &batch_loss, err) != PS_ERR_OK) return err->code;
+    if (!isfinite(batch_loss)) {
+      return ps_error_set(err, PS_ERR_FAILED_PRECONDITION,
+                          "training diverged: the logloss is %g at epoch %ld step %ld; try a "
+                          "smaller --lr (now %g) or --sparse-lr (now %g)",
+                          batch_loss, epoch + 1, step + 1, o->lr, o->sparse_lr);
+    }
+    loss_sum += batch_loss;
+    loss_since_report += batch_loss;
+    seen += count;
+    seen_since_report += count;
+    (*global_step)++;
+    if (ctr_checkpoint_due(t, *global_step, 0) &&
+        ctr_checkpoint_write(t, *global_step, err) != PS_ERR_OK) {
+      return err->code;
+    }
+    double now = now_s();
+    if (o->eval_every > 0 && *global_step % o->eval_every == 0 && *global_step < total_steps) {
+      progress p = {epoch + 1, *global_step, loss_since_report / (double)seen_since_report,
+                    (double)seen / (now - start - eval_s), now - run_start};
+      double auc, logloss;
+      if (report(t, &p, &auc, &logloss, err) != PS_ERR_OK) return err->code;
+      eval_s += now_s() - now;
+      loss_since_report = 0.0;
+      seen_since_report = 0;
+      now = now_s();
+    }
+    if (o->progress_interval > 0 && now >= next_progress) {
+      double rate = (double)seen / (now - start - eval_s);
+      double eta = (double)(total_steps - *global_step) * (double)o->batch / rate;
+      LOG_INFO("epoch %ld/%ld step %ld/%ld (job %ld/%ld) logloss %.4f %.0f examples/s ETA %.0fs",
+               epoch + 1, o->epochs, step + 1, t->steps_per_epoch, *global_step, total_steps,
+               loss_sum / (double)seen, rate, eta);
+      next_progress = now + o->progress_interval;
+    }
+  }
+  double elapsed = now_s() - start - eval_s;
+  summary->train_logloss = seen > 0 ? loss_sum / (double)seen : 0.0;
+  summary->examples_per_s = seen > 0 ? (double)seen / elapsed : 0.0;
+  progress p = {epoch + 1, *global_step, summary->train_logloss, summary->examples_per_s,
+                now_s() - run_start};
+  return report(t, &p, &summary->auc, &summary->logloss, err);
+}
+
+ps_err ctr_trainer_run(ctr_trainer *t, ctr_summary *summary, ps_error *err) {
+  const trainer_options *o = &t->settings.opt;
+  double run_start = now_s();
+  long global_step = t->start_step;
+  memset(summary, 0, sizeof *summary);
+  summary->auc = summary->logloss = NAN;
+  LOG_INFO("training %s on %ld examples per epoch (%ld steps of %ld), backend %s: %s", o->model,
+           t->examples_per_epoch, t->steps_per_epoch, o->batch, t->be->name, t->be->description);
+  int reader_fresh = 1; /* at the file's start: opened, not yet read */
+  for (long epoch = global_step / t->steps_per_epoch; epoch < o->epochs; epoch++) {
+    if (o->max_steps > 0 && global_step >= o->max_steps) break;
+    if (!reader_fresh && ctr_reader_rewind(t->train, err) != PS_ERR_OK) return err->code;
+    reader_fresh = 0;
+    if (train_epoch(t, epoch, &global_step, run_start, summary, err) != PS_ERR_OK) {
+      return err->code;
+    }
+    summary->epochs = epoch + 1;
+  }
+  summary->steps = global_step;
+  long bad = ctr_reader_bad_lines(t->train);
+  if (bad > 0) LOG_WARN("skipped %ld malformed lines of %s (--skip-bad-lines)", bad, o->data);
+  if (ctr_checkpoint_due(t, global_step, 1) && !ctr_checkpoint_due(t, global_step, 0) &&
+      ctr_checkpoint_write(t, global_step, err) != PS_ERR_OK) {
+    return err->code;
+  }
+  if (o->export_path[0] != '\0' && ctr_export(t, o->export_path, err) != PS_ERR_OK) {
+    return err->code;
+  }
+  return PS_ERR_OK;
+}

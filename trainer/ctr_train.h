@@ -1,0 +1,59 @@
+/* Training a click-through-rate model (--model ctr:... or lr) on Criteo TSV
+ * data in one process: the sparse tables in memory, the examples streamed
+ * from the file, evaluation (AUC, logloss) on --test-data after each epoch
+ * and every --eval-every steps, checkpoints and --resume of the dense model
+ * and the tables with their optimizer state, and --export. */
+#ifndef PSTRAIN_TRAINER_CTR_TRAIN_H
+#define PSTRAIN_TRAINER_CTR_TRAIN_H
+
+#include <stdio.h>
+
+#include "common/error.h"
+#include "common/job.h"
+#include "common/sparse_table.h"
+#include "trainer/backend.h"
+#include "trainer/ctr_model.h"
+#include "trainer/ctr_reader.h"
+#include "trainer/trainer_config.h"
+
+typedef struct ctr_trainer {
+  trainer_settings settings;
+  backend *be;
+  ctr_model *model;
+  sparse_table *wide, *deep; /* deep is NULL for lr */
+  ctr_reader *train;
+  long examples_per_epoch;   /* lines of --data (at most --train-samples) */
+  long steps_per_epoch;
+  long start_step;           /* where a --resume starts */
+  FILE *metrics;             /* NULL without --metrics */
+  /* one step's buffers */
+  sparse_dedup dedup;
+  ctr_example *examples;     /* (batch) */
+  uint64_t *keys;            /* (batch, 26) */
+  uint32_t *slot;            /* (batch, 26) */
+  float *wide_rows, *wide_grads; /* (batch * 26) */
+  float *deep_rows, *deep_grads; /* (batch * 26, DIM) */
+} ctr_trainer;
+
+typedef struct ctr_summary {
+  long epochs, steps;
+  double auc, logloss;       /* on --test-data after the last epoch (NaN without) */
+  double train_logloss;      /* mean over the last epoch */
+  double examples_per_s;     /* of the last epoch's training */
+} ctr_summary;
+
+/* Counts the data, opens the backend, builds the model, the tables and the
+ * reader, opens the metrics file and loads a --resume checkpoint. Nothing
+ * is left allocated on error. */
+ps_err ctr_trainer_init(ctr_trainer *t, const trainer_settings *settings, ps_error *err);
+ps_err ctr_trainer_run(ctr_trainer *t, ctr_summary *summary, ps_error *err);
+/* AUC and mean logloss on path; rows of keys never trained read zeros. */
+ps_err ctr_trainer_evaluate(ctr_trainer *t, const char *path, double *auc, double *logloss,
+                            long *examples, ps_error *err);
+void ctr_trainer_free(ctr_trainer *t);
+
+/* The job the trainer takes part in (one process: the equivalent sync job
+ * with one pserver). */
+void ctr_trainer_job(const ctr_trainer *t, job_config *job);
+
+#endif
