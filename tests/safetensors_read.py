@@ -21,6 +21,24 @@ def load(path):
     return out
 
 
+DTYPES = {"F32": "<f4", "U64": "<u8", "I64": "<i8"}
+
+
+def load_any(path):
+    """Like load, for tensors of every dtype pstrain writes (sparse tables' keys)."""
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    data = raw[8 + n:]
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        a, b = t["data_offsets"]
+        out[name] = np.frombuffer(data[a:b], dtype=DTYPES[t["dtype"]]).reshape(t["shape"])
+    return out
+
+
 def max_difference(a, b, relative=False):
     assert a.keys() == b.keys(), (sorted(a), sorted(b))
     worst = 0.0
