@@ -89,5 +89,56 @@ int main(void) {
   CHECK_EQ_INT(model_parse("mlp:1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18", &d, &err),
                PS_ERR_INVALID_ARGUMENT);
   CHECK_CONTAINS(err.msg, "more than 16 layers");
+
+  /* The CTR models: canonical text round trips, the MLP's shape, the layout. */
+  REQUIRE(model_parse("ctr:16:256,128", &d, &err) == PS_ERR_OK);
+  CHECK_EQ_INT(d.kind, MODEL_CTR);
+  CHECK(model_is_ctr(&d));
+  CHECK_EQ_INT(d.embed_dim, 16);
+  CHECK_EQ_INT(d.num_layers, 3);
+  CHECK_EQ_INT(d.sizes[0], 26 * 16 + 13);
+  CHECK_EQ_INT(d.sizes[1], 256);
+  CHECK_EQ_INT(d.sizes[2], 128);
+  CHECK_EQ_INT(d.sizes[3], 1);
+  model_format(&d, text, sizeof text);
+  CHECK_EQ_STR(text, "ctr:16:256,128");
+  REQUIRE(model_parse(text, &same, &err) == PS_ERR_OK);
+  CHECK(model_hash(&same) == model_hash(&d));
+  tensor_layout_init(&layout);
+  REQUIRE(model_build_layout(&d, &layout, &err) == PS_ERR_OK);
+  CHECK_EQ_INT(layout.count, 7);
+  CHECK_EQ_STR(layout.tensors[0].name, "fc1.weight");
+  CHECK_EQ_INT(layout.tensors[0].shape[0], 256);
+  CHECK_EQ_INT(layout.tensors[0].shape[1], 429);
+  CHECK_EQ_STR(layout.tensors[5].name, "fc3.bias");
+  CHECK_EQ_INT(layout.tensors[5].count, 1);
+  CHECK_EQ_STR(layout.tensors[6].name, "wide.bias");
+  CHECK_EQ_INT(layout.tensors[6].rank, 1);
+  CHECK_EQ_INT(layout.tensors[6].count, 1);
+  CHECK_EQ_INT(layout.tensors[6].offset, 429 * 256 + 256 + 256 * 128 + 128 + 128 + 1);
+  CHECK_EQ_INT(layout.total, layout.tensors[6].offset + 1);
+  tensor_layout_free(&layout);
+
+  REQUIRE(model_parse("lr", &d, &err) == PS_ERR_OK);
+  CHECK_EQ_INT(d.kind, MODEL_LR);
+  CHECK(model_is_ctr(&d));
+  CHECK_EQ_INT(d.num_layers, 0);
+  model_format(&d, text, sizeof text);
+  CHECK_EQ_STR(text, "lr");
+  CHECK(model_hash(&d) != model_hash(&same));
+  tensor_layout_init(&layout);
+  REQUIRE(model_build_layout(&d, &layout, &err) == PS_ERR_OK);
+  CHECK_EQ_INT(layout.count, 1);
+  CHECK_EQ_STR(layout.tensors[0].name, "wide.bias");
+  CHECK_EQ_INT(layout.total, 1);
+  tensor_layout_free(&layout);
+
+  CHECK_EQ_INT(model_parse("ctr:0:8", &d, &err), PS_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(err.msg, "embedding dimension 0");
+  CHECK_EQ_INT(model_parse("ctr:16:", &d, &err), PS_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(model_parse("ctr:16", &d, &err), PS_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(err.msg, "expected ctr:DIM:H1,H2");
+  CHECK_EQ_INT(model_parse("ctr:x:8", &d, &err), PS_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(model_parse("lr:3", &d, &err), PS_ERR_INVALID_ARGUMENT);
   return check_report("test_model");
 }

@@ -53,6 +53,7 @@ typedef struct ctr_model {
   float *logits;        /* (max_batch) host */
   float *dlogits;       /* (max_batch) host */
   float *dinputs;       /* (max_batch, 26 * DIM + 13) host */
+  int grad_batch;       /* size of the last forward with want_grad; 0 when none */
 } ctr_model;
 
 /* Builds the model for batches of up to max_batch and initializes the dense

@@ -4,7 +4,8 @@
  *   X_{l-1} (B, in), W_l (out, in), b_l (out), Y_l (B, out), all row-major.
  *   forward:  Y_l = act(X_{l-1} W_l^T + b_l), act = ReLU except for the last layer
  *   backward: dY_l (B, out) given; through ReLU; db_l = sum over rows of dY_l;
- *             dW_l = dY_l^T X_{l-1}; dX_{l-1} = dY_l W_l (not needed for l = 1). */
+ *             dW_l = dY_l^T X_{l-1}; dX_{l-1} = dY_l W_l (for l = 1 only when the
+ *             caller wants the input gradient, as the CTR model's embeddings do). */
 #include "trainer/mlp.h"
 
 #include <stdlib.h>
@@ -84,6 +85,7 @@ void mlp_destroy(mlp *m) {
   be->ops->free(be, m->opt_state);
   be->ops->free(be, m->acts);
   be->ops->free(be, m->grad_bufs);
+  be->ops->free(be, m->dinput);
   be->ops->free(be, m->labels);
   if (m->host_inputs != NULL) be->ops->host_free(be, m->host_inputs);
   if (m->host_labels != NULL) be->ops->host_free(be, m->host_labels);
@@ -91,20 +93,27 @@ void mlp_destroy(mlp *m) {
   free(m);
 }
 
-ps_err mlp_load_batch(mlp *m, int batch, ps_error *err) {
+static ps_err check_batch(const mlp *m, int batch, ps_error *err) {
   if (batch < 1 || batch > m->max_batch) {
     return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "mlp: batch %d is outside 1..%d", batch,
                         m->max_batch);
   }
-  const backend_ops *ops = m->be->ops;
-  TRY(ops->upload(m->be, activation(m, 0), m->host_inputs,
-                  (size_t)batch * (size_t)m->desc.sizes[0] * sizeof(float), err));
-  TRY(ops->upload(m->be, m->labels, m->host_labels, (size_t)batch * sizeof(int32_t), err));
   return PS_ERR_OK;
 }
 
-ps_err mlp_forward(mlp *m, int batch, int want_grad, double *loss_sum, long *correct,
-                   ps_error *err) {
+ps_err mlp_load_inputs(mlp *m, int batch, ps_error *err) {
+  TRY(check_batch(m, batch, err));
+  return m->be->ops->upload(m->be, activation(m, 0), m->host_inputs,
+                            (size_t)batch * (size_t)m->desc.sizes[0] * sizeof(float), err);
+}
+
+ps_err mlp_load_batch(mlp *m, int batch, ps_error *err) {
+  TRY(mlp_load_inputs(m, batch, err));
+  return m->be->ops->upload(m->be, m->labels, m->host_labels, (size_t)batch * sizeof(int32_t),
+                            err);
+}
+
+ps_err mlp_forward_logits(mlp *m, int batch, ps_error *err) {
   const backend_ops *ops = m->be->ops;
   const int layers = m->desc.num_layers;
   for (int l = 1; l <= layers; l++) {
@@ -116,17 +125,34 @@ ps_err mlp_forward(mlp *m, int batch, int want_grad, double *loss_sum, long *cor
     TRY(ops->bias_act(m->be, activation(m, l), param(m, m->params, l, 1), batch, out, l < layers,
                       err));
   }
-  /* The loss is the batch mean, so each row's gradient is scaled by 1/B. */
-  float *dlogits = want_grad ? m->grad_bufs : NULL;
-  return ops->softmax_xent(m->be, activation(m, layers), m->labels, batch, m->desc.sizes[layers],
-                           1.0f / (float)batch, dlogits, loss_sum, correct, err);
+  return PS_ERR_OK;
 }
 
-ps_err mlp_backward(mlp *m, int batch, ps_error *err) {
+ps_err mlp_get_logits(mlp *m, int batch, float *host, ps_error *err) {
+  TRY(check_batch(m, batch, err));
+  const int layers = m->desc.num_layers;
+  return m->be->ops->download(m->be, host, activation(m, layers),
+                              (size_t)batch * (size_t)m->desc.sizes[layers] * sizeof(float), err);
+}
+
+ps_err mlp_forward(mlp *m, int batch, int want_grad, double *loss_sum, long *correct,
+                   ps_error *err) {
+  TRY(mlp_forward_logits(m, batch, err));
+  const int layers = m->desc.num_layers;
+  /* The loss is the batch mean, so each row's gradient is scaled by 1/B. */
+  float *dlogits = want_grad ? m->grad_bufs : NULL;
+  return m->be->ops->softmax_xent(m->be, activation(m, layers), m->labels, batch,
+                                  m->desc.sizes[layers], 1.0f / (float)batch, dlogits, loss_sum,
+                                  correct, err);
+}
+
+/* Backward from the output gradient in grad_bufs; with dinput (backend
+ * memory, (B, sizes[0])) also the first layer's input gradient. */
+static ps_err backward_layers(mlp *m, int batch, float *dinput, ps_error *err) {
   const backend_ops *ops = m->be->ops;
   const int layers = m->desc.num_layers;
   size_t buf_floats = (size_t)m->max_batch * (size_t)m->max_width;
-  float *dy = m->grad_bufs; /* holds dlogits from mlp_forward */
+  float *dy = m->grad_bufs; /* holds dlogits */
   float *dx = m->grad_bufs + buf_floats;
   for (int l = layers; l >= 1; l--) {
     int in = m->desc.sizes[l - 1], out = m->desc.sizes[l];
@@ -136,10 +162,11 @@ ps_err mlp_backward(mlp *m, int batch, ps_error *err) {
     gemm_call dw = gemm_row_major(true, false, out, in, batch, 1.0f, dy, out, activation(m, l - 1),
                                   in, 0.0f, param(m, m->grads, l, 0), in);
     TRY(ops->gemm(m->be, &dw, err));
-    if (l > 1) {
+    float *target = l > 1 ? dx : dinput;
+    if (target != NULL) {
       /* dX (B, in) = dY (B, out) * W (out, in). */
       gemm_call dxc = gemm_row_major(false, false, batch, in, out, 1.0f, dy, out,
-                                     param(m, m->params, l, 0), in, 0.0f, dx, in);
+                                     param(m, m->params, l, 0), in, 0.0f, target, in);
       TRY(ops->gemm(m->be, &dxc, err));
       float *t = dy;
       dy = dx;
@@ -147,6 +174,25 @@ ps_err mlp_backward(mlp *m, int batch, ps_error *err) {
     }
   }
   return PS_ERR_OK;
+}
+
+ps_err mlp_backward(mlp *m, int batch, ps_error *err) { return backward_layers(m, batch, NULL, err); }
+
+ps_err mlp_backward_from(mlp *m, int batch, const float *host_dlogits, float *host_dinputs,
+                         ps_error *err) {
+  TRY(check_batch(m, batch, err));
+  const backend_ops *ops = m->be->ops;
+  const size_t outs = (size_t)batch * (size_t)m->desc.sizes[m->desc.num_layers];
+  const size_t ins = (size_t)batch * (size_t)m->desc.sizes[0];
+  TRY(ops->upload(m->be, m->grad_bufs, host_dlogits, outs * sizeof(float), err));
+  if (host_dinputs != NULL && m->dinput == NULL) {
+    m->dinput = ops->alloc(m->be, (size_t)m->max_batch * (size_t)m->desc.sizes[0] * sizeof(float),
+                           err);
+    if (m->dinput == NULL) return err->code;
+  }
+  TRY(backward_layers(m, batch, host_dinputs != NULL ? m->dinput : NULL, err));
+  if (host_dinputs == NULL) return PS_ERR_OK;
+  return ops->download(m->be, host_dinputs, m->dinput, ins * sizeof(float), err);
 }
 
 static ps_err ensure_state(mlp *m, ps_error *err);

@@ -25,6 +25,8 @@ typedef struct mlp {
   float *opt_state;     /* (2 * layout.total) backend memory, NULL until first needed */
   float *acts;          /* input (max_batch, sizes[0]) then each layer's output (max_batch, sizes[l]) */
   float *grad_bufs;     /* two (max_batch, max hidden width) buffers for backward */
+  float *dinput;        /* (max_batch, sizes[0]) backend memory, NULL until mlp_backward_from
+                         * is first asked for the input gradient */
   int32_t *labels;      /* (max_batch) backend memory */
   float *host_inputs;   /* (max_batch, sizes[0]) host staging for a batch */
   int32_t *host_labels; /* (max_batch) host staging */
@@ -45,6 +47,9 @@ static inline int32_t *mlp_host_labels(mlp *m) { return m->host_labels; }
 
 /* Copies the first `batch` staged samples to the backend. */
 ps_err mlp_load_batch(mlp *m, int batch, ps_error *err);
+/* The same for the inputs alone, for models whose loss is not the MLP's
+ * softmax (mlp_forward_logits): the labels are not uploaded. */
+ps_err mlp_load_inputs(mlp *m, int batch, ps_error *err);
 
 /* Forward pass over the loaded batch. Adds the summed loss and the number of
  * correct predictions to *loss_sum and *correct. With want_grad, also leaves
@@ -54,6 +59,17 @@ ps_err mlp_forward(mlp *m, int batch, int want_grad, double *loss_sum, long *cor
 
 /* Backward pass: overwrites m->grads with the gradient of the batch's mean loss. */
 ps_err mlp_backward(mlp *m, int batch, ps_error *err);
+
+/* For a model that puts its own loss on the MLP's output: the forward pass
+ * over the loaded inputs stopping at the last layer's output (no loss), that
+ * output copied to host (batch * sizes[num_layers] floats), and the backward
+ * pass from the caller's gradient w.r.t. that output (host, same shape),
+ * overwriting m->grads; when host_dinputs is not NULL it also receives the
+ * gradient w.r.t. the inputs (batch * sizes[0] floats, host). */
+ps_err mlp_forward_logits(mlp *m, int batch, ps_error *err);
+ps_err mlp_get_logits(mlp *m, int batch, float *host, ps_error *err);
+ps_err mlp_backward_from(mlp *m, int batch, const float *host_dlogits, float *host_dinputs,
+                         ps_error *err);
 
 /* Applies the optimizer to the parameters with the current gradients. */
 ps_err mlp_apply_optimizer(mlp *m, const optimizer_config *cfg, long step, ps_error *err);
