@@ -31,6 +31,31 @@ uint64_t criteo_feature_key(int field, uint32_t value, int missing) {
   return rng_mix64(x);
 }
 
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define REP(b) (0x0101010101010101ULL * (b))
+/* 8 hex digits at p (8 bytes readable) to their value, all 8 at once in one
+ * 64-bit word (the table loop below was a third of the parse). Returns 0 if
+ * any byte is not a hex digit. */
+static int hex8(const char *p, uint32_t *value) {
+  uint64_t w;
+  memcpy(&w, p, 8);
+  const uint64_t high = REP(0x80);
+  if (w & high) return 0; /* not ASCII; below, no byte carries into the next */
+  uint64_t digit = (w + REP(0x80 - '0')) & ~(w + REP(0x7f - '9'));
+  uint64_t lower = w | REP(0x20);
+  uint64_t alpha = (lower + REP(0x80 - 'a')) & ~(lower + REP(0x7f - 'f'));
+  if (((digit | alpha) & high) != high) return 0;
+  /* '0'..'9' -> 0..9; 'a'..'f' and 'A'..'F' (bit 6 set) -> 1..6 + 9 */
+  uint64_t nib = (w & REP(0x0f)) + 9 * ((w >> 6) & REP(0x01));
+  /* The first character is the most significant nibble: pair bytes, then
+   * pack the four pairs and reverse them. */
+  uint64_t t = ((nib << 4) | (nib >> 8)) & 0x00ff00ff00ff00ffULL;
+  t = (t | (t >> 8)) & 0x0000ffff0000ffffULL;
+  *value = __builtin_bswap32((uint32_t)(t | (t >> 16)));
+  return 1;
+}
+#else
 /* Each hex digit's value plus one; 0 for every other byte. */
 static const unsigned char hex_value[256] = {
     ['0'] = 1, ['1'] = 2, ['2'] = 3, ['3'] = 4, ['4'] = 5, ['5'] = 6, ['6'] = 7,
@@ -38,6 +63,20 @@ static const unsigned char hex_value[256] = {
     ['e'] = 15, ['f'] = 16, ['A'] = 11, ['B'] = 12, ['C'] = 13, ['D'] = 14, ['E'] = 15,
     ['F'] = 16,
 };
+
+static int hex8(const char *p, uint32_t *value) {
+  const unsigned char *u = (const unsigned char *)p;
+  uint32_t v = 0;
+  unsigned bad = 0;
+  for (int k = 0; k < 8; k++) {
+    unsigned h = hex_value[u[k]];
+    bad |= h == 0;
+    v = v << 4 | ((h - 1) & 15u);
+  }
+  *value = v;
+  return !bad;
+}
+#endif
 
 /* log1p of small counts, the common case in Criteo's integer fields:
  * log1p is ~20 ns, a table load ~1. Same values as (float)log1p(x). */
@@ -154,15 +193,9 @@ int criteo_parse_line(const char *line, size_t len, ctr_example *out, char *why,
       out->keys[i] = criteo_feature_key(i, 0, 1);
     } else {
       if (end - p < 8) return fail(line, end, 14 + i, p, "is not 8 hex digits", why, why_len);
-      const unsigned char *u = (const unsigned char *)p;
-      uint32_t value = 0;
-      unsigned bad = 0;
-      for (int k = 0; k < 8; k++) {
-        unsigned h = hex_value[u[k]];
-        bad |= h == 0;
-        value = value << 4 | ((h - 1) & 15u);
-      }
-      if (bad || (p + 8 < end && p[8] != '\t')) {
+      uint32_t value;
+      int ok = hex8(p, &value);
+      if (!ok || (p + 8 < end && p[8] != '\t')) {
         return fail(line, end, 14 + i, p, "is not 8 hex digits", why, why_len);
       }
       out->keys[i] = criteo_feature_key(i, value, 0);

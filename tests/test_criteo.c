@@ -5,7 +5,9 @@
  * skipped, sharding, limit, rewind, close mid-file, long lines, truncated
  * gzip, and the sniffing that picks --data-format. */
 #define _POSIX_C_SOURCE 200809L
+#include <ctype.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -218,6 +220,35 @@ static void test_parse_line(void) {
   CHECK_EQ_STR(why, "empty line");
   CHECK_EQ_INT(criteo_parse_line(line, strlen(line) - 1, &ex, why, sizeof why), -1);
   CHECK_EQ_STR(why, "39 fields, not 40");
+  /* Every byte at every position of a categorical value: accepted exactly
+   * when it is a hex digit, with the value strtoul gives. */
+  for (int pos = 0; pos < 8; pos++) {
+    for (int c = 1; c < 256; c++) {
+      if (c == '\t' || c == '\r') continue;
+      char value[9] = "09afAF5e";
+      value[pos] = (char)c;
+      snprintf(line, sizeof line, "0%s\t%s%s", "\t\t\t\t\t\t\t\t\t\t\t\t\t", value,
+               "\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t");
+      int hex = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+      int rc = criteo_parse_line(line, strlen(line), &ex, why, sizeof why);
+      CHECK_EQ_INT(rc, hex ? 0 : -1);
+      if (hex && rc == 0) {
+        CHECK(ex.keys[0] == criteo_feature_key(0, (uint32_t)strtoul(value, NULL, 16), 0));
+      }
+    }
+  }
+  /* Values across the 32-bit range, in either case. */
+  for (uint64_t v = 0; v <= 0xffffffffULL; v += 0x01234567ULL) {
+    for (int upper = 0; upper < 2; upper++) {
+      snprintf(line, sizeof line, "1%s\t%08" PRIx32 "%s", "\t\t\t\t\t\t\t\t\t\t\t\t\t", (uint32_t)v,
+               "\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t");
+      if (upper) {
+        for (char *c = line; *c; c++) *c = (char)toupper((unsigned char)*c);
+      }
+      CHECK_EQ_INT(criteo_parse_line(line, strlen(line), &ex, why, sizeof why), 0);
+      CHECK(ex.keys[0] == criteo_feature_key(0, (uint32_t)v, 0));
+    }
+  }
   /* why_len 0 is allowed. */
   CHECK_EQ_INT(criteo_parse_line("1", 1, &ex, NULL, 0), -1);
 }
