@@ -129,7 +129,7 @@ static int fail(const char *line, const char *end, int field, const char *p, con
     if (why_len > 0) snprintf(why, why_len, "%d fields, not %d", fields, CRITEO_FIELDS);
     return -1;
   }
-  char name[8], text[32];
+  char name[16], text[32];
   field_name(field, name, sizeof name);
   quote_field(p, end, text, sizeof text);
   if (why_len == 0) return -1;
