@@ -121,6 +121,8 @@ static int take_line(producer *pr, const char *line, size_t len, ps_error *err) 
 static ps_err read_error(ctr_reader *r, ps_error *err) {
   int zerr = Z_OK;
   const char *msg = gzerror(r->f, &zerr);
+  size_t plen = strlen(r->path); /* zlib's message starts "PATH: " */
+  if (strncmp(msg, r->path, plen) == 0 && strncmp(msg + plen, ": ", 2) == 0) msg += plen + 2;
   if (zerr == Z_ERRNO) {
     return ps_error_set(err, PS_ERR_IO, "reading %s: %s", r->path, strerror(errno));
   }
