@@ -11,7 +11,8 @@
 
 typedef struct ctr_reader_options {
   int skip_bad_lines;
-  long limit;          /* stop after this many examples (0: the whole file) */
+  long limit;          /* stop after this many examples of the file, counted
+                        * before sharding (0: the whole file) */
   /* A trainer's share: examples are taken in blocks of shard_block; block b
    * goes to shard b % shard_count (so every shard sees the same steps). 0/1:
    * everything. */
@@ -33,7 +34,8 @@ ps_err ctr_reader_next(ctr_reader *r, ctr_example *out, int max, int *count, ps_
 /* Starts again from the file's first line (the next epoch). */
 ps_err ctr_reader_rewind(ctr_reader *r, ps_error *err);
 
-/* Lines read and bad lines skipped so far (the whole file, every shard). */
+/* Lines read and bad lines skipped so far in this pass (the whole file,
+ * every shard; a rewind starts them at 0 again). */
 long ctr_reader_lines(const ctr_reader *r);
 long ctr_reader_bad_lines(const ctr_reader *r);
 
