@@ -1,15 +1,13 @@
 /* Sparse embedding tables: the hash map, the row slabs, pull (with
- * admission and the memory limit), the row optimizers and eviction. Dump
- * and load are in sparse_table_io.c, batch deduplication in sparse_dedup.c. */
+ * admission and the memory limit) and the row optimizers. Eviction is in
+ * sparse_table_evict.c, dump and load in sparse_table_io.c, batch
+ * deduplication in sparse_dedup.c. */
 #include <math.h>
 #include <stdlib.h>
 
 #include "common/optimizer_math.h"
 #include "common/sparse_table_internal.h"
 
-/* Pull's per-key marks besides a row index. */
-#define ST_NEW (UINT32_MAX - 1)
-#define ST_REFUSED UINT32_MAX
 
 /* ---- configuration ------------------------------------------------------ */
 
@@ -71,7 +69,7 @@ static ps_err config_check(const sparse_table_config *cfg, ps_error *err) {
   return PS_ERR_OK;
 }
 
-static ps_err limit_error(const sparse_table *t, size_t rows, ps_error *err) {
+ps_err st_limit_error(const sparse_table *t, size_t rows, ps_error *err) {
   return ps_error_set(err, PS_ERR_RESOURCE_EXHAUSTED,
                       "table '%s' would pass its limit of %.6g MB (--max-table-mb) at %zu rows",
                       t->cfg.name, (double)t->cfg.max_bytes / (1024.0 * 1024.0), rows);
@@ -97,7 +95,7 @@ ps_err sparse_table_create(sparse_table **out, const sparse_table_config *cfg, p
     }
   }
   if (cfg->max_bytes > 0 && st_bytes_for(t, 0, 0) > cfg->max_bytes) {
-    rc = limit_error(t, 0, err);
+    rc = st_limit_error(t, 0, err);
     sparse_table_destroy(t);
     return rc;
   }
@@ -257,146 +255,32 @@ uint32_t st_take_row(sparse_table *t) {
   return r;
 }
 
-static void free_row(sparse_table *t, uint32_t r) {
-  float *row = st_row(t, r);
-  memcpy(row, &t->free_head, sizeof t->free_head);
-  st_meta_set(t, row, ST_META_FREE);
-  t->free_head = r;
-  t->n_free++;
-  t->live--;
-  t->evicted++;
+/* Keys are random, so every lookup misses the cache: ask for the map slot
+ * of a key a few places ahead while working on this one. */
+#define ST_AHEAD 8
+static inline void prefetch_slot(const sparse_table *t, uint64_t key) {
+  size_t i = (size_t)(st_hash(key) >> t->map_shift);
+  __builtin_prefetch(&t->map_keys[i]);
+  __builtin_prefetch(&t->map_rows[i]);
 }
 
-/* ---- the map ---------------------------------------------------------------- */
-
-/* The slot holding key, or the empty slot where it would go (*found 0). */
-static inline size_t map_find(const sparse_table *t, uint64_t key, int *found) {
-  size_t mask = t->map_cap - 1, i = (size_t)(st_hash(key) >> t->map_shift);
-  for (;;) {
-    if (t->map_rows[i] == ST_EMPTY) {
-      *found = 0;
-      return i;
-    }
-    if (t->map_keys[i] == key) {
-      *found = 1;
-      return i;
-    }
-    i = (i + 1) & mask;
-  }
+static inline void prefetch_row(const sparse_table *t, uint32_t r) {
+  if (r >= ST_NEW) return;
+  const float *row = st_row(t, r);
+  __builtin_prefetch(row);
+  __builtin_prefetch(row + t->row_floats - 1); /* a row spans two lines */
 }
 
-/* Backward-shift deletion: later members of the cluster that may live at
- * the hole move back into it, so no tombstones pile up under eviction. */
-static void map_delete_at(sparse_table *t, size_t hole) {
-  size_t mask = t->map_cap - 1, j = hole;
-  for (;;) {
-    j = (j + 1) & mask;
-    if (t->map_rows[j] == ST_EMPTY) break;
-    size_t home = (size_t)(st_hash(t->map_keys[j]) >> t->map_shift);
-    if (((j - home) & mask) >= ((j - hole) & mask)) {
-      t->map_keys[hole] = t->map_keys[j];
-      t->map_rows[hole] = t->map_rows[j];
-      hole = j;
-    }
+/* Room in t->scratch for the rows of n keys. */
+static ps_err scratch_reserve(sparse_table *t, size_t n, ps_error *err) {
+  if (t->scratch_cap >= n) return PS_ERR_OK;
+  uint32_t *s = realloc(t->scratch, n * sizeof *s);
+  if (s == NULL) {
+    return ps_error_set(err, PS_ERR_NO_MEMORY, "table '%s': no memory for a batch of %zu keys",
+                        t->cfg.name, n);
   }
-  t->map_rows[hole] = ST_EMPTY;
-}
-
-/* ---- eviction --------------------------------------------------------------- */
-
-/* Drops every row last seen before `before`. The sweep starts after an empty
- * slot, so the shifts of a deletion only move entries not yet visited into
- * the slot being visited (looked at again) or later ones. */
-static size_t evict_before(sparse_table *t, long before) {
-  size_t mask = t->map_cap - 1, start = 0, dropped = 0;
-  while (t->map_rows[start] != ST_EMPTY) start++; /* load <= 0.7: one exists */
-  for (size_t k = 1; k <= t->map_cap; k++) {
-    size_t i = (start + k) & mask;
-    if (k + 8 <= t->map_cap && t->map_rows[(i + 8) & mask] != ST_EMPTY) {
-      __builtin_prefetch(st_row(t, t->map_rows[(i + 8) & mask]) + t->dim + t->state_floats);
-    }
-    while (t->map_rows[i] != ST_EMPTY &&
-           st_meta_step(st_meta_get(t, st_row(t, t->map_rows[i]))) < before) {
-      free_row(t, t->map_rows[i]);
-      map_delete_at(t, i);
-      dropped++;
-    }
-  }
-  return dropped;
-}
-
-size_t sparse_table_evict(sparse_table *t, long step) {
-  if (t->cfg.evict_after <= 0 || step - t->cfg.evict_after <= 0) return 0;
-  return evict_before(t, step - t->cfg.evict_after);
-}
-
-/* The smallest T <= step such that at least `target` rows were last seen
- * before T (there are that many before step): a histogram of last-seen
- * steps over a sequential sweep of the rows, narrowed 256x per pass. */
-static long eviction_threshold(const sparse_table *t, long step, size_t target) {
-  long lo = step, hi = step;
-  for (size_t r = 0; r < t->high_water; r++) {
-    uint64_t m = st_meta_get(t, st_row(t, (uint32_t)r));
-    if (m != ST_META_FREE && st_meta_step(m) < lo) lo = st_meta_step(m);
-  }
-  size_t below = 0; /* rows last seen before lo */
-  for (;;) {
-    size_t hist[256] = {0};
-    long width = (hi - lo + 255) / 256;
-    for (size_t r = 0; r < t->high_water; r++) {
-      uint64_t m = st_meta_get(t, st_row(t, (uint32_t)r));
-      long seen = st_meta_step(m);
-      if (m != ST_META_FREE && seen >= lo && seen < hi) hist[(seen - lo) / width]++;
-    }
-    size_t b = 0;
-    while (b < 255 && below + hist[b] < target) below += hist[b++];
-    if (width == 1) return lo + (long)b + 1;
-    lo += (long)b * width;
-    if (lo + width < hi) hi = lo + width;
-  }
-}
-
-/* Makes room for `missing` new rows under max_bytes by evicting the least
- * recently seen rows not in this pull (rows[] of its found keys are marked
- * seen first). At least what is needed, and about 1/16 of the table, so a
- * full table does not sweep on every pull. Changes nothing when it fails. */
-static ps_err evict_for_limit(sparse_table *t, const uint32_t *rows, size_t n, size_t missing,
-                              long step, ps_error *err) {
-  size_t after = t->live + missing;
-  if (t->cfg.evict_after <= 0) return limit_error(t, after, err);
-  size_t candidates = 0;
-  for (size_t r = 0; r < t->high_water; r++) {
-    uint64_t m = st_meta_get(t, st_row(t, (uint32_t)r));
-    if (m != ST_META_FREE && st_meta_step(m) < step) candidates++;
-  }
-  for (size_t i = 0; i < n; i++) {
-    /* (a key repeated in the pull would count twice: never below zero) */
-    if (rows[i] < ST_NEW && candidates > 0 &&
-        st_meta_step(st_meta_get(t, st_row(t, rows[i]))) < step) {
-      candidates--;
-    }
-  }
-  /* The bytes after evicting e rows only fall as e grows: bisect for the least e. */
-  size_t lo = 0, hi = candidates;
-#define ST_HW_AFTER(e) (t->high_water + (missing > t->n_free + (e) ? missing - t->n_free - (e) : 0))
-  if (st_bytes_for(t, ST_HW_AFTER(hi), after - hi) > t->cfg.max_bytes) return limit_error(t, after, err);
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    if (st_bytes_for(t, ST_HW_AFTER(mid), after - mid) <= t->cfg.max_bytes) hi = mid;
-    else lo = mid + 1;
-  }
-#undef ST_HW_AFTER
-  for (size_t i = 0; i < n; i++) {
-    if (rows[i] < ST_NEW) {
-      float *row = st_row(t, rows[i]);
-      uint64_t m = st_meta_get(t, row);
-      if (st_meta_step(m) < step) st_meta_set(t, row, st_meta_make(step, st_meta_count(m)));
-    }
-  }
-  size_t target = t->live / 16;
-  if (target > candidates) target = candidates;
-  if (target < lo) target = lo;
-  if (target > 0) evict_before(t, eviction_threshold(t, step, target));
+  t->scratch = s;
+  t->scratch_cap = n;
   return PS_ERR_OK;
 }
 
@@ -445,18 +329,15 @@ ps_err sparse_table_pull(sparse_table *t, const uint64_t *keys, size_t n, const 
                          long step, float *out, ps_error *err) {
   ps_err rc = check_step(t, step, err);
   if (rc != PS_ERR_OK || n == 0) return rc;
-  if (t->scratch_cap < n) {
-    uint32_t *s = realloc(t->scratch, n * sizeof *s);
-    if (s == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "table '%s': no memory to pull %zu keys", t->cfg.name, n);
-    t->scratch = s;
-    t->scratch_cap = n;
-  }
+  rc = scratch_reserve(t, n, err);
+  if (rc != PS_ERR_OK) return rc;
   /* First decide every key without changing anything: found, new or refused. */
   uint32_t *rows = t->scratch;
   size_t missing = 0;
   for (size_t i = 0; i < n; i++) {
+    if (i + ST_AHEAD < n) prefetch_slot(t, keys[i + ST_AHEAD]);
     int found;
-    size_t slot = map_find(t, keys[i], &found);
+    size_t slot = st_map_find(t, keys[i], &found);
     if (found) {
       rows[i] = t->map_rows[slot];
     } else if (t->filter == NULL ||
@@ -468,10 +349,10 @@ ps_err sparse_table_pull(sparse_table *t, const uint64_t *keys, size_t n, const 
     }
   }
   if (missing > 0) {
-    if (t->live + missing > ST_MAX_ROWS) return limit_error(t, t->live + missing, err);
+    if (t->live + missing > ST_MAX_ROWS) return st_limit_error(t, t->live + missing, err);
     size_t hw = t->high_water + (missing > t->n_free ? missing - t->n_free : 0);
     if (t->cfg.max_bytes > 0 && st_bytes_for(t, hw, t->live + missing) > t->cfg.max_bytes) {
-      rc = evict_for_limit(t, rows, n, missing, step, err);
+      rc = st_evict_for_limit(t, rows, n, missing, step, err);
       if (rc != PS_ERR_OK) return rc;
       hw = t->high_water + (missing > t->n_free ? missing - t->n_free : 0);
     }
@@ -481,6 +362,7 @@ ps_err sparse_table_pull(sparse_table *t, const uint64_t *keys, size_t n, const 
   /* Commit. */
   size_t dim = t->dim;
   for (size_t i = 0; i < n; i++) {
+    if (i + ST_AHEAD < n) prefetch_row(t, rows[i + ST_AHEAD]);
     float *dst = out + i * dim;
     uint32_t r = rows[i];
     if (r == ST_REFUSED || (r == ST_NEW && t->filter != NULL)) {
@@ -494,7 +376,7 @@ ps_err sparse_table_pull(sparse_table *t, const uint64_t *keys, size_t n, const 
     float *row;
     if (r == ST_NEW) {
       int found;
-      size_t slot = map_find(t, keys[i], &found);
+      size_t slot = st_map_find(t, keys[i], &found);
       if (found) { /* a repeated key (callers should dedup) */
         row = st_row(t, t->map_rows[slot]);
       } else {
@@ -562,11 +444,19 @@ ps_err sparse_table_push(sparse_table *t, const uint64_t *keys, size_t n, const 
   s.beta2 = (float)o->beta2;
   s.one_minus_beta1 = (float)(1.0 - o->beta1);
   s.one_minus_beta2 = (float)(1.0 - o->beta2);
+  rc = scratch_reserve(t, n, err);
+  if (rc != PS_ERR_OK) return rc;
+  uint32_t *rows = t->scratch;
   for (size_t i = 0; i < n; i++) {
+    if (i + ST_AHEAD < n) prefetch_slot(t, keys[i + ST_AHEAD]);
     int found;
-    size_t slot = map_find(t, keys[i], &found);
-    if (!found) continue;
-    float *row = st_row(t, t->map_rows[slot]);
+    size_t slot = st_map_find(t, keys[i], &found);
+    rows[i] = found ? t->map_rows[slot] : ST_REFUSED;
+  }
+  for (size_t i = 0; i < n; i++) {
+    if (i + ST_AHEAD < n) prefetch_row(t, rows[i + ST_AHEAD]);
+    if (rows[i] == ST_REFUSED) continue;
+    float *row = st_row(t, rows[i]);
     const float *g = grads + i * dim;
     uint64_t meta = st_meta_get(t, row);
     switch (o->kind) {

@@ -90,6 +90,26 @@ static inline uint64_t st_meta_make(long last_seen, uint64_t count) {
 static inline long st_meta_step(uint64_t m) { return (long)(m >> ST_COUNT_BITS); }
 static inline uint64_t st_meta_count(uint64_t m) { return m & ST_COUNT_MAX; }
 
+/* Pull's per-key marks besides a row index. */
+#define ST_NEW (UINT32_MAX - 1)
+#define ST_REFUSED UINT32_MAX
+
+/* The slot holding key, or the empty slot where it would go (*found 0). */
+static inline size_t st_map_find(const sparse_table *t, uint64_t key, int *found) {
+  size_t mask = t->map_cap - 1, i = (size_t)(st_hash(key) >> t->map_shift);
+  for (;;) {
+    if (t->map_rows[i] == ST_EMPTY) {
+      *found = 0;
+      return i;
+    }
+    if (t->map_keys[i] == key) {
+      *found = 1;
+      return i;
+    }
+    i = (i + 1) & mask;
+  }
+}
+
 /* Bytes the table would hold with `high_water` rows handed out and `live`
  * of them in the map (what it holds now where that is more). */
 size_t st_bytes_for(const sparse_table *t, size_t high_water, size_t live);
@@ -101,6 +121,13 @@ uint32_t st_take_row(sparse_table *t);
 int st_map_insert(sparse_table *t, uint64_t key, uint32_t r);
 /* Writes a fresh row's state (initial accumulator, zero moments). */
 void st_init_state(const sparse_table *t, float *row);
+/* RESOURCE_EXHAUSTED: the table would pass max_bytes at `rows` rows. */
+ps_err st_limit_error(const sparse_table *t, size_t rows, ps_error *err);
+/* Makes room under max_bytes for `missing` new rows of a pull whose found
+ * keys' rows are rows[0..n) (ST_NEW, ST_REFUSED for the others), evicting
+ * least recently seen rows; fails, changing nothing, when it cannot. */
+ps_err st_evict_for_limit(sparse_table *t, const uint32_t *rows, size_t n, size_t missing, long step,
+                          ps_error *err);
 /* Frees the map and the slabs (not the filter or scratch). */
 void st_storage_free(sparse_table *t);
 
