@@ -20,6 +20,10 @@
 #define SPARSE_TABLE_NAME_MAX 32
 #define SPARSE_TABLE_MAX_DIM 1024
 
+/* AdaGrad is row-wise (one sum of squares per row, acc += mean(g^2)): the
+ * CTR default of Paddle's accessor and TorchRec, 4 bytes of state per row
+ * instead of 4*dim. Adam is lazy: only pushed rows move, bias-corrected by
+ * the row's own update count. */
 typedef enum { SPARSE_OPT_ADAGRAD, SPARSE_OPT_ADAM, SPARSE_OPT_SGD } sparse_optimizer_kind;
 #define SPARSE_OPT_KIND_COUNT (SPARSE_OPT_SGD + 1)
 #define SPARSE_OPTIMIZER_CHOICES "adagrad|adam|sgd"
@@ -40,13 +44,14 @@ typedef struct sparse_table_config {
   float init_scale;    /* rows start uniform in +-init_scale; 0: zeros */
   sparse_optimizer_config opt;
   size_t max_bytes;    /* 0: no limit. Reaching it fails (RESOURCE_EXHAUSTED) unless evicting */
-  int admit_after;     /* a key gets a row at its N-th occurrence; 0 or 1: at once */
+  int admit_after;     /* a key gets a row at its N-th occurrence; 0 or 1: at once; at most 255 */
   long evict_after;    /* rows unseen for this many steps are dropped; 0: never */
 } sparse_table_config;
 
 typedef struct sparse_table_stats {
   size_t rows;             /* live rows */
-  size_t bytes;            /* all memory the table holds: slabs, map, filter */
+  size_t bytes;            /* all memory the table holds: slabs, map, filter (not the
+                              small struct and slab directory) */
   double bytes_per_row;    /* bytes / rows (0 without rows) */
   uint64_t admitted;       /* keys that got a row */
   uint64_t refused;        /* pulls of keys not (yet) admitted */
@@ -66,9 +71,11 @@ void sparse_table_init_row(const sparse_table_config *cfg, uint64_t key, float *
 /* Writes the rows of n keys (distinct; see sparse_dedup) to out (n * dim
  * floats), creating missing rows; counts[i] occurrences of keys[i] in the
  * batch feed admission (NULL: one each). Keys not admitted read zeros. Marks
- * the rows seen at `step`. Fails with RESOURCE_EXHAUSTED naming the table
+ * the rows seen at `step` (0 .. 2^40 - 2). Fails with RESOURCE_EXHAUSTED naming the table
  * when a new row would pass max_bytes and no row can be evicted; nothing is
- * changed then. */
+ * changed then. With evict_after set, rows not in this pull make room, least
+ * recently seen first (1/16 of the table where that many can go, so a full
+ * table does not sweep on every pull). */
 ps_err sparse_table_pull(sparse_table *t, const uint64_t *keys, size_t n, const uint32_t *counts,
                          long step, float *out, ps_error *err);
 
@@ -83,7 +90,8 @@ ps_err sparse_table_push(sparse_table *t, const uint64_t *keys, size_t n, const 
                          long step, ps_error *err);
 
 /* Drops the rows unseen for evict_after steps before `step`; returns how
- * many. A no-op without evict_after. */
+ * many. A no-op without evict_after. A sweep over the map (O(rows)): call it
+ * every max(1, evict_after / 4) steps, so rows live at most 1.25x evict_after. */
 size_t sparse_table_evict(sparse_table *t, long step);
 
 void sparse_table_stats_get(const sparse_table *t, sparse_table_stats *out);
@@ -94,7 +102,8 @@ int sparse_table_state_floats(const sparse_table_config *cfg);
 /* Snapshot for export and checkpoints, in ascending key order so equal
  * tables give equal bytes: keys (rows), values (rows * dim), state (rows *
  * state_floats, may be NULL), meta (rows * 2: last step seen and the row's
- * own update count, for eviction and Adam's bias correction; may be NULL).
+ * own update count (saturating at 2^24 - 1), for eviction and Adam's bias
+ * correction; may be NULL).
  * The arrays must hold sparse_table_stats.rows entries. */
 ps_err sparse_table_dump(const sparse_table *t, uint64_t *keys, float *values, float *state,
                          int64_t *meta, ps_error *err);

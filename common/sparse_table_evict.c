@@ -1,0 +1,129 @@
+/* Sparse tables' eviction: rows unseen for evict_after steps, and the least
+ * recently seen ones when a pull would pass max_bytes. Rows go to the free
+ * list; their map slots are emptied by backward shift, without tombstones. */
+#include "common/sparse_table_internal.h"
+
+static void free_row(sparse_table *t, uint32_t r) {
+  float *row = st_row(t, r);
+  memcpy(row, &t->free_head, sizeof t->free_head);
+  st_meta_set(t, row, ST_META_FREE);
+  t->free_head = r;
+  t->n_free++;
+  t->live--;
+  t->evicted++;
+}
+
+/* Backward-shift deletion: later members of the cluster that may live at
+ * the hole move back into it, so no tombstones pile up under eviction. */
+static void map_delete_at(sparse_table *t, size_t hole) {
+  size_t mask = t->map_cap - 1, j = hole;
+  for (;;) {
+    j = (j + 1) & mask;
+    if (t->map_rows[j] == ST_EMPTY) break;
+    size_t home = (size_t)(st_hash(t->map_keys[j]) >> t->map_shift);
+    if (((j - home) & mask) >= ((j - hole) & mask)) {
+      t->map_keys[hole] = t->map_keys[j];
+      t->map_rows[hole] = t->map_rows[j];
+      hole = j;
+    }
+  }
+  t->map_rows[hole] = ST_EMPTY;
+}
+
+/* ---- eviction --------------------------------------------------------------- */
+
+/* Drops every row last seen before `before`. The sweep starts after an empty
+ * slot, so the shifts of a deletion only move entries not yet visited into
+ * the slot being visited (looked at again) or later ones. */
+static size_t evict_before(sparse_table *t, long before) {
+  size_t mask = t->map_cap - 1, start = 0, dropped = 0;
+  while (t->map_rows[start] != ST_EMPTY) start++; /* load <= 0.7: one exists */
+  for (size_t k = 1; k <= t->map_cap; k++) {
+    size_t i = (start + k) & mask;
+    if (k + 8 <= t->map_cap && t->map_rows[(i + 8) & mask] != ST_EMPTY) {
+      __builtin_prefetch(st_row(t, t->map_rows[(i + 8) & mask]) + t->dim + t->state_floats);
+    }
+    while (t->map_rows[i] != ST_EMPTY &&
+           st_meta_step(st_meta_get(t, st_row(t, t->map_rows[i]))) < before) {
+      free_row(t, t->map_rows[i]);
+      map_delete_at(t, i);
+      dropped++;
+    }
+  }
+  return dropped;
+}
+
+size_t sparse_table_evict(sparse_table *t, long step) {
+  if (t->cfg.evict_after <= 0 || step - t->cfg.evict_after <= 0) return 0;
+  return evict_before(t, step - t->cfg.evict_after);
+}
+
+/* The smallest T <= step such that at least `target` rows were last seen
+ * before T (there are that many before step): a histogram of last-seen
+ * steps over a sequential sweep of the rows, narrowed 256x per pass. */
+static long eviction_threshold(const sparse_table *t, long step, size_t target) {
+  long lo = step, hi = step;
+  for (size_t r = 0; r < t->high_water; r++) {
+    uint64_t m = st_meta_get(t, st_row(t, (uint32_t)r));
+    if (m != ST_META_FREE && st_meta_step(m) < lo) lo = st_meta_step(m);
+  }
+  size_t below = 0; /* rows last seen before lo */
+  for (;;) {
+    size_t hist[256] = {0};
+    long width = (hi - lo + 255) / 256;
+    for (size_t r = 0; r < t->high_water; r++) {
+      uint64_t m = st_meta_get(t, st_row(t, (uint32_t)r));
+      long seen = st_meta_step(m);
+      if (m != ST_META_FREE && seen >= lo && seen < hi) hist[(seen - lo) / width]++;
+    }
+    size_t b = 0;
+    while (b < 255 && below + hist[b] < target) below += hist[b++];
+    if (width == 1) return lo + (long)b + 1;
+    lo += (long)b * width;
+    if (lo + width < hi) hi = lo + width;
+  }
+}
+
+/* Makes room for `missing` new rows under max_bytes by evicting the least
+ * recently seen rows not in this pull (rows[] of its found keys are marked
+ * seen first). At least what is needed, and about 1/16 of the table, so a
+ * full table does not sweep on every pull. Changes nothing when it fails. */
+ps_err st_evict_for_limit(sparse_table *t, const uint32_t *rows, size_t n, size_t missing,
+                              long step, ps_error *err) {
+  size_t after = t->live + missing;
+  if (t->cfg.evict_after <= 0) return st_limit_error(t, after, err);
+  size_t candidates = 0;
+  for (size_t r = 0; r < t->high_water; r++) {
+    uint64_t m = st_meta_get(t, st_row(t, (uint32_t)r));
+    if (m != ST_META_FREE && st_meta_step(m) < step) candidates++;
+  }
+  for (size_t i = 0; i < n; i++) {
+    /* (a key repeated in the pull would count twice: never below zero) */
+    if (rows[i] < ST_NEW && candidates > 0 &&
+        st_meta_step(st_meta_get(t, st_row(t, rows[i]))) < step) {
+      candidates--;
+    }
+  }
+  /* The bytes after evicting e rows only fall as e grows: bisect for the least e. */
+  size_t lo = 0, hi = candidates;
+#define ST_HW_AFTER(e) (t->high_water + (missing > t->n_free + (e) ? missing - t->n_free - (e) : 0))
+  if (st_bytes_for(t, ST_HW_AFTER(hi), after - hi) > t->cfg.max_bytes) return st_limit_error(t, after, err);
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (st_bytes_for(t, ST_HW_AFTER(mid), after - mid) <= t->cfg.max_bytes) hi = mid;
+    else lo = mid + 1;
+  }
+#undef ST_HW_AFTER
+  for (size_t i = 0; i < n; i++) {
+    if (rows[i] < ST_NEW) {
+      float *row = st_row(t, rows[i]);
+      uint64_t m = st_meta_get(t, row);
+      if (st_meta_step(m) < step) st_meta_set(t, row, st_meta_make(step, st_meta_count(m)));
+    }
+  }
+  size_t target = t->live / 16;
+  if (target > candidates) target = candidates;
+  if (target < lo) target = lo;
+  if (target > 0) evict_before(t, eviction_threshold(t, step, target));
+  return PS_ERR_OK;
+}
