@@ -1,6 +1,7 @@
-/* Sparse tables' snapshots: dump in ascending key order (equal tables give
- * equal bytes) and load, which builds the new rows aside and swaps them in,
- * so a refused load leaves the table as it was. */
+/* Sparse tables read from outside training: read-only lookups (evaluation),
+ * snapshots dumped in ascending key order (equal tables give equal bytes)
+ * and load, which builds the new rows aside and swaps them in, so a refused
+ * load leaves the table as it was. */
 #include <stdlib.h>
 
 #include "common/sparse_table_internal.h"
@@ -13,6 +14,19 @@ typedef struct key_row {
 static int key_row_cmp(const void *a, const void *b) {
   uint64_t x = ((const key_row *)a)->key, y = ((const key_row *)b)->key;
   return (x > y) - (x < y);
+}
+
+void sparse_table_lookup(const sparse_table *t, const uint64_t *keys, size_t n, float *out) {
+  for (size_t i = 0; i < n; i++) {
+    int found;
+    size_t slot = st_map_find(t, keys[i], &found);
+    float *dst = out + i * t->dim;
+    if (found) {
+      memcpy(dst, st_row(t, t->map_rows[slot]), t->dim * sizeof *dst);
+    } else {
+      memset(dst, 0, t->dim * sizeof *dst);
+    }
+  }
 }
 
 ps_err sparse_table_dump(const sparse_table *t, uint64_t *keys, float *values, float *state,

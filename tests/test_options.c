@@ -109,7 +109,7 @@ int main(void) {
   REQUIRE(fread(text, 1, (size_t)size, out) == (size_t)size);
   fclose(out);
   const char *expected[] = {"--data", "--model", "--epochs", "--batch", "--optimizer", "--lr",
-                            "--seed", "--threads", "--device", "--metrics", "default: 64",
+                            "--seed", "--threads", "--device", "--metrics", "64 for mlp, 512 for ctr",
                             "PSTRAIN_BATCH", "default: adam", "default: mlp:784,256,128,10"};
   for (size_t i = 0; i < sizeof expected / sizeof expected[0]; i++) CHECK_CONTAINS(text, expected[i]);
   free(text);
