@@ -54,13 +54,13 @@ static const int_spec int_fields[NI] = {
 
 /* The hidden model. logit = bias + sum_f w_f(id) + sum_pairs gamma u_f(id).v_g(id)
  * + dense(d), d_j = log1p(I_j) (0 when missing or <= 0), what a model sees. */
-static double W_SIGMA = 0.45;  /* per-id weight scale (times a per-field factor) */
-static double W_K = 50;        /* weights shrink as (1 + rank / W_K)^-W_ALPHA */
+static const double W_SIGMA = 0.5;   /* per-id weight scale (times a per-field factor) */
+static const double W_K = 50;        /* weights shrink as (1 + rank / W_K)^-W_ALPHA */
 static const double W_ALPHA = 1.0;
-static double INT_GAMMA = 0.8; /* interaction strength per pair */
-static double INT_K = 10;      /* interaction vectors shrink with rank faster */
+static const double INT_GAMMA = 0.35; /* interaction strength per pair */
+static const double INT_K = 5;       /* interaction vectors shrink with rank faster */
 static const double INT_ALPHA = 1.0;
-static double DENSE_GAMMA = 0.5;
+static const double DENSE_GAMMA = 0.65;
 static const int pairs[NPAIRS][2] = {{0, 1}, {4, 6}, {5, 10}, {7, 12}, {13, 14}, {16, 17}, {1, 9}, {22, 23}};
 static const double TARGET_CTR = 0.25;
 
@@ -522,11 +522,6 @@ static double now_s(void) {
 int main(int argc, char **argv) {
   static gen g;
   parse_flags(&g, argc, argv);
-  if (getenv("TUNE_W_SIGMA")) W_SIGMA = atof(getenv("TUNE_W_SIGMA"));
-  if (getenv("TUNE_INT_GAMMA")) INT_GAMMA = atof(getenv("TUNE_INT_GAMMA"));
-  if (getenv("TUNE_DENSE_GAMMA")) DENSE_GAMMA = atof(getenv("TUNE_DENSE_GAMMA"));
-  if (getenv("TUNE_INT_K")) INT_K = atof(getenv("TUNE_INT_K"));
-  if (getenv("TUNE_W_K")) W_K = atof(getenv("TUNE_W_K"));
   prepare_out(g.out);
   double t0 = now_s();
   build_model(&g);
