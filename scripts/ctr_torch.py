@@ -17,12 +17,30 @@ counts training steps only. Prints one JSON line per epoch.
 import argparse
 import gzip
 import json
+import os
 import resource
 import sys
 import time
 
-import numpy as np
-import torch
+
+def _threads_from_argv():
+    """--threads, read before torch loads: Debian's torch calls the system BLAS
+    (OpenBLAS), whose own thread pool ignores torch.set_num_threads and would
+    take every core."""
+    argv = sys.argv[1:]
+    for i, arg in enumerate(argv):
+        if arg == "--threads" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--threads="):
+            return arg.split("=", 1)[1]
+    return "1"
+
+
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_var] = _threads_from_argv()
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
 NI, NC = 13, 26
 CHUNK = 200_000
