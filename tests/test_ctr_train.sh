@@ -67,12 +67,18 @@ expect_exit 1 "bad.tsv:101: 39 fields" -- "$BIN/trainer" --data "$SCRATCH/bad.ts
 grep -q "skipped 1 malformed line" "$SCRATCH/skip.log" || fail "the skipped line was not reported"
 expect_exit 2 "not a Criteo TSV file" -- "$BIN/trainer" --model lr --data "$DATA"
 
+# --eval-every: rows mid-epoch too, each with its step.
+"$BIN/trainer" "${COMMON[@]}" --model lr --eval-every 50 --metrics "$SCRATCH/ee.jsonl" \
+  2>"$SCRATCH/ee.log" || fail "--eval-every run failed: $(tail -2 "$SCRATCH/ee.log")"
+steps=$("$PY" -c 'import json,sys; print(",".join(str(json.loads(l)["step"]) for l in open(sys.argv[1])))' "$SCRATCH/ee.jsonl")
+[ "$steps" = "50,100,150,157" ] || fail "--eval-every 50: metrics rows at steps $steps, expected 50,100,150,157"
+
 # 5. Table limit, admission and eviction.
 expect_exit 1 "table 'embedding'" -- "$BIN/trainer" "${COMMON[@]}" --model ctr:8:32,16 \
   --max-table-mb 0.05
 "$BIN/trainer" "${COMMON[@]}" --model ctr:8:32,16 --admit-after 3 --evict-after 20 \
   --metrics "$SCRATCH/ae.jsonl" 2>"$SCRATCH/ae.log" || fail "admission/eviction run failed: $(tail -3 "$SCRATCH/ae.log")"
 "$PY" -c 'import json,sys; r=json.loads(open(sys.argv[1]).readlines()[-1])
-sys.exit(0 if r["embedding_refused"] > 0 and r["embedding_evicted"] > 0 and r["auc"] > 0.6 else 1)' \
+sys.exit(0 if r["embedding_refused"] > 0 and r["embedding_evicted"] > 0 and r["embedding_admitted"] > r["embedding_rows"] and r["auc"] > 0.6 else 1)' \
   "$SCRATCH/ae.jsonl" || fail "admission/eviction: $(tail -1 "$SCRATCH/ae.jsonl")"
 finish

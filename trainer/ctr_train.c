@@ -283,10 +283,11 @@ static void log_tables(const ctr_trainer *t, char *json, size_t len) {
     if (used < len) {
       used += (size_t)snprintf(json + used, len - used,
                                ",\"%s_rows\":%zu,\"%s_bytes\":%zu,\"%s_bytes_per_row\":%.1f,"
-                               "\"%s_evicted\":%llu,\"%s_refused\":%llu",
+                               "\"%s_admitted\":%llu,\"%s_refused\":%llu,\"%s_evicted\":%llu",
                                name, st.rows, name, st.bytes, name, st.bytes_per_row, name,
-                               (unsigned long long)st.evicted, name,
-                               (unsigned long long)st.refused);
+                               (unsigned long long)st.admitted, name,
+                               (unsigned long long)st.refused, name,
+                               (unsigned long long)st.evicted);
     }
   }
 }
