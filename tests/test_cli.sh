@@ -8,7 +8,7 @@ T="$BIN/trainer"
 # --help: exit 0, every flag with its default.
 out=$("$T" --help) || fail "--help exited non-zero"
 for want in "--data" "--model" "--epochs" "--batch" "--optimizer" "--lr" "--seed" "--threads" \
-            "--device" "--metrics" "default: 64" "PSTRAIN_EPOCHS"; do
+            "--device" "--metrics" "64 for mlp, 512 for ctr" "PSTRAIN_EPOCHS"; do
   grep -qF -- "$want" <<<"$out" || fail "--help lacks $want"
 done
 
@@ -16,11 +16,11 @@ no_training() { grep -q "training mlp" "$SCRATCH/stderr" && fail "training start
 
 expect_exit 2 "unknown option '--bogus'" -- "$T" --bogus 1
 expect_exit 2 "'rmsprop' is not one of sgd|momentum|adam" -- "$T" --optimizer rmsprop
-expect_exit 2 "--batch: 0 is outside" -- "$T" --batch 0
+expect_exit 2 "--batch: -1 is outside" -- "$T" --batch -1
 expect_exit 2 "--batch: -3 is outside" -- "$T" --batch -3
-expect_exit 2 "--epochs: 0 is outside" -- "$T" --epochs 0
+expect_exit 2 "--epochs: -3 is outside" -- "$T" --epochs -3
 expect_exit 2 "--epochs: 'two' is not an integer" -- "$T" --epochs two
-expect_exit 2 "environment variable PSTRAIN_BATCH: 0 is outside" -- env PSTRAIN_BATCH=0 "$T"
+expect_exit 2 "environment variable PSTRAIN_BATCH: 70000 is outside" -- env PSTRAIN_BATCH=70000 "$T"
 
 # Data problems, each naming the file.
 expect_exit 2 "$SCRATCH/none/train-images-idx3-ubyte: No such file" -- "$T" --data "$SCRATCH/none"
