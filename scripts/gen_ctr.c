@@ -595,5 +595,8 @@ int main(int argc, char **argv) {
          (unsigned long long)all, top_share(&g), auc(bayes, g.test_rows), logloss / (double)g.test_rows,
          auc(main_fx, g.test_rows), t2 - t0, (double)(g.train_rows + g.test_rows) / (t2 - t1));
   if (fflush(stdout) != 0) die(1, "writing the summary: %s", strerror(errno));
+  free(bayes);
+  free(main_fx);
+  free(probs);
   return 0;
 }
