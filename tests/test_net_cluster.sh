@@ -50,7 +50,8 @@ OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PMIX_MCA_gds=hash \
   --mca plm_rsh_agent "$TESTNET rsh" --mca btl tcp,self --mca btl_tcp_if_include eth0 \
   --mca oob_tcp_if_include eth0 -x PMIX_MCA_gds \
   "$BIN/trainer" --mode collective "${COMMON[@]}" --export "$SCRATCH/collective.safetensors"
-wait_for "$LAST_PID" 240 || fail "collective across hosts exited $?: $(grep ERROR "$SCRATCH/mpirun.log" | tail -3)"
+# On failure the whole tail: an exit 139 was seen once under load with no ERROR line.
+wait_for "$LAST_PID" 240 || fail "collective across hosts exited $?: $(tail -15 "$SCRATCH/mpirun.log")"
 rx=$(( $(ip netns exec "$PSTRAIN_TESTNET-sw" cat /sys/class/net/p2/statistics/rx_bytes) - rx_before ))
 # 40 all-reduces of 235,146 floats: a ring moves about 2*(n-1)/n of it out of each host.
 [ "$rx" -ge $((40 * 235146 * 4)) ] || fail "h2 sent only $rx bytes through the bridge"
