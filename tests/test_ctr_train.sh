@@ -66,6 +66,10 @@ expect_exit 1 "bad.tsv:101: 39 fields" -- "$BIN/trainer" --data "$SCRATCH/bad.ts
   --progress-interval 0 2>"$SCRATCH/skip.log" || fail "--skip-bad-lines run failed: $(tail -2 "$SCRATCH/skip.log")"
 grep -q "skipped 1 malformed line" "$SCRATCH/skip.log" || fail "the skipped line was not reported"
 expect_exit 2 "not a Criteo TSV file" -- "$BIN/trainer" --model lr --data "$DATA"
+expect_exit 2 "--test-data $SCRATCH/none.tsv: cannot read: No such file" -- "$BIN/trainer" --model lr \
+  --data "$D/train.tsv" --test-data "$SCRATCH/none.tsv"
+expect_exit 2 "trains in --mode local in this version" -- "$BIN/trainer" --model lr \
+  --data "$D/train.tsv" --mode pserver --pservers 127.0.0.1:1
 
 # --eval-every: rows mid-epoch too, each with its step.
 "$BIN/trainer" "${COMMON[@]}" --model lr --eval-every 50 --metrics "$SCRATCH/ee.jsonl" \

@@ -1,8 +1,11 @@
 /* The trainer's option table and the checks that run before any work. */
+#define _POSIX_C_SOURCE 200809L
 #include "trainer/trainer_config.h"
 
+#include <errno.h>
 #include <stddef.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/token.h"
 #include "trainer/ctr_reader.h"
@@ -155,6 +158,13 @@ static ps_err ctr_settings_load(trainer_settings *s, ps_error *err) {
     s->criteo = ctr_reader_sniff(o->data);
   } else {
     s->criteo = strcmp(o->data_format, "criteo") == 0;
+  }
+  if (ctr && !s->criteo && access(o->data, R_OK) != 0) {
+    return ps_error_set(err, PS_ERR_IO, "--data %s: cannot read: %s", o->data, strerror(errno));
+  }
+  if (ctr && o->test_data[0] != '\0' && access(o->test_data, R_OK) != 0) {
+    return ps_error_set(err, PS_ERR_IO, "--test-data %s: cannot read: %s", o->test_data,
+                        strerror(errno));
   }
   if (ctr && !s->criteo) {
     return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
