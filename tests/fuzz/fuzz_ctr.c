@@ -212,7 +212,7 @@ static void run_pass(const char *path, const ctr_reader_options *o, long cap, in
   memset(p, 0, sizeof *p);
   p->grow = cap < 0;
   p->cap = cap < 0 ? 64 : cap;
-  p->ex = xmalloc((size_t)cap * sizeof *p->ex);
+  p->ex = xmalloc((size_t)p->cap * sizeof *p->ex);
   ctr_reader *r;
   if (ctr_reader_open(&r, path, o, &p->err) != PS_ERR_OK) finding("opening a reader", p->err.msg);
   ctr_example got[7];
