@@ -7,7 +7,7 @@
  *  2. Files: the input as a plain and as a gzip'd file (an input starting
  *     0xff: the rest repeated past 300 KiB, for long lines and buffer
  *     edges) through ctr_reader, with skip_bad_lines 1 and 0, a default and
- *     a one-example buffer, unsharded and 2-way sharded. The reader's lines
+ *     a one-example buffer, unsharded and (the plain file) 2-way sharded. The reader's lines
  *     are the content cut at every '\n', plus the bytes after the last '\n'
  *     when there are any; a line over MAX_LINE bytes is bad whatever it
  *     holds. With skip 1 the examples are exactly those of the good lines,
@@ -20,10 +20,11 @@
  *     writes them) go to sparse_table_load of six table kinds. An accepted
  *     load dumps back the loaded rows in ascending key order, bit for bit;
  *     a refused one leaves the table's dump as it was. */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* pthread_setattr_default_np */
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -271,8 +272,10 @@ static int count_threads(void) {
   return n;
 }
 
-/* strict: the content is the file's (not a plain file that zlib decodes). */
-static void check_file(const char *path, const expect *e, long block, int strict) {
+/* strict: the content is the file's (not a plain file that zlib decodes).
+ * Sharding is the same for every format: only with `sharded` (each pass
+ * costs a thread and ~1 MB of buffers, most of the time per input). */
+static void check_file(const char *path, const expect *e, long block, int strict, int sharded) {
   ctr_reader_options o = {.skip_bad_lines = 1};
   pass p;
   long cap = strict ? e->n + 1 : -1;
@@ -308,7 +311,9 @@ static void check_file(const char *path, const expect *e, long block, int strict
       }
       free(p.ex);
     }
-    for (int s = 0; s < 2; s++) {
+    /* Without a bad line, skip 0 shards read as skip 1 ones did. */
+    int shards = sharded && (skip == 1 || !strict || e->first_bad != 0) ? 2 : 0;
+    for (int s = 0; s < shards; s++) {
       o.shard_count = 2;
       o.shard_index = s;
       o.shard_block = block;
@@ -325,7 +330,7 @@ static void check_file(const char *path, const expect *e, long block, int strict
       free(p.ex);
     }
   }
-  if (strict && total != e->n) finding("the shards' examples do not add up to the file's", NULL);
+  if (strict && sharded && total != e->n) finding("the shards' examples do not add up to the file's", NULL);
 }
 
 static void write_file(const char *path, const uint8_t *data, size_t size) {
@@ -364,9 +369,9 @@ static void check_reader(const uint8_t *data, size_t size) {
   int threads = count_threads();
   write_file(plain_path, content, size);
   /* zlib decodes a plain file that starts as gzip does: no exact figures then. */
-  check_file(plain_path, &e, block, !(size >= 2 && content[0] == 0x1f && content[1] == 0x8b));
+  check_file(plain_path, &e, block, !(size >= 2 && content[0] == 0x1f && content[1] == 0x8b), 1);
   write_gzip(gz_path, content, size);
-  check_file(gz_path, &e, block, 1);
+  check_file(gz_path, &e, block, 1, 0);
   if (count_threads() != threads) finding("a reader thread outlived ctr_reader_close", NULL);
   free(e.ex);
   free(repeated);
@@ -576,6 +581,15 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc;
   (void)argv;
   log_set_level(LOG_LEVEL_ERROR); /* skipped bad lines are warnings */
+  /* Reader threads with 512 KiB stacks, not 8 MiB: ASan clears a thread's
+   * stack shadow when it ends, which was most of the time per input. */
+  pthread_attr_t attr;
+  if (pthread_attr_init(&attr) != 0 || pthread_attr_setstacksize(&attr, 512 << 10) != 0 ||
+      pthread_setattr_default_np(&attr) != 0) {
+    fprintf(stderr, "fuzz_ctr: setting the default thread stack size failed\n");
+    exit(1);
+  }
+  pthread_attr_destroy(&attr);
   const char *tmp = getenv("TMPDIR");
   snprintf(folder, sizeof folder, "%s/pstrain-fuzz-ctr.XXXXXX", tmp != NULL ? tmp : "/tmp");
   if (mkdtemp(folder) == NULL) {
