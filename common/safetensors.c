@@ -390,11 +390,11 @@ static ps_err check_layout(const char *path, const safetensors_tensor *entries, 
   return PS_ERR_OK;
 }
 
-static ps_err check_crc(const char *path, const safetensors_meta *meta, const void *data,
-                        size_t bytes, ps_error *err) {
+static ps_err check_crc(const char *path, const safetensors_meta *meta, uint32_t crc,
+                        ps_error *err) {
   const char *want_crc = safetensors_meta_get(meta, "crc32c");
   char got_crc[16];
-  snprintf(got_crc, sizeof got_crc, "%08x", crc32c_update(0, data, bytes));
+  snprintf(got_crc, sizeof got_crc, "%08x", crc);
 #ifdef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
   want_crc = got_crc; /* fuzzed data must get past the checksum to reach its users */
 #endif
@@ -465,7 +465,7 @@ ps_err safetensors_read(const char *path, const tensor_layout *layout, float *da
   free(entries);
   free(json);
   if (rc != PS_ERR_OK || layout == NULL) return rc;
-  return check_crc(path, meta, data, bytes, err);
+  return check_crc(path, meta, crc32c_update(0, data, bytes), err);
 }
 
 /* Reads exactly len bytes at the file's current position. */
@@ -481,6 +481,12 @@ static ps_err read_exact(int fd, void *dst, size_t len, const char *path, ps_err
   }
   return PS_ERR_OK;
 }
+
+/* Tensors start at multiples of 8 in memory, whatever their offsets in the
+ * file: the format packs them, so a U64 tensor after an odd count of F32s
+ * sits at an offset of 4 mod 8 there, and its users load it as uint64_t. */
+#define TENSOR_ALIGN 8
+static size_t align_up(size_t n) { return (n + TENSOR_ALIGN - 1) & ~(size_t)(TENSOR_ALIGN - 1); }
 
 ps_err safetensors_file_read(const char *path, safetensors_file *file, ps_error *err) {
   memset(file, 0, sizeof *file);
@@ -505,36 +511,48 @@ ps_err safetensors_file_read(const char *path, safetensors_file *file, ps_error 
       data_bytes = (size_t)((uint64_t)st.st_size - 8 - header_len);
     }
   }
-  if (rc == PS_ERR_OK && ((json = malloc(header_len)) == NULL ||
-                          (file->bytes = malloc(data_bytes > 0 ? data_bytes : 1)) == NULL)) {
-    rc = ps_error_set(err, PS_ERR_NO_MEMORY, "reading %s: out of memory for %zu bytes", path,
-                      data_bytes);
+  if (rc == PS_ERR_OK && (json = malloc(header_len)) == NULL) {
+    rc = ps_error_set(err, PS_ERR_NO_MEMORY, "reading %s: out of memory for its header", path);
   }
   if (rc == PS_ERR_OK) rc = read_exact(fd, json, header_len, path, err);
-  if (rc == PS_ERR_OK) rc = read_exact(fd, file->bytes, data_bytes, path, err);
-  close(fd);
   if (rc == PS_ERR_OK) {
     rc = parse_header(path, json, header_len, file->tensors, SAFETENSORS_MAX_TENSORS, &file->count,
                       &file->meta, err);
   }
   free(json);
   /* The ranges must tile the data section, in order, without holes. */
-  size_t at = 0;
+  size_t at = 0, placed = 0;
   for (int t = 0; rc == PS_ERR_OK && t < file->count; t++) {
-    safetensors_tensor *e = &file->tensors[t];
+    const safetensors_tensor *e = &file->tensors[t];
     if (e->offset != at || e->bytes > data_bytes - at) {
       rc = ps_error_set(err, PS_ERR_CORRUPT_DATA,
                         "%s: tensor %s's bytes are not where the previous tensor ends", path,
                         e->name);
     }
-    e->data = (char *)file->bytes + e->offset;
     at += e->bytes;
+    placed = align_up(placed) + e->bytes;
   }
   if (rc == PS_ERR_OK && at != data_bytes) {
     rc = ps_error_set(err, PS_ERR_CORRUPT_DATA, "%s: %zu bytes of tensors but %zu bytes of data",
                       path, at, data_bytes);
   }
-  if (rc == PS_ERR_OK) rc = check_crc(path, &file->meta, file->bytes, data_bytes, err);
+  if (rc == PS_ERR_OK && (file->bytes = malloc(placed > 0 ? placed : 1)) == NULL) {
+    rc = ps_error_set(err, PS_ERR_NO_MEMORY, "reading %s: out of memory for %zu bytes", path,
+                      placed);
+  }
+  /* The checksum covers the data as the file holds it, tensor after tensor. */
+  uint32_t crc = 0;
+  placed = 0;
+  for (int t = 0; rc == PS_ERR_OK && t < file->count; t++) {
+    safetensors_tensor *e = &file->tensors[t];
+    placed = align_up(placed);
+    e->data = (char *)file->bytes + placed;
+    rc = read_exact(fd, e->data, e->bytes, path, err);
+    crc = crc32c_update(crc, e->data, e->bytes);
+    placed += e->bytes;
+  }
+  close(fd);
+  if (rc == PS_ERR_OK) rc = check_crc(path, &file->meta, crc, err);
   if (rc != PS_ERR_OK) safetensors_file_free(file);
   return rc;
 }

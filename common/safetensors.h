@@ -58,7 +58,7 @@ typedef struct safetensors_file {
   int count;
   safetensors_tensor tensors[SAFETENSORS_MAX_TENSORS];
   safetensors_meta meta;
-  void *bytes; /* the data section, owned */
+  void *bytes; /* the tensors' data, each 8-byte aligned; owned */
 } safetensors_file;
 
 ps_err safetensors_file_read(const char *path, safetensors_file *file, ps_error *err);

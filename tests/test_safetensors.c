@@ -126,6 +126,18 @@ int main(void) {
   flip_byte(mixed, 3);
   CHECK_EQ_INT(safetensors_file_read(mixed, &file, &err), PS_ERR_CORRUPT_DATA);
   CHECK_CONTAINS(err.msg, "CRC-32C");
+  /* An I64 tensor after 3 floats sits at 12 in the file; in memory it is
+   * 8-byte aligned (its users load int64_t; found by fuzz_ctr). */
+  safetensors_tensor packed[2] = {
+      {.name = "p.odd", .dtype = SAFETENSORS_F32, .rank = 1, .shape = {3}, .data = rows},
+      {.name = "p.meta", .dtype = SAFETENSORS_I64, .rank = 2, .shape = {3, 2}, .data = meta_rows}};
+  REQUIRE(safetensors_write_tensors(mixed, packed, 2, meta, 0, &err) == PS_ERR_OK);
+  REQUIRE(safetensors_file_read(mixed, &file, &err) == PS_ERR_OK);
+  m = safetensors_file_find(&file, "p.meta");
+  REQUIRE(m != NULL && m->offset == 3 * sizeof(float));
+  CHECK((uintptr_t)m->data % 8 == 0 && memcmp(m->data, meta_rows, sizeof meta_rows) == 0);
+  CHECK(memcmp(safetensors_file_find(&file, "p.odd")->data, rows, 3 * sizeof(float)) == 0);
+  safetensors_file_free(&file);
   /* The strict reader refuses a file with other dtypes than F32. */
   REQUIRE(safetensors_write_tensors(mixed, parts, 1, meta, 0, &err) == PS_ERR_OK);
   tensor_layout one;

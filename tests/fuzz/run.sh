@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs one libFuzzer target for a bounded time from freshly made seeds:
 #   run.sh TARGET_BIN FUZZ_CORPUS_BIN SEEDS SECONDS [CORPUS_DIR]
-# SEEDS names the seed folder fuzz_corpus writes (pserver, wire, checkpoint).
+# SEEDS names the seed folder fuzz_corpus writes (pserver, wire, checkpoint, ctr).
 # New inputs go to CORPUS_DIR (kept; default: a temporary folder), findings
 # to $FUZZ_ARTIFACTS (default ./fuzz-artifacts). Prints the runs made and
 # exits non-zero on any finding (crash, sanitizer report, leak, timeout).

@@ -1,0 +1,625 @@
+/* libFuzzer target: the untrusted inputs of the CTR path (issue 13). Each
+ * input is used three ways; every broken invariant is an abort (a finding).
+ *  1. Lines: criteo_parse_line on the whole input as one line and on each
+ *     '\n'-separated line must agree with a small reference parser written
+ *     here (accepts exactly the same lines; the same label, dense values and
+ *     keys); a refusal says why in a NUL-terminated, non-empty string.
+ *  2. Files: the input as a plain and as a gzip'd file (an input starting
+ *     0xff: the rest repeated past 300 KiB, for long lines and buffer
+ *     edges) through ctr_reader, with skip_bad_lines 1 and 0, a default and
+ *     a one-example buffer, unsharded and (the plain file) 2-way sharded. The reader's lines
+ *     are the content cut at every '\n', plus the bytes after the last '\n'
+ *     when there are any; a line over MAX_LINE bytes is bad whatever it
+ *     holds. With skip 1 the examples are exactly those of the good lines,
+ *     in order (examples + bad lines == lines); with skip 0 the same up to
+ *     the first bad line, whose error names the file and its line number;
+ *     the shards' examples are the unsharded ones dealt out by block. Every
+ *     reader thread is joined by ctr_reader_close.
+ *  3. A checkpoint: the input as a safetensors file (safetensors_file_read)
+ *     whose TABLE.keys/values/state/meta tensors (as trainer/ctr_checkpoint.c
+ *     writes them) go to sparse_table_load of six table kinds. An accepted
+ *     load dumps back the loaded rows in ascending key order, bit for bit;
+ *     a refused one leaves the table's dump as it was. */
+#define _GNU_SOURCE /* pthread_setattr_default_np */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "common/criteo.h"
+#include "common/log.h"
+#include "common/safetensors.h"
+#include "common/sparse_table.h"
+#include "trainer/ctr_reader.h"
+
+#define MAX_LINE 65536          /* trainer/ctr_reader.c's: longer lines are bad */
+#define REPEAT_BYTES (300 << 10) /* past the reader's 256 KiB read buffer */
+
+static char folder[256], plain_path[512], gz_path[512], ck_path[512];
+
+static void finding(const char *what, const char *detail) {
+  fprintf(stderr, "fuzz_ctr: %s%s%s\n", what, detail != NULL ? ": " : "",
+          detail != NULL ? detail : "");
+  abort();
+}
+
+static void *xmalloc(size_t n) {
+  void *p = malloc(n > 0 ? n : 1);
+  if (p == NULL) finding("out of memory", NULL);
+  return p;
+}
+
+/* --- 1. lines ----------------------------------------------------------------- */
+
+typedef struct ref_line {
+  int label;
+  float dense[CRITEO_INT_FIELDS];
+  uint32_t value[CRITEO_CAT_FIELDS];
+  int missing[CRITEO_CAT_FIELDS];
+} ref_line;
+
+static int is_digit(char c) { return c >= '0' && c <= '9'; }
+static int is_hex(char c) { return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
+
+/* The format read literally: one '\r' may end the line; 40 tab-separated
+ * fields; label "0" or "1"; integers empty or [-]digits within long long
+ * (strtoll decides), as log1p(x) for x > 0; categoricals empty or 8 hex. */
+static int ref_parse(const char *line, size_t len, ref_line *out) {
+  if (len > 0 && line[len - 1] == '\r') len--;
+  const char *field[CRITEO_FIELDS];
+  size_t flen[CRITEO_FIELDS];
+  int n = 0;
+  for (size_t i = 0, start = 0; i <= len; i++) {
+    if (i < len && line[i] != '\t') continue;
+    if (n == CRITEO_FIELDS) return 0;
+    field[n] = line + start;
+    flen[n++] = i - start;
+    start = i + 1;
+  }
+  if (n != CRITEO_FIELDS || flen[0] != 1 || (field[0][0] != '0' && field[0][0] != '1')) return 0;
+  out->label = field[0][0] - '0';
+  for (int i = 0; i < CRITEO_INT_FIELDS; i++) {
+    const char *f = field[1 + i];
+    size_t fl = flen[1 + i], k = fl > 0 && f[0] == '-';
+    out->dense[i] = 0.0f;
+    if (fl == 0) continue;
+    if (k == fl) return 0;
+    for (; k < fl; k++) {
+      if (!is_digit(f[k])) return 0;
+    }
+    char *text = strndup(f, fl);
+    if (text == NULL) finding("out of memory", NULL);
+    errno = 0;
+    long long v = strtoll(text, NULL, 10);
+    int range = errno == ERANGE;
+    free(text);
+    if (range) return 0;
+    out->dense[i] = v > 0 ? (float)log1p((double)v) : 0.0f;
+  }
+  for (int i = 0; i < CRITEO_CAT_FIELDS; i++) {
+    const char *f = field[1 + CRITEO_INT_FIELDS + i];
+    size_t fl = flen[1 + CRITEO_INT_FIELDS + i];
+    out->missing[i] = fl == 0;
+    out->value[i] = 0;
+    if (fl == 0) continue;
+    if (fl != 8) return 0;
+    char text[9] = {0};
+    for (int k = 0; k < 8; k++) {
+      if (!is_hex(f[k])) return 0;
+      text[k] = f[k];
+    }
+    out->value[i] = (uint32_t)strtoul(text, NULL, 16);
+  }
+  return 1;
+}
+
+static void check_line(const char *line, size_t len) {
+  ctr_example ex;
+  char why[160];
+  memset(why, 0xa5, sizeof why);
+  int rc = criteo_parse_line(line, len, &ex, why, sizeof why);
+  ref_line ref;
+  int ok = ref_parse(line, len, &ref);
+  int why_ok = memchr(why, '\0', sizeof why) != NULL && why[0] != '\0';
+  if (rc == 0 && !ok) finding("the parser accepted a line the reference refuses", NULL);
+  if (rc != 0 && !why_ok) finding("a refused line's reason is empty or not NUL-terminated", NULL);
+  if (rc != 0 && ok) finding("the parser refused a line the reference accepts", why);
+  if (rc != 0) {
+    /* A short buffer still gets a terminated reason (ASan sees overruns). */
+    char *small = xmalloc(6);
+    memset(small, 0xa5, 6);
+    if (criteo_parse_line(line, len, &ex, small, 6) == 0 || memchr(small, '\0', 6) == NULL) {
+      finding("a refusal into a 6-byte reason buffer", NULL);
+    }
+    free(small);
+    return;
+  }
+  if ((ex.label != 0.0f && ex.label != 1.0f) || ex.label != (float)ref.label) {
+    finding("the label is not the line's 0 or 1", NULL);
+  }
+  for (int i = 0; i < CRITEO_INT_FIELDS; i++) {
+    if (!isfinite(ex.dense[i]) || ex.dense[i] < 0.0f || ex.dense[i] != ref.dense[i]) {
+      finding("a dense value is not log1p of the field (or 0)", NULL);
+    }
+  }
+  for (int i = 0; i < CRITEO_CAT_FIELDS; i++) {
+    if (ex.keys[i] != criteo_feature_key(i, ref.value[i], ref.missing[i])) {
+      finding("a key is not criteo_feature_key of the field", NULL);
+    }
+  }
+}
+
+static void check_lines(const uint8_t *data, size_t size) {
+  check_line((const char *)data, size);
+  for (size_t start = 0; start < size;) {
+    const uint8_t *nl = memchr(data + start, '\n', size - start);
+    size_t end = nl != NULL ? (size_t)(nl - data) : size;
+    check_line((const char *)data + start, end - start);
+    start = end + 1;
+  }
+}
+
+/* --- 2. files through ctr_reader ------------------------------------------------ */
+
+/* What the reader must give for a content, from criteo_parse_line itself. */
+typedef struct expect {
+  ctr_example *ex;
+  long n, lines;
+  long first_bad;   /* line number of the first bad line; 0: none */
+  long good_before; /* examples before it */
+} expect;
+
+static void expect_line(expect *e, const char *line, size_t len) {
+  char why[160];
+  e->lines++;
+  if (len <= MAX_LINE && criteo_parse_line(line, len, &e->ex[e->n], why, sizeof why) == 0) {
+    e->n++;
+  } else if (e->first_bad == 0) {
+    e->first_bad = e->lines;
+    e->good_before = e->n;
+  }
+}
+
+static void expect_of(const uint8_t *content, size_t size, expect *e) {
+  memset(e, 0, sizeof *e);
+  e->ex = xmalloc((size / 40 + 1) * sizeof *e->ex); /* a good line holds 39 tabs */
+  size_t start = 0;
+  for (;;) {
+    const uint8_t *nl = memchr(content + start, '\n', size - start);
+    if (nl == NULL) break;
+    expect_line(e, (const char *)content + start, (size_t)(nl - content) - start);
+    start = (size_t)(nl - content) + 1;
+  }
+  if (start < size) expect_line(e, (const char *)content + start, size - start);
+  if (e->first_bad == 0) e->good_before = e->n;
+}
+
+typedef struct pass {
+  ps_error err; /* code OK: read to the end */
+  ctr_example *ex;
+  long n, cap, lines, bad;
+  int grow;     /* the count is unknown: grow ex instead of a finding */
+} pass;
+
+/* Reads path to its end or first error, `max` examples per call; with
+ * rewind, reads one batch first and starts again. */
+static void run_pass(const char *path, const ctr_reader_options *o, long cap, int rewind, pass *p) {
+  memset(p, 0, sizeof *p);
+  p->grow = cap < 0;
+  p->cap = cap < 0 ? 64 : cap;
+  p->ex = xmalloc((size_t)p->cap * sizeof *p->ex);
+  ctr_reader *r;
+  if (ctr_reader_open(&r, path, o, &p->err) != PS_ERR_OK) finding("opening a reader", p->err.msg);
+  ctr_example got[7];
+  int count;
+  if (rewind) {
+    if (ctr_reader_next(r, got, 7, &count, &p->err) == PS_ERR_OK &&
+        ctr_reader_rewind(r, &p->err) != PS_ERR_OK) {
+      finding("a rewind failed", p->err.msg);
+    }
+    ps_error_clear(&p->err);
+  }
+  for (;;) {
+    if (ctr_reader_next(r, got, 7, &count, &p->err) != PS_ERR_OK || count == 0) break;
+    if (p->n + count > p->cap && p->grow) {
+      p->cap *= 2;
+      p->ex = realloc(p->ex, (size_t)p->cap * sizeof *p->ex);
+      if (p->ex == NULL) finding("out of memory", NULL);
+    }
+    if (p->n + count > p->cap) finding("the reader gave more examples than there are good lines", path);
+    memcpy(p->ex + p->n, got, (size_t)count * sizeof *got);
+    p->n += count;
+  }
+  p->lines = ctr_reader_lines(r);
+  p->bad = ctr_reader_bad_lines(r);
+  ctr_reader_close(r);
+}
+
+/* Shard s's share of the first n expected examples, dealt by blocks. */
+static void check_shard(const pass *p, const expect *e, long n, long block, int s) {
+  long at = 0;
+  for (long i = 0; i < n; i++) {
+    if ((i / block) % 2 != s) continue;
+    if (at >= p->n || memcmp(&p->ex[at], &e->ex[i], sizeof e->ex[i]) != 0) {
+      finding("a shard's examples are not its blocks of the file's", NULL);
+    }
+    at++;
+  }
+  if (at != p->n) finding("a shard got more examples than its blocks", NULL);
+}
+
+static void check_bad_line_error(const pass *p, const expect *e, const char *path) {
+  char want[600];
+  snprintf(want, sizeof want, "%s:%ld: ", path, e->first_bad);
+  if (p->err.code != PS_ERR_CORRUPT_DATA || strncmp(p->err.msg, want, strlen(want)) != 0) {
+    finding("a bad line's error does not name the file and the line", p->err.msg);
+  }
+}
+
+/* Every thread a reader starts must be joined by ctr_reader_close. The
+ * calls are wrapped (-Wl,--wrap in CMakeLists.txt) and counted: exact,
+ * where /proc/self/task still lists a thread for a moment after its join. */
+int __real_pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*f)(void *), void *arg);
+int __wrap_pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*f)(void *), void *arg);
+int __real_pthread_join(pthread_t t, void **ret);
+int __wrap_pthread_join(pthread_t t, void **ret);
+static atomic_long threads_started, threads_joined;
+
+int __wrap_pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*f)(void *), void *arg) {
+  int rc = __real_pthread_create(t, a, f, arg);
+  if (rc == 0) atomic_fetch_add(&threads_started, 1);
+  return rc;
+}
+
+int __wrap_pthread_join(pthread_t t, void **ret) {
+  int rc = __real_pthread_join(t, ret);
+  if (rc == 0) atomic_fetch_add(&threads_joined, 1);
+  return rc;
+}
+
+/* strict: the content is the file's (not a plain file that zlib decodes).
+ * Sharding is the same for every format: only with `sharded` (each pass
+ * costs a thread and ~1 MB of buffers, most of the time per input). */
+static void check_file(const char *path, const expect *e, long block, int strict, int sharded) {
+  ctr_reader_options o = {.skip_bad_lines = 1};
+  pass p;
+  long cap = strict ? e->n + 1 : -1;
+  /* skip 1, whole file, default buffer, after a rewind */
+  run_pass(path, &o, cap, 1, &p);
+  if (strict && (p.err.code != PS_ERR_OK || p.n != e->n ||
+                 (e->n > 0 && memcmp(p.ex, e->ex, (size_t)e->n * sizeof *e->ex) != 0))) {
+    finding("skipping bad lines, the examples are not the good lines'", p.err.msg);
+  }
+  if (strict && (p.lines != e->lines || p.bad != e->lines - e->n)) {
+    finding("skipping bad lines, examples + bad lines != lines", NULL);
+  }
+  if (!strict && p.err.code != PS_ERR_OK && strstr(p.err.msg, path) == NULL) {
+    finding("a read error does not name the file", p.err.msg);
+  }
+  free(p.ex);
+  long total = 0;
+  for (int skip = 1; skip >= 0; skip--) {
+    o = (ctr_reader_options){.skip_bad_lines = skip, .buffer_examples = 1};
+    if (skip == 0) {
+      /* skip 0, whole file, one-example buffer */
+      run_pass(path, &o, cap, 0, &p);
+      if (strict && e->first_bad == 0 && (p.err.code != PS_ERR_OK || p.n != e->n)) {
+        finding("a file of good lines is refused or short", p.err.msg);
+      }
+      if (strict && e->first_bad != 0) {
+        check_bad_line_error(&p, e, path);
+        if (p.lines != e->first_bad || p.bad != 0) finding("the lines read before the error", NULL);
+      }
+      if (strict && (p.n != e->good_before ||
+                     (p.n > 0 && memcmp(p.ex, e->ex, (size_t)p.n * sizeof *e->ex) != 0))) {
+        finding("the examples before a bad line are not those of the good lines", NULL);
+      }
+      free(p.ex);
+    }
+    /* Without a bad line, skip 0 shards read as skip 1 ones did. */
+    int shards = sharded && (skip == 1 || !strict || e->first_bad != 0) ? 2 : 0;
+    for (int s = 0; s < shards; s++) {
+      o.shard_count = 2;
+      o.shard_index = s;
+      o.shard_block = block;
+      run_pass(path, &o, cap, 0, &p);
+      if (strict && skip == 1) {
+        if (p.err.code != PS_ERR_OK) finding("a shard skipping bad lines failed", p.err.msg);
+        check_shard(&p, e, e->n, block, s);
+        total += p.n;
+      } else if (strict) {
+        if (e->first_bad != 0) check_bad_line_error(&p, e, path);
+        if (e->first_bad == 0 && p.err.code != PS_ERR_OK) finding("a shard of good lines failed", p.err.msg);
+        check_shard(&p, e, e->good_before, block, s);
+      }
+      free(p.ex);
+    }
+  }
+  if (strict && sharded && total != e->n) finding("the shards' examples do not add up to the file's", NULL);
+}
+
+static void write_file(const char *path, const uint8_t *data, size_t size) {
+  FILE *f = fopen(path, "wb");
+  if (f == NULL || fwrite(data, 1, size, f) != size || fclose(f) != 0) {
+    fprintf(stderr, "fuzz_ctr: writing %s: %s\n", path, strerror(errno));
+    exit(1);
+  }
+}
+
+static void write_gzip(const char *path, const uint8_t *data, size_t size) {
+  gzFile g = gzopen(path, "wb");
+  int ok = g != NULL && (size == 0 || gzwrite(g, data, (unsigned)size) == (int)size);
+  if (g == NULL || gzclose(g) != Z_OK || !ok) {
+    fprintf(stderr, "fuzz_ctr: writing %s failed\n", path);
+    exit(1);
+  }
+}
+
+static void check_reader(const uint8_t *data, size_t size) {
+  const uint8_t *content = data;
+  uint8_t *repeated = NULL;
+  if (size > 0 && data[0] == 0xff) {
+    size_t unit = size - 1, n = 0;
+    repeated = xmalloc(REPEAT_BYTES + unit);
+    while (unit > 0 && n < REPEAT_BYTES) {
+      memcpy(repeated + n, data + 1, unit);
+      n += unit;
+    }
+    content = repeated;
+    size = n;
+  }
+  expect e;
+  expect_of(content, size, &e);
+  long block = 1 + (long)(size % 3);
+  long started = atomic_load(&threads_started), joined = atomic_load(&threads_joined);
+  write_file(plain_path, content, size);
+  /* zlib decodes a plain file that starts as gzip does: no exact figures then. */
+  check_file(plain_path, &e, block, !(size >= 2 && content[0] == 0x1f && content[1] == 0x8b), 1);
+  write_gzip(gz_path, content, size);
+  check_file(gz_path, &e, block, 1, 0);
+  started = atomic_load(&threads_started) - started;
+  if (started == 0 || atomic_load(&threads_joined) - joined != started) {
+    finding("a reader thread was not joined by ctr_reader_close", NULL);
+  }
+  free(e.ex);
+  free(repeated);
+}
+
+/* --- 3. a sparse table checkpoint ----------------------------------------------- */
+
+typedef struct table_kind {
+  const char *name;
+  int dim;
+  sparse_optimizer_kind opt;
+} table_kind;
+
+/* The tables ctr_train makes ("wide" of dim 1, "embedding"), each optimizer. */
+static const table_kind kinds[] = {
+    {"wide", 1, SPARSE_OPT_ADAGRAD},      {"wide", 1, SPARSE_OPT_ADAM},
+    {"wide", 1, SPARSE_OPT_SGD},          {"embedding", 4, SPARSE_OPT_ADAGRAD},
+    {"embedding", 4, SPARSE_OPT_ADAM},    {"embedding", 4, SPARSE_OPT_SGD}};
+
+typedef struct dump {
+  size_t rows;
+  uint64_t *keys;
+  float *values, *state;
+  int64_t *meta;
+} dump;
+
+static void dump_take(const sparse_table *t, dump *d) {
+  sparse_table_stats st;
+  sparse_table_stats_get(t, &st);
+  const sparse_table_config *c = sparse_table_config_of(t);
+  size_t n = st.rows, sf = (size_t)sparse_table_state_floats(c);
+  d->rows = n;
+  d->keys = xmalloc(n * sizeof *d->keys);
+  d->values = xmalloc(n * (size_t)c->dim * sizeof *d->values);
+  d->state = xmalloc(n * sf * sizeof *d->state);
+  d->meta = xmalloc(n * 2 * sizeof *d->meta);
+  ps_error err;
+  if (sparse_table_dump(t, d->keys, d->values, d->state, d->meta, &err) != PS_ERR_OK) {
+    finding("a dump failed", err.msg);
+  }
+}
+
+static void dump_free(dump *d) {
+  free(d->keys);
+  free(d->values);
+  free(d->state);
+  free(d->meta);
+}
+
+static int dumps_equal(const dump *a, const dump *b, size_t dim, size_t sf) {
+  size_t n = a->rows;
+  return a->rows == b->rows && memcmp(a->keys, b->keys, n * sizeof *a->keys) == 0 &&
+         memcmp(a->values, b->values, n * dim * sizeof(float)) == 0 &&
+         memcmp(a->state, b->state, n * sf * sizeof(float)) == 0 &&
+         memcmp(a->meta, b->meta, n * 2 * sizeof(int64_t)) == 0;
+}
+
+/* As trainer/ctr_checkpoint.c's find: TABLE.WHAT with this dtype and shape. */
+static const safetensors_tensor *find(const safetensors_file *f, const char *table,
+                                      const char *what, safetensors_dtype dtype, long rows,
+                                      long cols) {
+  char name[TENSOR_NAME_MAX];
+  snprintf(name, sizeof name, "%s.%s", table, what);
+  const safetensors_tensor *p = safetensors_file_find(f, name);
+  int rank = cols > 0 ? 2 : 1;
+  if (p == NULL || p->dtype != dtype || p->rank != rank || (rows >= 0 && p->shape[0] != rows) ||
+      (cols > 0 && p->shape[1] != cols)) {
+    return NULL;
+  }
+  return p;
+}
+
+static const uint64_t *order_keys;
+static int by_key(const void *a, const void *b) {
+  uint64_t x = order_keys[*(const size_t *)a], y = order_keys[*(const size_t *)b];
+  return (x > y) - (x < y);
+}
+
+/* An accepted load dumps back exactly the file's rows, by ascending key. */
+static void check_loaded(const dump *d, size_t n, const safetensors_tensor *keys,
+                         const safetensors_tensor *values, const safetensors_tensor *state,
+                         const safetensors_tensor *meta, size_t dim, size_t sf) {
+  if (d->rows != n) finding("a loaded table does not hold the file's rows", NULL);
+  /* Aligned copies of the file's bytes (tensors need not be aligned). */
+  uint64_t *k = xmalloc(n * sizeof *k);
+  int64_t *m = xmalloc(2 * n * sizeof *m);
+  memcpy(k, keys->data, n * sizeof *k);
+  memcpy(m, meta->data, 2 * n * sizeof *m);
+  size_t *order = xmalloc(n * sizeof *order);
+  for (size_t i = 0; i < n; i++) order[i] = i;
+  order_keys = k;
+  qsort(order, n, sizeof *order, by_key);
+  for (size_t i = 0; i < n; i++) {
+    size_t j = order[i];
+    int64_t count = m[2 * j + 1] > 0xffffff ? 0xffffff : m[2 * j + 1];
+    const char *v = (const char *)values->data + j * dim * sizeof(float);
+    const char *s = state != NULL ? (const char *)state->data + j * sf * sizeof(float) : NULL;
+    if (d->keys[i] != k[j] || memcmp(d->values + i * dim, v, dim * sizeof(float)) != 0 ||
+        (s != NULL && memcmp(d->state + i * sf, s, sf * sizeof(float)) != 0) ||
+        d->meta[2 * i] != m[2 * j] || d->meta[2 * i + 1] != count) {
+      finding("a loaded table dumps other rows than the file's", NULL);
+    }
+  }
+  free(order);
+  free(m);
+  free(k);
+}
+
+static void check_table(const safetensors_file *f, const table_kind *kind) {
+  sparse_table_config c;
+  memset(&c, 0, sizeof c);
+  snprintf(c.name, sizeof c.name, "%s", kind->name);
+  c.id = kind->dim == 1 ? 0 : 1;
+  c.dim = kind->dim;
+  c.seed = 7;
+  c.init_scale = 0.01f;
+  c.opt = (sparse_optimizer_config){kind->opt, 0.05, 1e-8, 0.1, 0.9, 0.999};
+  size_t sf = (size_t)sparse_table_state_floats(&c), dim = (size_t)c.dim;
+  /* Room for 1024 rows and a map of 64 slots: loads of 45 rows or more are refused. */
+  c.max_bytes = 1024 * (dim + sf + 2) * sizeof(float) + 64 * 12;
+  c.evict_after = 50;
+  sparse_table *t;
+  ps_error err;
+  if (sparse_table_create(&t, &c, &err) != PS_ERR_OK) finding("creating a table", err.msg);
+  const uint64_t base[3] = {1, 2, 3};
+  float rows[8 * SPARSE_TABLE_MAX_DIM];
+  if (sparse_table_pull(t, base, 3, NULL, 5, rows, &err) != PS_ERR_OK) finding("a pull", err.msg);
+  dump before, after;
+  dump_take(t, &before);
+
+  const safetensors_tensor *keys = find(f, kind->name, "keys", SAFETENSORS_U64, -1, 0);
+  long n = keys != NULL ? keys->shape[0] : 0;
+  const safetensors_tensor *values = find(f, kind->name, "values", SAFETENSORS_F32, n, c.dim);
+  const safetensors_tensor *state =
+      sf > 0 ? find(f, kind->name, "state", SAFETENSORS_F32, n, (long)sf) : NULL;
+  const safetensors_tensor *meta = find(f, kind->name, "meta", SAFETENSORS_I64, n, 2);
+  if (keys == NULL || values == NULL || (sf > 0 && state == NULL) || meta == NULL) {
+    dump_free(&before);
+    sparse_table_destroy(t);
+    return;
+  }
+  ps_err rc = sparse_table_load(t, (size_t)n, keys->data, values->data,
+                                state != NULL ? state->data : NULL, meta->data, &err);
+  dump_take(t, &after);
+  if (rc == PS_ERR_OK) {
+    check_loaded(&after, (size_t)n, keys, values, state, meta, dim, sf);
+    /* The loaded table trains: pull up to 3 loaded keys and 2 new ones at
+     * the newest step, push, evict; a loaded key reads its row. */
+    uint64_t pull_keys[5];
+    size_t m = 0;
+    long step = 0;
+    for (size_t i = 0; i < after.rows; i++) {
+      if (after.meta[2 * i] > step) step = (long)after.meta[2 * i];
+    }
+    for (; m < 3 && m < after.rows; m++) pull_keys[m] = after.keys[m];
+    pull_keys[m++] = 0x5eed0001u;
+    pull_keys[m++] = 0x5eed0002u;
+    int dup = 0;
+    for (size_t i = 0; i + 2 < m; i++) dup |= after.keys[i] == 0x5eed0001u || after.keys[i] == 0x5eed0002u;
+    if (!dup && sparse_table_pull(t, pull_keys, m, NULL, step, rows, &err) == PS_ERR_OK) {
+      if (memcmp(rows, after.values, (m - 2) * dim * sizeof(float)) != 0) {
+        finding("a pull of a loaded key does not read its loaded row", NULL);
+      }
+      float grads[5 * SPARSE_TABLE_MAX_DIM];
+      for (size_t i = 0; i < m * dim; i++) grads[i] = 0.5f;
+      if (sparse_table_push(t, pull_keys, m, grads, step, &err) != PS_ERR_OK) {
+        finding("a push after a load", err.msg);
+      }
+      (void)sparse_table_evict(t, step);
+    }
+  } else {
+    if (err.msg[0] == '\0' || strstr(err.msg, kind->name) == NULL) {
+      finding("a refused load does not say which table", err.msg);
+    }
+    if (!dumps_equal(&before, &after, dim, sf)) finding("a refused load changed the table", err.msg);
+  }
+  dump_free(&after);
+  dump_free(&before);
+  sparse_table_destroy(t);
+}
+
+static void check_checkpoint(const uint8_t *data, size_t size) {
+  write_file(ck_path, data, size);
+  static safetensors_file f;
+  ps_error err;
+  if (safetensors_file_read(ck_path, &f, &err) != PS_ERR_OK) {
+    if (strstr(err.msg, ck_path) == NULL) finding("a refused file's error does not name it", err.msg);
+    return;
+  }
+  for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) check_table(&f, &kinds[k]);
+  safetensors_file_free(&f);
+}
+
+/* --- libFuzzer ------------------------------------------------------------------ */
+
+static void remove_folder(void) {
+  unlink(plain_path);
+  unlink(gz_path);
+  unlink(ck_path);
+  rmdir(folder);
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+  (void)argc;
+  (void)argv;
+  log_set_level(LOG_LEVEL_ERROR); /* skipped bad lines are warnings */
+  /* Reader threads with 512 KiB stacks, not 8 MiB: ASan clears a thread's
+   * stack shadow when it ends, which was most of the time per input. */
+  pthread_attr_t attr;
+  if (pthread_attr_init(&attr) != 0 || pthread_attr_setstacksize(&attr, 512 << 10) != 0 ||
+      pthread_setattr_default_np(&attr) != 0) {
+    fprintf(stderr, "fuzz_ctr: setting the default thread stack size failed\n");
+    exit(1);
+  }
+  pthread_attr_destroy(&attr);
+  const char *tmp = getenv("TMPDIR");
+  snprintf(folder, sizeof folder, "%s/pstrain-fuzz-ctr.XXXXXX", tmp != NULL ? tmp : "/tmp");
+  if (mkdtemp(folder) == NULL) {
+    fprintf(stderr, "fuzz_ctr: creating %s: %s\n", folder, strerror(errno));
+    exit(1);
+  }
+  atexit(remove_folder);
+  snprintf(plain_path, sizeof plain_path, "%s/data.tsv", folder);
+  snprintf(gz_path, sizeof gz_path, "%s/data.tsv.gz", folder);
+  snprintf(ck_path, sizeof ck_path, "%s/ctr-step-000000007.safetensors", folder);
+  return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  check_lines(data, size);
+  check_reader(data, size);
+  check_checkpoint(data, size);
+  return 0;
+}
