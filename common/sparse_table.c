@@ -273,6 +273,19 @@ static inline void prefetch_row(const sparse_table *t, uint32_t r) {
   __builtin_prefetch(row + t->row_floats - 1); /* a row spans two lines */
 }
 
+/* A libc call per row costs more than copying the few bytes of a wide
+ * weight or a 16-float embedding: the usual widths copy a constant size,
+ * which the compiler inlines. */
+static inline void copy_row(float *restrict dst, const float *restrict src, size_t dim) {
+  switch (dim) {
+  case 1: *dst = *src; break;
+  case 8: memcpy(dst, src, 8 * sizeof(float)); break;
+  case 16: memcpy(dst, src, 16 * sizeof(float)); break;
+  case 32: memcpy(dst, src, 32 * sizeof(float)); break;
+  default: memcpy(dst, src, dim * sizeof(float)); break;
+  }
+}
+
 /* Room in t->scratch for the rows of n keys. */
 static ps_err scratch_reserve(sparse_table *t, size_t n, ps_error *err) {
   if (t->scratch_cap >= n) return PS_ERR_OK;
@@ -407,7 +420,7 @@ ps_err sparse_table_pull(sparse_table *t, const uint64_t *keys, size_t n, const 
     }
     uint64_t m = st_meta_get(t, row);
     if (st_meta_step(m) < step) st_meta_set(t, row, st_meta_make(step, st_meta_count(m)));
-    memcpy(dst, row, dim * sizeof *dst);
+    copy_row(dst, row, dim);
   }
   if (step > t->last_step) t->last_step = step;
   t->pulled.keys = keys;
