@@ -332,8 +332,8 @@ static void filter_add(sparse_table *t, uint64_t key, uint32_t occurrences) {
 
 /* ---- pull and push ---------------------------------------------------------------- */
 
-/* Tells the keys a push reuses the last pull's rows for from other keys
- * written into the same array: a pull and its push see equal keys. */
+/* A checksum of the keys: a push does not reuse a pull's rows once other
+ * keys were written into the array the pull read. */
 static uint64_t keys_fingerprint(const uint64_t *keys, size_t n) {
   uint64_t h = n;
   for (size_t i = 0; i < n; i++) h += keys[i] * (2 * (uint64_t)i + 1);
