@@ -193,6 +193,7 @@ static ps_err map_grow(sparse_table *t, size_t cap, ps_error *err) {
   t->map_keys = keys;
   t->map_rows = rows;
   t->map_cap = cap;
+  t->generation++;
   t->map_shift = 64;
   for (size_t c = cap; c > 1; c >>= 1) t->map_shift--;
   for (size_t i = 0; i < old_cap; i++) {
@@ -244,6 +245,7 @@ ps_err st_reserve(sparse_table *t, size_t high_water, size_t live, ps_error *err
 }
 
 uint32_t st_take_row(sparse_table *t) {
+  t->generation++;
   uint32_t r = t->free_head;
   if (r != ST_EMPTY) {
     memcpy(&t->free_head, st_row(t, r), sizeof t->free_head);
@@ -269,6 +271,19 @@ static inline void prefetch_row(const sparse_table *t, uint32_t r) {
   const float *row = st_row(t, r);
   __builtin_prefetch(row);
   __builtin_prefetch(row + t->row_floats - 1); /* a row spans two lines */
+}
+
+/* A libc call per row costs more than copying the few bytes of a wide
+ * weight or a 16-float embedding: the usual widths copy a constant size,
+ * which the compiler inlines. */
+static inline void copy_row(float *restrict dst, const float *restrict src, size_t dim) {
+  switch (dim) {
+  case 1: *dst = *src; break;
+  case 8: memcpy(dst, src, 8 * sizeof(float)); break;
+  case 16: memcpy(dst, src, 16 * sizeof(float)); break;
+  case 32: memcpy(dst, src, 32 * sizeof(float)); break;
+  default: memcpy(dst, src, dim * sizeof(float)); break;
+  }
 }
 
 /* Room in t->scratch for the rows of n keys. */
@@ -317,6 +332,14 @@ static void filter_add(sparse_table *t, uint64_t key, uint32_t occurrences) {
 
 /* ---- pull and push ---------------------------------------------------------------- */
 
+/* A checksum of the keys: a push does not reuse a pull's rows once other
+ * keys were written into the array the pull read. */
+static uint64_t keys_fingerprint(const uint64_t *keys, size_t n) {
+  uint64_t h = n;
+  for (size_t i = 0; i < n; i++) h += keys[i] * (2 * (uint64_t)i + 1);
+  return h;
+}
+
 static ps_err check_step(const sparse_table *t, long step, ps_error *err) {
   if (step < 0 || step > ST_STEP_MAX) {
     return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "table '%s': step %ld is not in 0..%ld",
@@ -329,6 +352,7 @@ ps_err sparse_table_pull(sparse_table *t, const uint64_t *keys, size_t n, const 
                          long step, float *out, ps_error *err) {
   ps_err rc = check_step(t, step, err);
   if (rc != PS_ERR_OK || n == 0) return rc;
+  t->pulled.keys = NULL;
   rc = scratch_reserve(t, n, err);
   if (rc != PS_ERR_OK) return rc;
   /* First decide every key without changing anything: found, new or refused. */
@@ -378,7 +402,8 @@ ps_err sparse_table_pull(sparse_table *t, const uint64_t *keys, size_t n, const 
       int found;
       size_t slot = st_map_find(t, keys[i], &found);
       if (found) { /* a repeated key (callers should dedup) */
-        row = st_row(t, t->map_rows[slot]);
+        r = t->map_rows[slot];
+        row = st_row(t, r);
       } else {
         r = st_take_row(t);
         t->map_keys[slot] = keys[i];
@@ -389,14 +414,20 @@ ps_err sparse_table_pull(sparse_table *t, const uint64_t *keys, size_t n, const 
         st_meta_set(t, row, st_meta_make(step, 0));
         t->admitted++;
       }
+      rows[i] = r; /* for the push of these keys */
     } else {
       row = st_row(t, r);
     }
     uint64_t m = st_meta_get(t, row);
     if (st_meta_step(m) < step) st_meta_set(t, row, st_meta_make(step, st_meta_count(m)));
-    memcpy(dst, row, dim * sizeof *dst);
+    copy_row(dst, row, dim);
   }
   if (step > t->last_step) t->last_step = step;
+  t->pulled.keys = keys;
+  t->pulled.n = n;
+  t->pulled.step = step;
+  t->pulled.generation = t->generation;
+  t->pulled.fingerprint = keys_fingerprint(keys, n);
   return PS_ERR_OK;
 }
 
@@ -444,10 +475,19 @@ ps_err sparse_table_push(sparse_table *t, const uint64_t *keys, size_t n, const 
   s.beta2 = (float)o->beta2;
   s.one_minus_beta1 = (float)(1.0 - o->beta1);
   s.one_minus_beta2 = (float)(1.0 - o->beta2);
-  rc = scratch_reserve(t, n, err);
-  if (rc != PS_ERR_OK) return rc;
+  /* The pull of these keys at this step left their rows in scratch (its
+   * refused keys marked ST_REFUSED, as not found): unless a row moved since,
+   * no need to look them up again. */
+  int reuse = t->pulled.keys == keys && t->pulled.n == n && t->pulled.step == step &&
+              t->pulled.generation == t->generation && n > 0 &&
+              t->pulled.fingerprint == keys_fingerprint(keys, n);
+  if (!reuse) {
+    t->pulled.keys = NULL;
+    rc = scratch_reserve(t, n, err);
+    if (rc != PS_ERR_OK) return rc;
+  }
   uint32_t *rows = t->scratch;
-  for (size_t i = 0; i < n; i++) {
+  for (size_t i = 0; !reuse && i < n; i++) {
     if (i + ST_AHEAD < n) prefetch_slot(t, keys[i + ST_AHEAD]);
     int found;
     size_t slot = st_map_find(t, keys[i], &found);

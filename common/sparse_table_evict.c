@@ -7,6 +7,7 @@ static void free_row(sparse_table *t, uint32_t r) {
   float *row = st_row(t, r);
   memcpy(row, &t->free_head, sizeof t->free_head);
   st_meta_set(t, row, ST_META_FREE);
+  t->generation++;
   t->free_head = r;
   t->n_free++;
   t->live--;

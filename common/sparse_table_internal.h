@@ -60,8 +60,18 @@ struct sparse_table {
   long last_step;     /* highest step seen: a loaded row without meta starts there */
   uint8_t *filter;    /* [ST_FILTER_BYTES] or NULL */
   uint64_t admitted, refused, evicted;
-  uint32_t *scratch;  /* per-key row of a pull in progress */
+  uint32_t *scratch;  /* per-key row of the last pull (or push) */
   size_t scratch_cap;
+  /* Bumped by whatever moves a key's row or empties its slot (map growth,
+   * a new row, eviction, load): a push may reuse the last pull's rows only
+   * while it is unchanged. */
+  uint64_t generation;
+  struct {
+    const uint64_t *keys; /* NULL: no pull to reuse */
+    size_t n;
+    long step;
+    uint64_t generation, fingerprint;
+  } pulled;
 };
 
 /* The map's hash: mixed with a constant of its own, so the keys a pserver

@@ -112,6 +112,7 @@ ps_err sparse_table_load(sparse_table *t, size_t n, const uint64_t *keys, const 
   }
   st_storage_free(t);
   fresh.last_step = last_step;
+  fresh.generation++; /* every row moved (and with no rows, every row went) */
   *t = fresh;
   return PS_ERR_OK;
 }

@@ -413,6 +413,77 @@ static void test_eviction_stress(void) {
   sparse_table_destroy(t);
 }
 
+/* A push reuses the rows its pull found only while nothing moved them:
+ * table a pushes the array it pulled, b a copy (always looked up again);
+ * between pull and push come in-place key changes, evictions of the pulled
+ * rows, loads (rows renumbered, or none left), other pulls and admission
+ * refusals. */
+static void test_push_reuses_pull(void) {
+  enum { N = 24, U = 300, DIM = 3 };
+  sparse_table_config c = config(SPARSE_OPT_ADAGRAD, DIM);
+  c.admit_after = 2;
+  c.evict_after = 6;
+  sparse_table *a = make(&c), *b = make(&c);
+  rng r;
+  rng_seed(&r, 5, 5);
+  uint64_t ka[N], kb[N], other[N];
+  float out_a[N * DIM], out_b[N * DIM], g[N * DIM];
+  size_t bad = 0;
+  ps_error err;
+  for (long step = 0; step < 400; step++) {
+    uint64_t first = rng_below(&r, U);
+    for (int i = 0; i < N; i++) { /* distinct: 7 and U are coprime */
+      ka[i] = rng_mix64((first + 7 * (uint64_t)i) % U);
+      other[i] = ka[i] + 1;
+    }
+    memcpy(kb, ka, sizeof ka);
+    pull_ok(a, ka, N, NULL, step, out_a);
+    pull_ok(b, kb, N, NULL, step, out_b);
+    bad += memcmp(out_a, out_b, sizeof out_a) != 0;
+    switch (step < 390 ? rng_below(&r, 12) : 0) { /* the last steps leave rows */
+    case 1: /* other keys in the same array */
+      ka[rng_below(&r, N)] ^= 0x10000;
+      for (int i = 0; i < N; i += 3) ka[i] = rng_mix64(ka[i]);
+      memcpy(kb, ka, sizeof ka);
+      break;
+    case 2: /* the pulled rows go (and the next pull refills the free list) */
+      CHECK(sparse_table_evict(a, step + c.evict_after + 1) ==
+            sparse_table_evict(b, step + c.evict_after + 1));
+      break;
+    case 3: { /* rows renumbered */
+      snap sa = take(a), sb = take(b);
+      REQUIRE(sparse_table_load(a, sa.n, sa.keys, sa.values, sa.state, sa.meta, &err) == PS_ERR_OK);
+      REQUIRE(sparse_table_load(b, sb.n, sb.keys, sb.values, sb.state, sb.meta, &err) == PS_ERR_OK);
+      snap_free(&sa);
+      snap_free(&sb);
+      break;
+    }
+    case 5: /* every row gone */
+      REQUIRE(sparse_table_load(a, 0, NULL, NULL, NULL, NULL, &err) == PS_ERR_OK);
+      REQUIRE(sparse_table_load(b, 0, NULL, NULL, NULL, NULL, &err) == PS_ERR_OK);
+      break;
+    case 4: /* another pull between */
+      pull_ok(a, other, N, NULL, step, out_a);
+      pull_ok(b, other, N, NULL, step, out_b);
+      break;
+    default: break;
+    }
+    for (int i = 0; i < N * DIM; i++) g[i] = (float)((step + i) % 5) * 0.25f - 0.5f;
+    uint64_t copy[N];
+    memcpy(copy, kb, sizeof copy);
+    REQUIRE(sparse_table_push(a, ka, N, g, step, &err) == PS_ERR_OK);
+    REQUIRE(sparse_table_push(b, copy, N, g, step, &err) == PS_ERR_OK);
+  }
+  snap sa = take(a), sb = take(b);
+  CHECK(snap_equal(&sa, &sb));
+  CHECK(sa.n > 100);
+  CHECK_EQ_INT(bad, 0);
+  snap_free(&sa);
+  snap_free(&sb);
+  sparse_table_destroy(a);
+  sparse_table_destroy(b);
+}
+
 static void test_admission(void) {
   sparse_table_config c = config(SPARSE_OPT_SGD, 2);
   c.admit_after = 3;
@@ -618,6 +689,7 @@ int main(void) {
   test_lazy_adam();
   test_eviction();
   test_eviction_stress();
+  test_push_reuses_pull();
   test_admission();
   test_limit();
   test_dump_load();

@@ -49,10 +49,15 @@ ps_err ctr_model_create(ctr_model **out, const model_desc *desc, backend *be, in
     mlp_desc.kind = MODEL_MLP;
     mlp_desc.embed_dim = 0;
     if (mlp_create(&m->deep, &mlp_desc, be, max_batch, seed, err) != PS_ERR_OK) goto fail;
-    m->inputs = mlp_host_inputs(m->deep); /* borrowed: gathered straight into the staging */
-    if ((m->dinputs = be->ops->host_alloc(
-             be, (size_t)max_batch * (size_t)input_width(m) * sizeof(float), err)) == NULL) {
-      goto fail;
+    /* Borrowed: gathered straight into the MLP's input activations where
+     * the backend's memory is the host's, else into its staging for upload. */
+    m->inputs = mlp_direct_inputs(m->deep);
+    if (m->inputs == NULL) {
+      m->inputs = mlp_host_inputs(m->deep);
+      if ((m->dinputs = be->ops->host_alloc(
+               be, (size_t)max_batch * (size_t)input_width(m) * sizeof(float), err)) == NULL) {
+        goto fail;
+      }
     }
   }
   if ((m->logits = be->ops->host_alloc(be, (size_t)max_batch * sizeof(float), err)) == NULL ||
@@ -103,6 +108,17 @@ static ps_err check_batch(const ctr_model *m, const ctr_batch *b, ps_error *err)
   return PS_ERR_OK;
 }
 
+/* A libc call per row costs about what copying 64 bytes does: the usual
+ * widths get a copy of constant size, which the compiler inlines. */
+static inline void copy_row(float *restrict dst, const float *restrict src, size_t dim) {
+  switch (dim) {
+  case 8: memcpy(dst, src, 8 * sizeof(float)); break;
+  case 16: memcpy(dst, src, 16 * sizeof(float)); break;
+  case 32: memcpy(dst, src, 32 * sizeof(float)); break;
+  default: memcpy(dst, src, dim * sizeof(float)); break;
+  }
+}
+
 /* X row i = the fields' deep rows, then the dense features. */
 static void gather_inputs(ctr_model *m, const ctr_batch *b) {
   const size_t dim = (size_t)m->desc.embed_dim, width = (size_t)input_width(m);
@@ -110,7 +126,7 @@ static void gather_inputs(ctr_model *m, const ctr_batch *b) {
     float *row = m->inputs + (size_t)i * width;
     const uint32_t *slot = b->slot + (size_t)i * FIELDS;
     for (int f = 0; f < FIELDS; f++) {
-      memcpy(row + (size_t)f * dim, b->deep_rows + (size_t)slot[f] * dim, dim * sizeof(float));
+      copy_row(row + (size_t)f * dim, b->deep_rows + (size_t)slot[f] * dim, dim);
     }
     memcpy(row + FIELDS * dim, b->examples[i].dense, CTR_DENSE_FIELDS * sizeof(float));
   }
@@ -123,7 +139,7 @@ ps_err ctr_model_forward(ctr_model *m, const ctr_batch *b, int want_grad, double
   const int batch = b->size;
   if (m->deep != NULL) {
     gather_inputs(m, b);
-    TRY(mlp_load_inputs(m->deep, batch, err));
+    if (m->dinputs != NULL) TRY(mlp_load_inputs(m->deep, batch, err)); /* staged */
     TRY(mlp_forward_logits(m->deep, batch, err));
     TRY(mlp_get_logits(m->deep, batch, m->logits, err));
   } else {
@@ -150,11 +166,12 @@ static inline void add_row(float *restrict dst, const float *restrict src, size_
 }
 
 /* deep_grads[slot] += the embedding columns of dX, over examples and fields. */
-static void scatter_deep(const ctr_model *m, const ctr_batch *b, float *deep_grads) {
+static void scatter_deep(const ctr_model *m, const ctr_batch *b, const float *dinputs,
+                         float *deep_grads) {
   const size_t dim = (size_t)m->desc.embed_dim, width = (size_t)input_width(m);
   memset(deep_grads, 0, b->unique * dim * sizeof(float));
   for (int i = 0; i < b->size; i++) {
-    const float *row = m->dinputs + (size_t)i * width;
+    const float *row = dinputs + (size_t)i * width;
     const uint32_t *slot = b->slot + (size_t)i * FIELDS;
     for (int f = 0; f < FIELDS; f++) {
       add_row(deep_grads + (size_t)slot[f] * dim, row + (size_t)f * dim, dim);
@@ -184,8 +201,10 @@ ps_err ctr_model_backward(ctr_model *m, const ctr_batch *b, float *wide_grads, f
   }
   m->wide_bias_grad = bias_grad;
   if (m->deep == NULL) return PS_ERR_OK;
-  TRY(mlp_backward_from(m->deep, b->size, m->dlogits, m->dinputs, err));
-  scatter_deep(m, b, deep_grads);
+  const float *dinputs = m->dinputs;
+  if (dinputs != NULL) TRY(mlp_backward_from(m->deep, b->size, m->dlogits, m->dinputs, err));
+  else TRY(mlp_backward_from_direct(m->deep, b->size, m->dlogits, &dinputs, err));
+  scatter_deep(m, b, dinputs, deep_grads);
   return PS_ERR_OK;
 }
 

@@ -49,10 +49,12 @@ typedef struct ctr_model {
   /* the rest is private to ctr_model.c: wide.bias and its gradient and
    * state, host scratch for inputs, logits and their gradients */
   float wide_bias, wide_bias_grad, wide_bias_state[2];
-  float *inputs;        /* (max_batch, 26 * DIM + 13) host */
+  float *inputs;        /* (max_batch, 26 * DIM + 13) host: the MLP's staging, or its
+                           input activations where the backend's memory is host memory */
   float *logits;        /* (max_batch) host */
   float *dlogits;       /* (max_batch) host */
-  float *dinputs;       /* (max_batch, 26 * DIM + 13) host */
+  float *dinputs;       /* (max_batch, 26 * DIM + 13) host; NULL where the MLP's input
+                           gradient is read in place (backend memory is host memory) */
   int grad_batch;       /* size of the last forward with want_grad; 0 when none */
 } ctr_model;
 

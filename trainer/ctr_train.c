@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
@@ -177,11 +178,16 @@ void ctr_trainer_free(ctr_trainer *t) {
 }
 
 /* The batch's distinct keys and each example field's slot among them. */
-static ps_err dedup_batch(ctr_trainer *t, int count, ps_error *err) {
+static ps_err dedup_into(const ctr_example *examples, int count, uint64_t *keys, uint32_t *slot,
+                         sparse_dedup *d, ps_error *err) {
   for (int i = 0; i < count; i++) {
-    memcpy(t->keys + (size_t)i * FIELDS, t->examples[i].keys, sizeof t->examples[i].keys);
+    memcpy(keys + (size_t)i * FIELDS, examples[i].keys, sizeof examples[i].keys);
   }
-  return sparse_dedup_run(&t->dedup, t->keys, (size_t)count * FIELDS, t->slot, err);
+  return sparse_dedup_run(d, keys, (size_t)count * FIELDS, slot, err);
+}
+
+static ps_err dedup_batch(ctr_trainer *t, int count, ps_error *err) {
+  return dedup_into(t->examples, count, t->keys, t->slot, &t->dedup, err);
 }
 
 static ctr_batch batch_of(const ctr_trainer *t, int count) {
@@ -190,9 +196,8 @@ static ctr_batch batch_of(const ctr_trainer *t, int count) {
                      .deep_rows = t->deep != NULL ? t->deep_rows : NULL};
 }
 
-/* One training step on the `count` examples in t->examples. */
+/* One training step on the `count` examples in t->examples, deduplicated. */
 static ps_err train_step(ctr_trainer *t, int count, long step, double *loss_sum, ps_error *err) {
-  if (dedup_batch(t, count, err) != PS_ERR_OK) return err->code;
   const sparse_dedup *d = &t->dedup;
   if (sparse_table_pull(t->wide, d->unique, d->n_unique, d->counts, step, t->wide_rows, err) !=
           PS_ERR_OK ||
@@ -342,6 +347,129 @@ static ps_err skip_examples(ctr_trainer *t, long n, ps_error *err) {
   return PS_ERR_OK;
 }
 
+/* The next training batch is read and deduplicated on a thread of its own
+ * while the current one trains: it touches no table and reads the same
+ * examples in the same order, so the result is the same. The thread fills
+ * a second set of batch buffers, which then trade places with t's. */
+typedef enum { PF_IDLE, PF_WORK, PF_DONE, PF_QUIT } prefetch_state;
+
+typedef struct prefetch {
+  ctr_trainer *t;
+  ctr_example *examples; /* the buffers being filled: as t's */
+  uint64_t *keys;
+  uint32_t *slot;
+  sparse_dedup dedup;
+  int want, count;       /* examples asked for, read */
+  ps_err rc;
+  ps_error err;
+  prefetch_state state;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  pthread_t thread;
+  int started;
+} prefetch;
+
+static void *prefetch_main(void *arg) {
+  prefetch *p = arg;
+  pthread_mutex_lock(&p->mu);
+  for (;;) {
+    while (p->state == PF_IDLE || p->state == PF_DONE) pthread_cond_wait(&p->cv, &p->mu);
+    if (p->state == PF_QUIT) break;
+    pthread_mutex_unlock(&p->mu);
+    int count = 0;
+    ps_err rc = ctr_reader_next(p->t->train, p->examples, p->want, &count, &p->err);
+    if (rc == PS_ERR_OK && count > 0) {
+      rc = dedup_into(p->examples, count, p->keys, p->slot, &p->dedup, &p->err);
+    }
+    pthread_mutex_lock(&p->mu);
+    p->count = count;
+    p->rc = rc;
+    p->state = PF_DONE;
+    pthread_cond_broadcast(&p->cv);
+  }
+  pthread_mutex_unlock(&p->mu);
+  return NULL;
+}
+
+static ps_err prefetch_start(prefetch *p, ctr_trainer *t, ps_error *err) {
+  memset(p, 0, sizeof *p);
+  p->t = t;
+  sparse_dedup_init(&p->dedup);
+  int max_batch = t->settings.opt.batch > EVAL_BATCH ? (int)t->settings.opt.batch : EVAL_BATCH;
+  size_t keys = (size_t)max_batch * FIELDS;
+  int ok = 1;
+  p->examples = alloc_array((size_t)max_batch, sizeof *p->examples, &ok);
+  p->keys = alloc_array(keys, sizeof *p->keys, &ok);
+  p->slot = alloc_array(keys, sizeof *p->slot, &ok);
+  if (!ok) return ps_error_set(err, PS_ERR_NO_MEMORY, "out of memory for batches of %d", max_batch);
+  int e = pthread_mutex_init(&p->mu, NULL);
+  if (e == 0 && (e = pthread_cond_init(&p->cv, NULL)) != 0) pthread_mutex_destroy(&p->mu);
+  if (e == 0 && (e = pthread_create(&p->thread, NULL, prefetch_main, p)) != 0) {
+    pthread_cond_destroy(&p->cv);
+    pthread_mutex_destroy(&p->mu);
+  }
+  if (e != 0) {
+    return ps_error_set(err, PS_ERR_INTERNAL, "starting the batch prefetch thread: %s", strerror(e));
+  }
+  p->started = 1;
+  return PS_ERR_OK;
+}
+
+/* Asks the thread for the next `want` examples. */
+static void prefetch_ask(prefetch *p, int want) {
+  pthread_mutex_lock(&p->mu);
+  p->want = want;
+  p->state = PF_WORK;
+  pthread_cond_broadcast(&p->cv);
+  pthread_mutex_unlock(&p->mu);
+}
+
+/* Waits for the batch asked for and swaps it into t's buffers. */
+static ps_err prefetch_take(prefetch *p, int *count, ps_error *err) {
+  pthread_mutex_lock(&p->mu);
+  while (p->state == PF_WORK) pthread_cond_wait(&p->cv, &p->mu);
+  p->state = PF_IDLE;
+  pthread_mutex_unlock(&p->mu);
+  if (p->rc != PS_ERR_OK) {
+    *err = p->err;
+    return p->rc;
+  }
+  ctr_trainer *t = p->t;
+  ctr_example *examples = t->examples;
+  uint64_t *keys = t->keys;
+  uint32_t *slot = t->slot;
+  sparse_dedup dedup = t->dedup;
+  t->examples = p->examples;
+  t->keys = p->keys;
+  t->slot = p->slot;
+  t->dedup = p->dedup;
+  p->examples = examples;
+  p->keys = keys;
+  p->slot = slot;
+  p->dedup = dedup;
+  *count = p->count;
+  return PS_ERR_OK;
+}
+
+/* Lets the thread finish what it was asked, stops it and frees its buffers. */
+static void prefetch_stop(prefetch *p) {
+  if (p->started) {
+    pthread_mutex_lock(&p->mu);
+    while (p->state == PF_WORK) pthread_cond_wait(&p->cv, &p->mu);
+    p->state = PF_QUIT;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    pthread_join(p->thread, NULL);
+    pthread_cond_destroy(&p->cv);
+    pthread_mutex_destroy(&p->mu);
+  }
+  sparse_dedup_free(&p->dedup);
+  free(p->examples);
+  free(p->keys);
+  free(p->slot);
+  memset(p, 0, sizeof *p);
+}
+
 static ps_err train_epoch(ctr_trainer *t, long epoch, long *global_step, double run_start,
                           ctr_summary *summary, ps_error *err) {
   const trainer_options *o = &t->settings.opt;
@@ -353,35 +481,47 @@ static ps_err train_epoch(ctr_trainer *t, long epoch, long *global_step, double 
   double eval_s = 0.0; /* evaluation time is not training time */
   long seen = 0, seen_since_report = 0;
   double loss_since_report = 0.0;
+  prefetch pf;
+  if (prefetch_start(&pf, t, err) != PS_ERR_OK) {
+    prefetch_stop(&pf);
+    return err->code;
+  }
+  ps_err rc = PS_ERR_OK; /* the loop leaves by `out`, which stops the thread */
+#define FAIL(expr)                 \
+  do {                             \
+    rc = (expr);                   \
+    if (rc != PS_ERR_OK) goto out; \
+  } while (0)
+  if (first < t->steps_per_epoch && *global_step < total_steps) prefetch_ask(&pf, (int)o->batch);
   for (long step = first; step < t->steps_per_epoch && *global_step < total_steps; step++) {
     int count = 0;
-    if (ctr_reader_next(t->train, t->examples, (int)o->batch, &count, err) != PS_ERR_OK) {
-      return err->code;
-    }
+    FAIL(prefetch_take(&pf, &count, err));
     if (count == 0) break; /* bad lines skipped: the file held fewer examples than lines */
+    /* Only the batches the loop will train are read: the reader's position
+     * and its count of skipped lines stay as without prefetching. */
+    if (step + 1 < t->steps_per_epoch && *global_step + 1 < total_steps) {
+      prefetch_ask(&pf, (int)o->batch);
+    }
     double batch_loss = 0.0;
-    if (train_step(t, count, *global_step, &batch_loss, err) != PS_ERR_OK) return err->code;
+    FAIL(train_step(t, count, *global_step, &batch_loss, err));
     if (!isfinite(batch_loss)) {
-      return ps_error_set(err, PS_ERR_FAILED_PRECONDITION,
-                          "training diverged: the logloss is %g at epoch %ld step %ld; try a "
-                          "smaller --lr (now %g) or --sparse-lr (now %g)",
-                          batch_loss, epoch + 1, step + 1, o->lr, o->sparse_lr);
+      FAIL(ps_error_set(err, PS_ERR_FAILED_PRECONDITION,
+                        "training diverged: the logloss is %g at epoch %ld step %ld; try a "
+                        "smaller --lr (now %g) or --sparse-lr (now %g)",
+                        batch_loss, epoch + 1, step + 1, o->lr, o->sparse_lr));
     }
     loss_sum += batch_loss;
     loss_since_report += batch_loss;
     seen += count;
     seen_since_report += count;
     (*global_step)++;
-    if (ctr_checkpoint_due(t, *global_step, 0) &&
-        ctr_checkpoint_write(t, *global_step, err) != PS_ERR_OK) {
-      return err->code;
-    }
+    if (ctr_checkpoint_due(t, *global_step, 0)) FAIL(ctr_checkpoint_write(t, *global_step, err));
     double now = now_s();
     if (o->eval_every > 0 && *global_step % o->eval_every == 0 && *global_step < total_steps) {
       progress p = {epoch + 1, *global_step, loss_since_report / (double)seen_since_report,
                     (double)seen / (now - start - eval_s), now - run_start};
       double auc, logloss;
-      if (report(t, &p, &auc, &logloss, err) != PS_ERR_OK) return err->code;
+      FAIL(report(t, &p, &auc, &logloss, err));
       eval_s += now_s() - now;
       loss_since_report = 0.0;
       seen_since_report = 0;
@@ -396,6 +536,10 @@ static ps_err train_epoch(ctr_trainer *t, long epoch, long *global_step, double 
       next_progress = now + o->progress_interval;
     }
   }
+#undef FAIL
+out:
+  prefetch_stop(&pf);
+  if (rc != PS_ERR_OK) return rc;
   double elapsed = now_s() - start - eval_s;
   summary->train_logloss = seen > 0 ? loss_sum / (double)seen : 0.0;
   summary->examples_per_s = seen > 0 ? (double)seen / elapsed : 0.0;

@@ -178,21 +178,42 @@ static ps_err backward_layers(mlp *m, int batch, float *dinput, ps_error *err) {
 
 ps_err mlp_backward(mlp *m, int batch, ps_error *err) { return backward_layers(m, batch, NULL, err); }
 
-ps_err mlp_backward_from(mlp *m, int batch, const float *host_dlogits, float *host_dinputs,
-                         ps_error *err) {
+/* Backward from the caller's output gradient; with want_dinput also the
+ * input gradient, into m->dinput (backend memory). */
+static ps_err backward_from(mlp *m, int batch, const float *host_dlogits, int want_dinput,
+                            ps_error *err) {
   TRY(check_batch(m, batch, err));
   const backend_ops *ops = m->be->ops;
   const size_t outs = (size_t)batch * (size_t)m->desc.sizes[m->desc.num_layers];
-  const size_t ins = (size_t)batch * (size_t)m->desc.sizes[0];
   TRY(ops->upload(m->be, m->grad_bufs, host_dlogits, outs * sizeof(float), err));
-  if (host_dinputs != NULL && m->dinput == NULL) {
+  if (want_dinput && m->dinput == NULL) {
     m->dinput = ops->alloc(m->be, (size_t)m->max_batch * (size_t)m->desc.sizes[0] * sizeof(float),
                            err);
     if (m->dinput == NULL) return err->code;
   }
-  TRY(backward_layers(m, batch, host_dinputs != NULL ? m->dinput : NULL, err));
+  return backward_layers(m, batch, want_dinput ? m->dinput : NULL, err);
+}
+
+ps_err mlp_backward_from(mlp *m, int batch, const float *host_dlogits, float *host_dinputs,
+                         ps_error *err) {
+  TRY(backward_from(m, batch, host_dlogits, host_dinputs != NULL, err));
   if (host_dinputs == NULL) return PS_ERR_OK;
-  return ops->download(m->be, host_dinputs, m->dinput, ins * sizeof(float), err);
+  const size_t ins = (size_t)batch * (size_t)m->desc.sizes[0];
+  return m->be->ops->download(m->be, host_dinputs, m->dinput, ins * sizeof(float), err);
+}
+
+float *mlp_direct_inputs(mlp *m) { return m->be->host_memory ? activation(m, 0) : NULL; }
+
+ps_err mlp_backward_from_direct(mlp *m, int batch, const float *host_dlogits,
+                                const float **dinputs, ps_error *err) {
+  *dinputs = NULL;
+  if (!m->be->host_memory) {
+    return ps_error_set(err, PS_ERR_FAILED_PRECONDITION,
+                        "mlp: backend %s keeps the input gradient in device memory", m->be->name);
+  }
+  TRY(backward_from(m, batch, host_dlogits, 1, err));
+  *dinputs = m->dinput;
+  return PS_ERR_OK;
 }
 
 static ps_err ensure_state(mlp *m, ps_error *err);

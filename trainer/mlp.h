@@ -71,6 +71,16 @@ ps_err mlp_get_logits(mlp *m, int batch, float *host, ps_error *err);
 ps_err mlp_backward_from(mlp *m, int batch, const float *host_dlogits, float *host_dinputs,
                          ps_error *err);
 
+/* Without copies where the backend's memory is host memory (be->host_memory;
+ * NULL or FAILED_PRECONDITION on others): the input activations themselves,
+ * which a caller fills (batch * sizes[0] floats) instead of the staging
+ * buffer and mlp_load_inputs, and mlp_backward_from leaving the gradient
+ * w.r.t. the inputs where the model computed it, *dinputs (batch * sizes[0]
+ * floats, valid until the next backward). */
+float *mlp_direct_inputs(mlp *m);
+ps_err mlp_backward_from_direct(mlp *m, int batch, const float *host_dlogits,
+                                const float **dinputs, ps_error *err);
+
 /* Applies the optimizer to the parameters with the current gradients. */
 ps_err mlp_apply_optimizer(mlp *m, const optimizer_config *cfg, long step, ps_error *err);
 
