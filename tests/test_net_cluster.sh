@@ -45,13 +45,22 @@ cmp -s "$SCRATCH/loopback.safetensors" "$SCRATCH/hosts.safetensors" ||
 printf 'h2 slots=1\nh3 slots=1\n' >"$SCRATCH/hostfile"
 rx_before=$(ip netns exec "$PSTRAIN_TESTNET-sw" cat /sys/class/net/p2/statistics/rx_bytes)
 unset PADDLE_PSERVERS_IP_PORT_LIST PADDLE_TRAINERS_NUM
-OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PMIX_MCA_gds=hash \
-  start mpirun on h0 mpirun -np 2 --hostfile "$SCRATCH/hostfile" \
-  --mca plm_rsh_agent "$TESTNET rsh" --mca btl tcp,self --mca btl_tcp_if_include eth0 \
-  --mca oob_tcp_if_include eth0 -x PMIX_MCA_gds \
-  "$BIN/trainer" --mode collective "${COMMON[@]}" --export "$SCRATCH/collective.safetensors"
-# On failure the whole tail: an exit 139 was seen once under load with no ERROR line.
-wait_for "$LAST_PID" 240 || fail "collective across hosts exited $?: $(tail -15 "$SCRATCH/mpirun.log")"
+run_collective() {
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PMIX_MCA_gds=hash \
+    start mpirun on h0 mpirun -np 2 --hostfile "$SCRATCH/hostfile" \
+    --mca plm_rsh_agent "$TESTNET rsh" --mca btl tcp,self --mca btl_tcp_if_include eth0 \
+    --mca oob_tcp_if_include eth0 -x PMIX_MCA_gds \
+    "$BIN/trainer" --mode collective "${COMMON[@]}" --export "$SCRATCH/collective.safetensors"
+  wait_for "$LAST_PID" 240
+}
+# Open MPI's launcher has died of SIGSEGV (139) under load before starting
+# any rank: once more in that case only; anything else is a failure.
+run_collective; code=$?
+if [ "$code" -eq 139 ] && ! grep -q "trainer\[" "$SCRATCH/mpirun.log"; then
+  echo "mpirun exited 139 before starting any rank; once more" >&2
+  run_collective; code=$?
+fi
+[ "$code" -eq 0 ] || fail "collective across hosts exited $code: $(tail -15 "$SCRATCH/mpirun.log")"
 rx=$(( $(ip netns exec "$PSTRAIN_TESTNET-sw" cat /sys/class/net/p2/statistics/rx_bytes) - rx_before ))
 # 40 all-reduces of 235,146 floats: a ring moves about 2*(n-1)/n of it out of each host.
 [ "$rx" -ge $((40 * 235146 * 4)) ] || fail "h2 sent only $rx bytes through the bridge"
