@@ -121,7 +121,7 @@ ps_err checkpoint_write_tensors(const char *dir, const char *prefix, const char 
                                 const job_config *job, const char *const *extra,
                                 safetensors_tensor *tensors, int count, ps_error *err) {
   Pstrain__JobConfig jc;
-  Pstrain__OptimizerConfig oc;
+  wire_job_parts oc;
   char model[256], path[4096], step_text[32], hash[32], job_hex[2 * PACKED_JOB_MAX + 1];
   wire_job_to_proto(job, &jc, &oc, model, sizeof model);
   uint8_t packed[PACKED_JOB_MAX];

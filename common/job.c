@@ -25,7 +25,7 @@ ps_err update_mode_parse(const char *name, update_mode *out, ps_error *err) {
 
 /* --- the table --------------------------------------------------------------- */
 
-enum { GROUP_JOB = 0, GROUP_OPT = 1 };
+enum { GROUP_JOB = 0, GROUP_OPT = 1, GROUP_SPARSE = 2 };
 
 static const struct {
   const char *name, *text;
@@ -39,6 +39,7 @@ static const struct {
 /* How each type is written; the hash covers these, so keep them stable. */
 #define FORMAT_MODEL(v, buf, len) model_format(&(v), buf, len)
 #define FORMAT_KIND(v, buf, len) snprintf(buf, len, "%s", optimizer_kind_name(v))
+#define FORMAT_SPARSE_KIND(v, buf, len) snprintf(buf, len, "%s", sparse_optimizer_name(v))
 #define FORMAT_SCHEDULE(v, buf, len) snprintf(buf, len, "%s", lr_schedule_name(v))
 #define FORMAT_UPDATE(v, buf, len) snprintf(buf, len, "%s", update_mode_name(v))
 #define FORMAT_DOUBLE(v, buf, len) snprintf(buf, len, "%.17g", v)
@@ -102,27 +103,45 @@ static void emit_field(sink *s, const job_config *job, int f) {
   emit(s, value);
 }
 
-/* "model=... optimizer=[adam lr=...] update=...": the optimizer's rows in
- * brackets. */
+/* Whether group's rows belong in the job's text: the sparse tables' only for
+ * the CTR models, so an MLP job's text (and the hash old checkpoints hold)
+ * is unchanged. */
+static int group_written(const job_config *job, int group) {
+  return group != GROUP_SPARSE || model_is_ctr(&job->model);
+}
+
+static const char *const group_open[] = {"", " optimizer=[", " sparse=["};
+
+/* "model=... optimizer=[adam lr=...] update=... sparse=[adagrad lr=...]":
+ * the optimizer's and the sparse tables' rows in brackets. */
 static void job_text(const job_config *job, sink *s) {
   int group = GROUP_JOB;
   for (int f = 0; f < JOB_FIELD_COUNT; f++) {
+    if (!group_written(job, fields[f].group)) continue;
     if (fields[f].group != group) {
-      emit(s, group == GROUP_JOB ? " optimizer=[" : "]");
+      if (group != GROUP_JOB) emit(s, "]");
       group = fields[f].group;
+      emit(s, group_open[group]);
     }
     emit_field(s, job, f);
   }
-  if (group == GROUP_OPT) emit(s, "]");
+  if (group != GROUP_JOB) emit(s, "]");
 }
 
-/* "adam lr=... min_lr=...": what a difference shows of the optimizer. */
-static void optimizer_text(const job_config *job, char *buf, size_t len) {
+/* "adam lr=... min_lr=...": what a difference shows of a bracketed group. */
+static void group_text(const job_config *job, int group, char *buf, size_t len) {
   sink s;
   sink_init(&s, buf, len);
   for (int f = 0; f < JOB_FIELD_COUNT; f++) {
-    if (fields[f].group == GROUP_OPT) emit_field(&s, job, f);
+    if (fields[f].group == group) emit_field(&s, job, f);
   }
+}
+
+sparse_optimizer_config job_sparse_optimizer(const job_sparse *s) {
+  return (sparse_optimizer_config){.kind = s->sparse_kind, .lr = s->sparse_lr,
+                                   .epsilon = s->sparse_epsilon,
+                                   .initial_accumulator = s->sparse_initial_accumulator,
+                                   .beta1 = s->sparse_beta1, .beta2 = s->sparse_beta2};
 }
 
 void job_config_format(const job_config *job, char *buf, size_t len) {
@@ -162,12 +181,12 @@ static void diff(const job_config *a, const job_config *b, diff_out *o) {
   o->buf[0] = '\0';
   int group = GROUP_JOB;
   for (int f = 0; f < JOB_FIELD_COUNT; f++) {
-    if (fields[f].group == GROUP_OPT) {
-      /* The optimizer is one entry, at its first row. */
-      if (group != GROUP_OPT) {
-        optimizer_text(a, x, sizeof x);
-        optimizer_text(b, y, sizeof y);
-        append(o, "optimizer", x, y);
+    if (fields[f].group != GROUP_JOB) {
+      /* A bracketed group is one entry, at its first row. */
+      if (group != fields[f].group) {
+        group_text(a, fields[f].group, x, sizeof x);
+        group_text(b, fields[f].group, y, sizeof y);
+        append(o, fields[f].group == GROUP_OPT ? "optimizer" : "sparse tables", x, y);
       }
     } else {
       job_field_format(a, (job_field)f, x, sizeof x);

@@ -12,11 +12,24 @@
 #include "common/job_fields.h"
 #include "common/model.h"
 #include "common/optimizer.h"
+#include "common/sparse_table.h"
 
 typedef enum { UPDATE_SYNC, UPDATE_ASYNC } update_mode;
 #define UPDATE_MODE_COUNT (UPDATE_ASYNC + 1)
 /* The names of update_mode_name, for option tables' choices. */
 #define UPDATE_MODE_CHOICES "sync|async"
+
+/* The CTR models' table settings (all zero for the MLP, and then outside the
+ * job's text and hash, so MLP jobs hash as before). */
+typedef struct job_sparse {
+  sparse_optimizer_kind sparse_kind;
+  double sparse_lr;
+  double sparse_epsilon;
+  double sparse_initial_accumulator;
+  double sparse_beta1, sparse_beta2; /* lazy Adam */
+  int admit_after;
+  long evict_after;
+} job_sparse;
 
 typedef struct job_config {
   model_desc model;
@@ -28,7 +41,11 @@ typedef struct job_config {
   uint64_t seed;
   long batch; /* per trainer per step */
   long steps; /* every trainer takes in all */
+  job_sparse sparse;
 } job_config;
+
+/* The table settings as sparse_table_config wants them. */
+sparse_optimizer_config job_sparse_optimizer(const job_sparse *s);
 
 /* One enumerator per row of JOB_FIELDS, in its order. */
 typedef enum {

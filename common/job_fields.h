@@ -7,9 +7,11 @@
  *
  * X(id, group, type, text, name, lo, hi)
  *   id     the member: of job_config (group JOB) or of its optimizer (OPT),
- *          and of Pstrain__JobConfig or Pstrain__OptimizerConfig alike
- *   group  JOB or OPT; OPT rows stay together: the canonical text puts them
- *          in "optimizer=[...]" and differences name them as "optimizer"
+ *          and of Pstrain__JobConfig, Pstrain__OptimizerConfig or Pstrain__SparseConfig alike
+ *   group  JOB, OPT or SPARSE; OPT rows stay together: the canonical text
+ *          puts them in "optimizer=[...]" and differences name them as
+ *          "optimizer"; SPARSE rows likewise in "sparse=[...]", written only
+ *          for the CTR models (an MLP job's text is what it always was)
  *   type   how the value is written and converted: MODEL, KIND, SCHEDULE,
  *          UPDATE (names), DOUBLE, INT (int), LONG (long, unsigned on the
  *          wire), SLONG (long, int64 on the wire), SIZE (size_t), U64
@@ -47,11 +49,20 @@
   X(block_size,   JOB, SIZE,     " block_size=",  "block size",     1, 1u << 26)        \
   X(seed,         JOB, U64,      " seed=",        "seed",           0, UINT64_MAX)      \
   X(batch,        JOB, LONG,     " batch=",       "batch",          1, UINT32_MAX)      \
-  X(steps,        JOB, LONG,     " steps=",       "steps",          1, 1ULL << 50)
+  X(steps,        JOB, LONG,     " steps=",       "steps",          1, 1ULL << 50)         \
+  X(sparse_kind,  SPARSE, SPARSE_KIND, "",        "sparse optimizer", 0, 0)             \
+  X(sparse_lr,    SPARSE, DOUBLE, " lr=",         "sparse lr",      0, 0)               \
+  X(sparse_epsilon, SPARSE, DOUBLE, " eps=",      "sparse epsilon", 0, 0)               \
+  X(sparse_initial_accumulator, SPARSE, DOUBLE, " acc0=", "sparse initial accumulator", 0, 0) \
+  X(sparse_beta1, SPARSE, DOUBLE, " betas=",      "sparse beta1",   0, 0)               \
+  X(sparse_beta2, SPARSE, DOUBLE, ",",            "sparse beta2",   0, 0)               \
+  X(admit_after,  SPARSE, INT,    " admit=",      "admit after",    0, 255)             \
+  X(evict_after,  SPARSE, SLONG,  " evict=",      "evict after",    0, 1LL << 50)
 /* clang-format on */
 
 /* The member of a job_config `job` that row `id` of `group` describes. */
 #define JOB_MEMBER_JOB(job, id) ((job)->id)
 #define JOB_MEMBER_OPT(job, id) ((job)->optimizer.id)
+#define JOB_MEMBER_SPARSE(job, id) ((job)->sparse.id)
 
 #endif

@@ -43,10 +43,16 @@ ProtobufCMessage *wire_unpack(const ProtobufCMessageDescriptor *desc, const rpc_
 /* Packs m into a malloc'd buffer (*out, *len), owned by the caller. */
 ps_err wire_pack(const ProtobufCMessage *m, uint8_t **out, size_t *len, ps_error *err);
 
+/* The sub-messages a JobConfig points to. */
+typedef struct wire_job_parts {
+  Pstrain__OptimizerConfig optimizer;
+  Pstrain__SparseConfig sparse;
+} wire_job_parts;
+
 /* Job description to and from its message. The proto structs point into
- * `text` (model name) and `opt`, which must outlive them. */
-void wire_job_to_proto(const job_config *job, Pstrain__JobConfig *out,
-                       Pstrain__OptimizerConfig *opt, char *text, size_t text_len);
+ * `text` (model name) and `parts`, which must outlive them. */
+void wire_job_to_proto(const job_config *job, Pstrain__JobConfig *out, wire_job_parts *parts,
+                       char *text, size_t text_len);
 /* Checks every field as strictly as the command line would. */
 ps_err wire_job_from_proto(const Pstrain__JobConfig *in, job_config *job, ps_error *err);
 

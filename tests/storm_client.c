@@ -90,7 +90,7 @@ static void build(const storm *s, int m, int p, uint32_t trainer, uint64_t step,
   key.step = step;
   if (m == M_REGISTER) {
     Pstrain__JobConfig jc;
-    Pstrain__OptimizerConfig oc;
+    wire_job_parts oc;
     char text[256];
     wire_job_to_proto(&s->job, &jc, &oc, text, sizeof text);
     Pstrain__RegisterRequest req = PSTRAIN__REGISTER_REQUEST__INIT;

@@ -51,7 +51,7 @@ mid=$((10#$mid))
 grep -q "resuming from .* at step $mid" "$SCRATCH/b.log" || fail "did not resume at step $mid"
 cmp -s "$SCRATCH/a.safetensors" "$SCRATCH/b.safetensors" ||
   fail "the resumed run's model and tables differ from the uninterrupted run's"
-expect_exit 2 "other sparse table settings" -- "$BIN/trainer" "${COMMON[@]}" --model ctr:8:32,16 \
+expect_exit 2 "is another job's (this job vs the file's: sparse tables adagrad lr=0.10000000000000001" -- "$BIN/trainer" "${COMMON[@]}" --model ctr:8:32,16 \
   --epochs 2 --checkpoint-dir "$CK" --resume --sparse-lr 0.1
 expect_exit 2 "is another job's" -- "$BIN/trainer" "${COMMON[@]}" --model ctr:8:16 --epochs 2 \
   --checkpoint-dir "$CK" --resume

@@ -21,16 +21,22 @@ static job_config base_job(void) {
   ps_error err;
   job_config job = {.update = UPDATE_SYNC, .trainers = 2, .pservers = 2, .block_size = 32768,
                     .seed = 7, .batch = 64, .steps = 100};
-  REQUIRE(model_parse("mlp:20,16,4", &job.model, &err) == PS_ERR_OK);
+  /* A CTR model: its job has every row, the sparse tables' too. */
+  REQUIRE(model_parse("ctr:4:16", &job.model, &err) == PS_ERR_OK);
   job.optimizer = (optimizer_config){.kind = OPTIMIZER_ADAM, .lr = 0.001, .weight_decay = 0.01,
                                      .momentum = 0.9, .beta1 = 0.9, .beta2 = 0.999,
                                      .epsilon = 1e-8, .schedule = LR_COSINE, .step_size = 1000,
                                      .gamma = 0.5, .total_steps = 5000, .min_lr = 1e-5};
+  job.sparse = (job_sparse){.sparse_kind = SPARSE_OPT_ADAGRAD, .sparse_lr = 0.05,
+                            .sparse_epsilon = 1e-8, .sparse_initial_accumulator = 0.1,
+                            .sparse_beta1 = 0.9, .sparse_beta2 = 0.999, .admit_after = 2,
+                            .evict_after = 100};
   return job;
 }
 
 /* Another valid value per type; a new type needs its line here. */
-#define MUTATE_MODEL(v) REQUIRE(model_parse("mlp:20,7,4", &(v), &err) == PS_ERR_OK)
+#define MUTATE_MODEL(v) REQUIRE(model_parse("ctr:4:7", &(v), &err) == PS_ERR_OK)
+#define MUTATE_SPARSE_KIND(v) (v) = (v) == SPARSE_OPT_ADAGRAD ? SPARSE_OPT_ADAM : SPARSE_OPT_ADAGRAD
 #define MUTATE_KIND(v) (v) = (v) == OPTIMIZER_ADAM ? OPTIMIZER_MOMENTUM : OPTIMIZER_ADAM
 #define MUTATE_SCHEDULE(v) (v) = (v) == LR_COSINE ? LR_STEP : LR_COSINE
 #define MUTATE_UPDATE(v) (v) = (v) == UPDATE_SYNC ? UPDATE_ASYNC : UPDATE_SYNC
@@ -55,22 +61,24 @@ static void mutate(job_config *job, job_field field) {
   }
 }
 
-static int is_optimizer_field(job_field field) {
-  static const int opt[JOB_FIELD_COUNT] = {
-#define GROUP_ROW(id, group, ...) [JOB_FIELD_##id] = GROUP_IS_OPT_##group,
-#define GROUP_IS_OPT_JOB 0
-#define GROUP_IS_OPT_OPT 1
+/* What a difference calls the field: bracketed groups are one entry. */
+static const char *diff_name_of(job_field field) {
+  static const char *const group_name[JOB_FIELD_COUNT] = {
+#define GROUP_ROW(id, group, ...) [JOB_FIELD_##id] = GROUP_NAME_##group,
+#define GROUP_NAME_JOB NULL
+#define GROUP_NAME_OPT "optimizer"
+#define GROUP_NAME_SPARSE "sparse tables"
       JOB_FIELDS(GROUP_ROW)
 #undef GROUP_ROW
   };
-  return opt[field];
+  return group_name[field] != NULL ? group_name[field] : job_field_name(field);
 }
 
 /* Through the protobuf message, packed and unpacked, and back. */
 static void round_trip(const job_config *job, job_config *back) {
   ps_error err;
   Pstrain__JobConfig jc;
-  Pstrain__OptimizerConfig oc;
+  wire_job_parts oc;
   char model[256];
   wire_job_to_proto(job, &jc, &oc, model, sizeof model);
   uint8_t *packed;
@@ -114,7 +122,7 @@ static void check_every_field(void) {
       check_failures++;
     }
     /* The difference names it: the optimizer's settings as "optimizer". */
-    const char *diff_name = is_optimizer_field((job_field)f) ? "optimizer" : name;
+    const char *diff_name = diff_name_of((job_field)f);
     job_config_diff(&other, &base, diff, sizeof diff);
     snprintf(want, sizeof want, "%s ", diff_name);
     if (strncmp(diff, want, strlen(want)) != 0 || strstr(diff, " vs ") == NULL ||
@@ -228,7 +236,7 @@ static void check_name_tables(void) {
 static ps_err send_with(const char *field, unsigned long long v, ps_error *err) {
   job_config job = base_job(), back;
   Pstrain__JobConfig jc;
-  Pstrain__OptimizerConfig oc;
+  wire_job_parts oc;
   char model[256];
   wire_job_to_proto(&job, &jc, &oc, model, sizeof model);
   if (strcmp(field, "trainers") == 0) jc.trainers = (uint32_t)v;
@@ -278,11 +286,42 @@ static void check_limits(void) {
   free(list);
 }
 
+/* The sparse tables' rows are the CTR models' only: an MLP job's text has
+ * none of them (so its hash is what older checkpoints hold), and a CTR job
+ * sent without them is refused. */
+static void check_sparse_rows(void) {
+  ps_error err;
+  job_config ctr = base_job(), mlp = base_job(), back;
+  REQUIRE(model_parse("mlp:20,16,4", &mlp.model, &err) == PS_ERR_OK);
+  char text[1024];
+  job_config_format(&mlp, text, sizeof text);
+  CHECK(strstr(text, "sparse") == NULL);
+  job_config_format(&ctr, text, sizeof text);
+  CHECK(strstr(text, " sparse=[adagrad lr=0.050000000000000003 eps=1e-08 acc0=0.10000000000000001 "
+                     "betas=0.90000000000000002,0.999 admit=2 evict=100]") != NULL);
+  job_config other = mlp;
+  other.sparse.sparse_lr = 0.5;
+  CHECK(job_config_hash(&other) == job_config_hash(&mlp));
+  Pstrain__JobConfig jc;
+  wire_job_parts parts;
+  char model[256];
+  wire_job_to_proto(&ctr, &jc, &parts, model, sizeof model);
+  jc.sparse = NULL;
+  CHECK_EQ_INT(wire_job_from_proto(&jc, &back, &err), PS_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(err.msg, "without its sparse table settings") != NULL);
+  wire_job_to_proto(&mlp, &jc, &parts, model, sizeof model);
+  jc.sparse = NULL; /* an older peer's MLP job */
+  CHECK_EQ_INT(wire_job_from_proto(&jc, &back, &err), PS_ERR_OK);
+  CHECK(job_config_hash(&back) == job_config_hash(&mlp));
+}
+
 int main(void) {
   check_every_field();
   /* Every member of job_config is a row: what no row covers is padding
-   * (after optimizer.kind, optimizer.schedule and pservers on LP64). */
-  CHECK_EQ_INT(uncovered_bytes(), 12);
+   * (after optimizer.kind, optimizer.schedule, pservers, sparse.sparse_kind
+   * and sparse.admit_after on LP64). */
+  CHECK_EQ_INT(uncovered_bytes(), 20);
+  check_sparse_rows();
   check_golden_text();
   check_name_tables();
   check_limits();

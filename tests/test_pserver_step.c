@@ -64,7 +64,7 @@ static void do_register(pserver *ps, uint32_t trainer) {
   key.trainer_id = trainer;
   key.incarnation = 100 + trainer;
   Pstrain__JobConfig jc;
-  Pstrain__OptimizerConfig oc;
+  wire_job_parts oc;
   char text[256];
   wire_job_to_proto(&job, &jc, &oc, text, sizeof text);
   Pstrain__RegisterRequest req = PSTRAIN__REGISTER_REQUEST__INIT;

@@ -50,7 +50,7 @@ static ps_err send_register(uint32_t trainer, uint64_t incarnation, const job_co
   key.trainer_id = trainer;
   key.incarnation = incarnation;
   Pstrain__JobConfig jc;
-  Pstrain__OptimizerConfig oc;
+  wire_job_parts oc;
   char text[256];
   wire_job_to_proto(j, &jc, &oc, text, sizeof text);
   Pstrain__RegisterRequest req = PSTRAIN__REGISTER_REQUEST__INIT;

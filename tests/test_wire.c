@@ -461,7 +461,7 @@ int main(void) {
                                      .beta2 = 0.999, .epsilon = 1e-8, .schedule = LR_COSINE,
                                      .step_size = 1000, .gamma = 0.5, .total_steps = 5000};
   Pstrain__JobConfig jc;
-  Pstrain__OptimizerConfig oc;
+  wire_job_parts oc;
   char text[256];
   wire_job_to_proto(&job, &jc, &oc, text, sizeof text);
   job_config back;
@@ -482,9 +482,9 @@ int main(void) {
   /* Names only, for peers without the token: no value leaks. */
   job_config_diff_fields(&other, &job, diff, sizeof diff);
   CHECK_EQ_STR(diff, "model, trainers, batch");
-  oc.lr = -1;
+  oc.optimizer.lr = -1;
   CHECK_EQ_INT(wire_job_from_proto(&jc, &back, &err), PS_ERR_INVALID_ARGUMENT);
-  oc.lr = 0.001;
+  oc.optimizer.lr = 0.001;
   jc.update = "eventually";
   CHECK_EQ_INT(wire_job_from_proto(&jc, &back, &err), PS_ERR_INVALID_ARGUMENT);
   CHECK_CONTAINS(err.msg, "'eventually' is not sync or async");

@@ -15,15 +15,6 @@
 /* Dense tensors, and four per table. */
 #define MAX_PARTS (2 + 2 * 4)
 
-/* The tables' settings that change results; a resume must match them. */
-static void sparse_text(const ctr_trainer *t, char *buf, size_t len) {
-  const trainer_options *o = &t->settings.opt;
-  const sparse_optimizer_config *c = &t->settings.sparse_opt;
-  snprintf(buf, len, "%s lr=%.17g eps=%.17g acc0=%.17g betas=%.17g,%.17g admit=%ld evict=%ld",
-           sparse_optimizer_name(c->kind), c->lr, c->epsilon, c->initial_accumulator, c->beta1,
-           c->beta2, o->admit_after, o->evict_after);
-}
-
 /* A table's snapshot, ascending keys (so equal tables write equal bytes). */
 typedef struct table_dump {
   size_t rows;
@@ -114,9 +105,8 @@ ps_err ctr_checkpoint_write(ctr_trainer *t, long step, ps_error *err) {
   if (rc == PS_ERR_OK) {
     job_config job;
     ctr_trainer_job(t, &job);
-    char sparse[512];
-    sparse_text(t, sparse, sizeof sparse);
-    const char *extra[] = {"trainers", "1", "mode", "local", "sparse", sparse, NULL};
+    /* The tables' settings are part of the job (its "sparse=[...]"). */
+    const char *extra[] = {"trainers", "1", "mode", "local", NULL};
     rc = checkpoint_write_tensors(t->settings.opt.checkpoint_dir, CTR_PREFIX, CTR_FORMAT, step,
                                   &job, extra, parts, count, err);
   }
@@ -193,14 +183,6 @@ ps_err ctr_checkpoint_resume(ctr_trainer *t, ps_error *err) {
     job_config_diff(&job, &file_job, diff, sizeof diff);
     return ps_error_set(err, PS_ERR_FAILED_PRECONDITION,
                         "--resume: %s is another job's (this job vs the file's: %s)", path, diff);
-  }
-  char sparse[512];
-  sparse_text(t, sparse, sizeof sparse);
-  const char *file_sparse = safetensors_meta_get(&meta, "sparse");
-  if (file_sparse == NULL || strcmp(file_sparse, sparse) != 0) {
-    return ps_error_set(err, PS_ERR_FAILED_PRECONDITION,
-                        "--resume: %s has other sparse table settings (this job: %s; the file: %s)",
-                        path, sparse, file_sparse != NULL ? file_sparse : "none");
   }
   safetensors_file f;
   if (safetensors_file_read(path, &f, err) != PS_ERR_OK) {

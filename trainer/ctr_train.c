@@ -30,6 +30,13 @@ void ctr_trainer_job(const ctr_trainer *t, job_config *job) {
   *job = (job_config){.model = s->model, .optimizer = s->optimizer, .update = UPDATE_SYNC,
                       .trainers = 1, .pservers = 1, .block_size = (size_t)s->opt.block_size,
                       .seed = (uint64_t)s->opt.seed, .batch = s->opt.batch, .steps = steps};
+  const sparse_optimizer_config *c = &s->sparse_opt;
+  job->sparse = (job_sparse){.sparse_kind = c->kind, .sparse_lr = c->lr,
+                             .sparse_epsilon = c->epsilon,
+                             .sparse_initial_accumulator = c->initial_accumulator,
+                             .sparse_beta1 = c->beta1, .sparse_beta2 = c->beta2,
+                             .admit_after = (int)s->opt.admit_after,
+                             .evict_after = s->opt.evict_after};
 }
 
 /* Lines of a (gzip'd) text file, the last one counted without its newline. */

@@ -56,7 +56,7 @@ static ps_err register_all(ps_client *c, double timeout, long *steps, ps_error *
   int n = c->job.pservers;
   Pstrain__RequestKey key;
   Pstrain__JobConfig job_msg;
-  Pstrain__OptimizerConfig opt_msg;
+  wire_job_parts opt_msg;
   char model_text[256];
   fill_key(c, 0, &key);
   wire_job_to_proto(&c->job, &job_msg, &opt_msg, model_text, sizeof model_text);

@@ -208,7 +208,7 @@ static void wire_seeds(void) {
   len = fuzz_small_bytes(1, &key, job_config_hash(&job), body, sizeof body);
   wire_seed("done", 0x01, body, len);
   Pstrain__JobConfig jc;
-  Pstrain__OptimizerConfig oc;
+  wire_job_parts oc;
   char text[256];
   wire_job_to_proto(&job, &jc, &oc, text, sizeof text);
   len = protobuf_c_message_pack(&jc.base, body);

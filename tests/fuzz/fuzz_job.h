@@ -85,7 +85,7 @@ static inline size_t fuzz_register_bytes(const job_config *job, uint32_t trainer
   key.trainer_id = trainer;
   key.incarnation = incarnation;
   Pstrain__JobConfig jc;
-  Pstrain__OptimizerConfig oc;
+  wire_job_parts oc;
   char text[256];
   wire_job_to_proto(job, &jc, &oc, text, sizeof text);
   Pstrain__RegisterRequest req = PSTRAIN__REGISTER_REQUEST__INIT;

@@ -100,7 +100,7 @@ static void check_job(const Pstrain__JobConfig *jc) {
   ps_error err;
   if (jc == NULL || wire_job_from_proto(jc, &job, &err) != PS_ERR_OK) return;
   Pstrain__JobConfig out;
-  Pstrain__OptimizerConfig oc;
+  wire_job_parts oc;
   char text[256];
   wire_job_to_proto(&job, &out, &oc, text, sizeof text);
   uint8_t buf[1024];
