@@ -11,7 +11,19 @@
 #include <stdint.h>
 
 #include "common/error.h"
+#include "common/rng.h"
 #include "common/tensor.h"
+
+/* The pserver (0..pservers-1) that holds a sparse table row: a mixed hash of
+ * the key, with a salt of its own so the keys one pserver owns still spread
+ * over its table's map (which hashes with another), scaled into the range
+ * by a multiply-shift instead of a modulo. A function of key and count
+ * alone: every trainer agrees, and a checkpoint's rows re-shard onto any
+ * other count by recomputing it. Never change it: checkpoints depend on it. */
+static inline int shard_of_key(uint64_t key, int pservers) {
+  uint64_t h = rng_mix64(key ^ 0x243f6a8885a308d3ULL);
+  return (int)(((__uint128_t)h * (uint64_t)pservers) >> 64);
+}
 
 typedef struct shard_block {
   uint32_t id;          /* index in shard_map.blocks, ascending by offset */
