@@ -26,6 +26,8 @@ typedef struct ctr_trainer {
   long steps_per_epoch;
   long start_step;           /* where a --resume starts */
   FILE *metrics;             /* NULL without --metrics */
+  int rank, ranks;           /* collective mode's; 0 and 1 in local mode */
+  struct ctr_exchange *exchange; /* collective mode's step (ctr_collective.c); NULL: local */
   /* one step's buffers */
   sparse_dedup dedup;
   ctr_example *examples;     /* (batch) */

@@ -24,13 +24,14 @@ static int exit_status(ps_err code) {
   }
 }
 
-/* A click-through-rate model in one process. */
+/* A click-through-rate model in one process, or replicated on every rank
+ * in collective mode. */
 static int run_ctr(const trainer_settings *settings) {
   ps_error err;
   ps_error_clear(&err);
-  if (settings->pserver_mode || settings->collective_mode) {
-    LOG_ERROR("--model %s trains in --mode local in this version; sparse tables on pservers and "
-              "in collective mode are not built yet",
+  if (settings->pserver_mode) {
+    LOG_ERROR("--model %s trains in --mode local or collective in this version; sparse tables on "
+              "pservers are not built yet",
               settings->opt.model);
     return 2;
   }
