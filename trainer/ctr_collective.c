@@ -274,6 +274,8 @@ ps_err ctr_collective_step(ctr_trainer *t, int count, long step, double *loss_su
   return PS_ERR_OK;
 }
 
+void ctr_collective_abort(int code) { MPI_Abort(MPI_COMM_WORLD, code); }
+
 void ctr_collective_stop(ctr_trainer *t) {
   struct ctr_exchange *x = t->exchange;
   if (x == NULL) return;

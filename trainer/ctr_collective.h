@@ -27,6 +27,10 @@ ps_err ctr_collective_ready(ctr_trainer *t, ps_error *err);
  * summed logloss to *loss_sum. */
 ps_err ctr_collective_step(ctr_trainer *t, int count, long step, double *loss_sum, ps_error *err);
 
+/* Ends every rank of the job with status `code` (a rank that failed: the
+ * others would wait for it forever). */
+void ctr_collective_abort(int code);
+
 /* Logs the bytes exchanged, frees the buffers and leaves MPI. */
 void ctr_collective_stop(ctr_trainer *t);
 

@@ -193,13 +193,8 @@ static ctr_batch batch_of(const ctr_trainer *t, int count) {
 }
 
 /* One training step on the `count` examples in t->examples, deduplicated. */
-static ps_err train_step(ctr_trainer *t, int count, long step, double *loss_sum, ps_error *err) {
+static ps_err local_step(ctr_trainer *t, int count, long step, double *loss_sum, ps_error *err) {
   const sparse_dedup *d = &t->dedup;
-#ifdef PSTRAIN_HAVE_MPI
-  if (t->exchange != NULL) {
-    if (ctr_collective_step(t, count, step, loss_sum, err) != PS_ERR_OK) return err->code;
-  } else
-#endif
   if (sparse_table_pull(t->wide, d->unique, d->n_unique, d->counts, step, t->wide_rows, err) !=
           PS_ERR_OK ||
       (t->deep != NULL && sparse_table_pull(t->deep, d->unique, d->n_unique, d->counts, step,
@@ -214,6 +209,19 @@ static ps_err train_step(ctr_trainer *t, int count, long step, double *loss_sum,
       sparse_table_push(t->wide, d->unique, d->n_unique, t->wide_grads, step, err) != PS_ERR_OK ||
       (t->deep != NULL && sparse_table_push(t->deep, d->unique, d->n_unique, t->deep_grads, step,
                                             err) != PS_ERR_OK)) {
+    return err->code;
+  }
+  return PS_ERR_OK;
+}
+
+/* One step: here, or with every rank in collective mode (the exchange). */
+static ps_err train_step(ctr_trainer *t, int count, long step, double *loss_sum, ps_error *err) {
+#ifdef PSTRAIN_HAVE_MPI
+  if (t->exchange != NULL) {
+    if (ctr_collective_step(t, count, step, loss_sum, err) != PS_ERR_OK) return err->code;
+  } else
+#endif
+  if (local_step(t, count, step, loss_sum, err) != PS_ERR_OK) {
     return err->code;
   }
   long every = t->settings.opt.evict_after / 4 > 0 ? t->settings.opt.evict_after / 4 : 1;
