@@ -3,7 +3,8 @@
 # --batch 128 it trains what local mode does with --batch 256 (exports within
 # 1e-5 relative, same keys, test AUCs within 1e-4), two runs give byte-equal
 # exports, and rank 1's replica (PSTRAIN_EXPORT_EVERY_RANK=1: PATH.rank1) is
-# byte-equal to rank 0's, with --admit-after 2 too. Skipped (77) where the
+# byte-equal to rank 0's, with --admit-after 2 too; rank 0's checkpoints
+# resume in local mode with the global batch. Skipped (77) where the
 # build has no MPI.
 . "$(dirname "$0")/lib.sh"
 LAUNCH="$(dirname "$0")/../scripts/launch"
@@ -34,7 +35,8 @@ collective again
 "$BIN/trainer" "${COMMON[@]}" --batch 256 --export "$SCRATCH/local.safetensors" \
   --metrics "$SCRATCH/local.jsonl" 2>"$SCRATCH/local.log" ||
   fail "local run failed: $(tail -3 "$SCRATCH/local.log")"
-PYTHONPATH="$(dirname "$0")" "$PY" - "$SCRATCH/coll.safetensors" "$SCRATCH/local.safetensors" <<'PY' ||
+compare() { # A B: exports within 1e-5 relative, the same key sets
+  PYTHONPATH="$(dirname "$0")" "$PY" - "$1" "$2" <<'PY'
 import sys
 import numpy as np
 from safetensors_read import load_any
@@ -51,10 +53,11 @@ for k in a:
         assert set(ka.tolist()) == set(kb.tolist()), f"{t}: the key sets differ"
         x, y = x[np.argsort(ka)], y[np.argsort(kb)]
     worst = max(worst, float(np.abs(x - y).max()) / (float(np.abs(y).max()) + 1e-30))
-print(f"max relative |collective - local| = {worst:.3g}")
-assert worst <= 1e-5, f"collective and local differ by {worst} (relative)"
+print(f"max relative |{sys.argv[1]} - {sys.argv[2]}| = {worst:.3g}")
+assert worst <= 1e-5, f"the exports differ by {worst} (relative)"
 PY
-  fail "collective export vs local export"
+}
+compare "$SCRATCH/coll.safetensors" "$SCRATCH/local.safetensors" || fail "collective export vs local export"
 C=$(metric "$SCRATCH/coll.jsonl" auc); L=$(metric "$SCRATCH/local.jsonl" auc)
 echo "test AUC: collective $C, local $L" >&2
 "$PY" -c 'import sys; a,b=map(float,sys.argv[1:]); sys.exit(0 if abs(a-b) <= 1e-4 else 1)' "$C" "$L" ||
@@ -71,7 +74,14 @@ collective admit --admit-after 2
 same_bytes "$SCRATCH/admit.safetensors" "$SCRATCH/admit.safetensors.rank1" "--admit-after 2: rank 0 and rank 1"
 grep -q "refused" "$SCRATCH/admit/trainer0.log" || fail "no table statistics with --admit-after"
 
-# 4. --resume is refused by name (the rank exits 2; the launcher, 1).
+# 4. Rank 0 checkpoints; local mode with the global batch resumes them. A
+# collective --resume is refused by name (the rank exits 2; the launcher, 1).
+collective ck --checkpoint-dir "$SCRATCH/ck" --checkpoint-every 100
+[ -f "$SCRATCH/ck/ctr-step-000000100.safetensors" ] || fail "no checkpoint at step 100: $(ls "$SCRATCH/ck")"
+"$BIN/trainer" "${COMMON[@]}" --batch 256 --checkpoint-dir "$SCRATCH/ck" --resume --resume-step 100 \
+  --export "$SCRATCH/resumed.safetensors" 2>"$SCRATCH/resumed.log" ||
+  fail "local resume of a collective checkpoint: $(grep ERROR "$SCRATCH/resumed.log")"
+compare "$SCRATCH/resumed.safetensors" "$SCRATCH/ck.safetensors" || fail "resumed export vs collective"
 expect_exit 1 "not in collective mode" -- timeout 60 "$LAUNCH" --bin "$BIN" --mode collective \
   --trainers 2 --quiet --log-dir "$SCRATCH/resume" -- "${COMMON[@]}" --batch 128 \
   --checkpoint-dir "$SCRATCH/ck" --resume

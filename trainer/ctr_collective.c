@@ -63,6 +63,13 @@ ps_err ctr_collective_start(ctr_trainer *t, ps_error *err) {
   if (collective_init(&x->coll, err) != PS_ERR_OK) return err->code;
   t->rank = x->coll.rank;
   t->ranks = x->coll.size;
+  const trainer_options *o = &t->settings.opt;
+  if (o->resume) {
+    return ps_error_set(err, PS_ERR_UNSUPPORTED,
+                        "--resume: not in collective mode for --model %s in this version; its "
+                        "checkpoints resume in --mode local with --batch %ld",
+                        o->model, o->batch * t->ranks);
+  }
   return PS_ERR_OK;
 }
 

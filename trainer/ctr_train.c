@@ -30,8 +30,9 @@ void ctr_trainer_job(const ctr_trainer *t, job_config *job) {
   long steps = t->steps_per_epoch * s->opt.epochs;
   if (s->opt.max_steps > 0 && s->opt.max_steps < steps) steps = s->opt.max_steps;
   *job = (job_config){.model = s->model, .optimizer = s->optimizer, .update = UPDATE_SYNC,
-                      .trainers = t->ranks > 1 ? t->ranks : 1, .pservers = 1, .block_size = (size_t)s->opt.block_size,
-                      .seed = (uint64_t)s->opt.seed, .batch = s->opt.batch, .steps = steps};
+                      .trainers = 1, .pservers = 1, .block_size = (size_t)s->opt.block_size,
+                      .seed = (uint64_t)s->opt.seed, .batch = s->opt.batch * t->ranks,
+                      .steps = steps};
 }
 
 static ps_err table_create(sparse_table **out, const trainer_settings *s, const char *name,
@@ -81,13 +82,6 @@ ps_err ctr_trainer_init(ctr_trainer *t, const trainer_settings *settings, ps_err
                  "--mode collective: this build has no MPI (install libopenmpi-dev and rebuild)");
     goto fail;
 #endif
-    if (o->resume) {
-      ps_error_set(err, PS_ERR_UNSUPPORTED,
-                   "--resume: not in collective mode for --model %s in this version; resume in "
-                   "--mode local with --batch %ld",
-                   o->model, o->batch * t->ranks);
-      goto fail;
-    }
   }
   if (ctr_reader_count_lines(o->data, &t->examples_per_epoch, err) != PS_ERR_OK) goto fail;
   if (o->train_samples > 0 && o->train_samples < t->examples_per_epoch) {

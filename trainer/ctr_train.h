@@ -55,7 +55,8 @@ ps_err ctr_trainer_evaluate(ctr_trainer *t, const char *path, double *auc, doubl
 void ctr_trainer_free(ctr_trainer *t);
 
 /* The job the trainer takes part in (one process: the equivalent sync job
- * with one pserver). */
+ * with one pserver; in collective mode the local job with the global batch,
+ * which its checkpoints resume in). */
 void ctr_trainer_job(const ctr_trainer *t, job_config *job);
 
 #endif
