@@ -137,6 +137,14 @@ static void group_text(const job_config *job, int group, char *buf, size_t len) 
   }
 }
 
+job_sparse job_sparse_of(const sparse_optimizer_config *opt, int admit_after, long evict_after) {
+  return (job_sparse){.sparse_kind = opt->kind, .sparse_lr = opt->lr,
+                      .sparse_epsilon = opt->epsilon,
+                      .sparse_initial_accumulator = opt->initial_accumulator,
+                      .sparse_beta1 = opt->beta1, .sparse_beta2 = opt->beta2,
+                      .admit_after = admit_after, .evict_after = evict_after};
+}
+
 sparse_optimizer_config job_sparse_optimizer(const job_sparse *s) {
   return (sparse_optimizer_config){.kind = s->sparse_kind, .lr = s->sparse_lr,
                                    .epsilon = s->sparse_epsilon,

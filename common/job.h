@@ -44,8 +44,9 @@ typedef struct job_config {
   job_sparse sparse;
 } job_config;
 
-/* The table settings as sparse_table_config wants them. */
+/* The table settings as sparse_table_config wants them, and back. */
 sparse_optimizer_config job_sparse_optimizer(const job_sparse *s);
+job_sparse job_sparse_of(const sparse_optimizer_config *opt, int admit_after, long evict_after);
 
 /* One enumerator per row of JOB_FIELDS, in its order. */
 typedef enum {

@@ -74,7 +74,7 @@ static safetensors_tensor part(const char *table, const char *what, safetensors_
 
 int ctr_checkpoint_due(const ctr_trainer *t, long step, int final) {
   const trainer_options *o = &t->settings.opt;
-  if (o->checkpoint_dir[0] == '\0') return 0;
+  if (o->checkpoint_dir[0] == '\0' || t->rank != 0) return 0; /* rank 0 writes */
   return final || (o->checkpoint_every > 0 && step % o->checkpoint_every == 0);
 }
 

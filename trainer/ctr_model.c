@@ -237,6 +237,12 @@ ps_err ctr_model_get_grads(ctr_model *m, float *host, ps_error *err) {
   return PS_ERR_OK;
 }
 
+ps_err ctr_model_set_grads(ctr_model *m, const float *host, ps_error *err) {
+  if (m->deep != NULL) TRY(mlp_set_grads(m->deep, host, err));
+  m->wide_bias_grad = host[deep_count(m)];
+  return PS_ERR_OK;
+}
+
 /* State is two vectors of layout.total: [state1 (fc..., wide.bias), state2 (...)],
  * while the MLP's are two vectors of its own n = layout.total - 1. */
 ps_err ctr_model_get_state(ctr_model *m, float *host, ps_error *err) {

@@ -87,6 +87,9 @@ ps_err ctr_model_apply_optimizer(ctr_model *m, const optimizer_config *cfg, long
 ps_err ctr_model_get_params(ctr_model *m, float *host, ps_error *err);
 ps_err ctr_model_set_params(ctr_model *m, const float *host, ps_error *err);
 ps_err ctr_model_get_grads(ctr_model *m, float *host, ps_error *err);
+/* Replaces the dense gradients the next optimizer step applies (collective
+ * mode: the sum over ranks). */
+ps_err ctr_model_set_grads(ctr_model *m, const float *host, ps_error *err);
 ps_err ctr_model_get_state(ctr_model *m, float *host, ps_error *err);
 ps_err ctr_model_set_state(ctr_model *m, const float *host, ps_error *err);
 

@@ -414,3 +414,36 @@ int ctr_reader_sniff(const char *path) {
   free(buf);
   return fields == CRITEO_FIELDS;
 }
+
+/* Lines of a (gzip'd) text file, the last one counted without its newline. */
+ps_err ctr_reader_count_lines(const char *path, long *lines, ps_error *err) {
+  gzFile f = gzopen(path, "rb");
+  if (f == NULL) {
+    return ps_error_set(err, PS_ERR_IO, "--data %s: cannot open: %s", path,
+                        errno ? strerror(errno) : "out of memory");
+  }
+  gzbuffer(f, 1 << 18);
+  static char buf[1 << 18];
+  long n = 0;
+  int last = '\n';
+  for (;;) {
+    int got = gzread(f, buf, sizeof buf);
+    if (got < 0) {
+      int code;
+      const char *why = gzerror(f, &code);
+      ps_error_set(err, PS_ERR_IO, "--data %s: reading: %s", path, why);
+      gzclose(f);
+      return err->code;
+    }
+    if (got == 0) break;
+    for (const char *p = buf, *end = buf + got; (p = memchr(p, '\n', (size_t)(end - p))) != NULL;
+         p++) {
+      n++;
+    }
+    last = (unsigned char)buf[got - 1];
+  }
+  if (last != '\n') n++;
+  gzclose(f);
+  *lines = n;
+  return PS_ERR_OK;
+}

@@ -45,4 +45,7 @@ void ctr_reader_close(ctr_reader *r);
  * has 40 tab-separated fields. 0 for IDX or anything else. */
 int ctr_reader_sniff(const char *path);
 
+/* Lines of a (gzip'd) text file, the last one counted without its newline. */
+ps_err ctr_reader_count_lines(const char *path, long *lines, ps_error *err);
+
 #endif

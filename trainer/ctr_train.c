@@ -9,13 +9,15 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
 
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/process.h"
 #include "trainer/auc.h"
 #include "trainer/ctr_checkpoint.h"
+#ifdef PSTRAIN_HAVE_MPI
+#include "trainer/ctr_collective.h"
+#endif
 
 #define FIELDS CRITEO_CAT_FIELDS
 /* Evaluation needs no backward pass: bigger batches. */
@@ -29,47 +31,9 @@ void ctr_trainer_job(const ctr_trainer *t, job_config *job) {
   if (s->opt.max_steps > 0 && s->opt.max_steps < steps) steps = s->opt.max_steps;
   *job = (job_config){.model = s->model, .optimizer = s->optimizer, .update = UPDATE_SYNC,
                       .trainers = 1, .pservers = 1, .block_size = (size_t)s->opt.block_size,
-                      .seed = (uint64_t)s->opt.seed, .batch = s->opt.batch, .steps = steps};
-  const sparse_optimizer_config *c = &s->sparse_opt;
-  job->sparse = (job_sparse){.sparse_kind = c->kind, .sparse_lr = c->lr,
-                             .sparse_epsilon = c->epsilon,
-                             .sparse_initial_accumulator = c->initial_accumulator,
-                             .sparse_beta1 = c->beta1, .sparse_beta2 = c->beta2,
-                             .admit_after = (int)s->opt.admit_after,
-                             .evict_after = s->opt.evict_after};
-}
-
-/* Lines of a (gzip'd) text file, the last one counted without its newline. */
-static ps_err count_lines(const char *path, long *lines, ps_error *err) {
-  gzFile f = gzopen(path, "rb");
-  if (f == NULL) {
-    return ps_error_set(err, PS_ERR_IO, "--data %s: cannot open: %s", path,
-                        errno ? strerror(errno) : "out of memory");
-  }
-  gzbuffer(f, 1 << 18);
-  static char buf[1 << 18];
-  long n = 0;
-  int last = '\n';
-  for (;;) {
-    int got = gzread(f, buf, sizeof buf);
-    if (got < 0) {
-      int code;
-      const char *why = gzerror(f, &code);
-      ps_error_set(err, PS_ERR_IO, "--data %s: reading: %s", path, why);
-      gzclose(f);
-      return err->code;
-    }
-    if (got == 0) break;
-    for (const char *p = buf, *end = buf + got; (p = memchr(p, '\n', (size_t)(end - p))) != NULL;
-         p++) {
-      n++;
-    }
-    last = (unsigned char)buf[got - 1];
-  }
-  if (last != '\n') n++;
-  gzclose(f);
-  *lines = n;
-  return PS_ERR_OK;
+                      .seed = (uint64_t)s->opt.seed, .batch = s->opt.batch * t->ranks,
+                      .steps = steps};
+  job->sparse = job_sparse_of(&s->sparse_opt, (int)s->opt.admit_after, s->opt.evict_after);
 }
 
 static ps_err table_create(sparse_table **out, const trainer_settings *s, const char *name,
@@ -96,7 +60,10 @@ static void *alloc_array(size_t count, size_t size, int *ok) {
 
 static ps_err open_reader(ctr_trainer *t, ps_error *err) {
   const trainer_options *o = &t->settings.opt;
-  ctr_reader_options ro = {.skip_bad_lines = o->skip_bad_lines, .limit = o->train_samples};
+  /* Rank r of N takes blocks r, r+N, ...: a global step is N blocks. */
+  ctr_reader_options ro = {.skip_bad_lines = o->skip_bad_lines, .limit = o->train_samples,
+                           .shard_block = o->batch, .shard_index = t->rank,
+                           .shard_count = t->ranks};
   return ctr_reader_open(&t->train, o->data, &ro, err);
 }
 
@@ -107,7 +74,17 @@ ps_err ctr_trainer_init(ctr_trainer *t, const trainer_settings *settings, ps_err
   const trainer_options *o = &settings->opt;
   const model_desc *m = &settings->model;
   double start = now_s();
-  if (count_lines(o->data, &t->examples_per_epoch, err) != PS_ERR_OK) goto fail;
+  t->ranks = 1;
+  if (settings->collective_mode) {
+#ifdef PSTRAIN_HAVE_MPI
+    if (ctr_collective_start(t, err) != PS_ERR_OK) goto fail;
+#else
+    ps_error_set(err, PS_ERR_UNSUPPORTED,
+                 "--mode collective: this build has no MPI (install libopenmpi-dev and rebuild)");
+    goto fail;
+#endif
+  }
+  if (ctr_reader_count_lines(o->data, &t->examples_per_epoch, err) != PS_ERR_OK) goto fail;
   if (o->train_samples > 0 && o->train_samples < t->examples_per_epoch) {
     t->examples_per_epoch = o->train_samples;
   }
@@ -116,7 +93,8 @@ ps_err ctr_trainer_init(ctr_trainer *t, const trainer_settings *settings, ps_err
     goto fail;
   }
   LOG_INFO("%s: %ld examples (counted in %.1fs)", o->data, t->examples_per_epoch, now_s() - start);
-  t->steps_per_epoch = (t->examples_per_epoch + o->batch - 1) / o->batch;
+  long global_batch = o->batch * t->ranks;
+  t->steps_per_epoch = (t->examples_per_epoch + global_batch - 1) / global_batch;
   t->settings.optimizer.total_steps = t->steps_per_epoch * o->epochs;
   if (o->test_data[0] != '\0' && !ctr_reader_sniff(o->test_data)) {
     ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
@@ -158,6 +136,9 @@ ps_err ctr_trainer_init(ctr_trainer *t, const trainer_settings *settings, ps_err
   }
   if (o->resume && ctr_checkpoint_resume(t, err) != PS_ERR_OK) goto fail;
   if (open_reader(t, err) != PS_ERR_OK) goto fail;
+#ifdef PSTRAIN_HAVE_MPI
+  if (t->exchange != NULL && ctr_collective_ready(t, err) != PS_ERR_OK) goto fail;
+#endif
   return PS_ERR_OK;
 fail:
   ctr_trainer_free(t);
@@ -165,6 +146,9 @@ fail:
 }
 
 void ctr_trainer_free(ctr_trainer *t) {
+#ifdef PSTRAIN_HAVE_MPI
+  ctr_collective_stop(t);
+#endif
   if (t->train != NULL) ctr_reader_close(t->train);
   sparse_table_destroy(t->wide);
   sparse_table_destroy(t->deep);
@@ -204,7 +188,7 @@ static ctr_batch batch_of(const ctr_trainer *t, int count) {
 }
 
 /* One training step on the `count` examples in t->examples, deduplicated. */
-static ps_err train_step(ctr_trainer *t, int count, long step, double *loss_sum, ps_error *err) {
+static ps_err local_step(ctr_trainer *t, int count, long step, double *loss_sum, ps_error *err) {
   const sparse_dedup *d = &t->dedup;
   if (sparse_table_pull(t->wide, d->unique, d->n_unique, d->counts, step, t->wide_rows, err) !=
           PS_ERR_OK ||
@@ -220,6 +204,19 @@ static ps_err train_step(ctr_trainer *t, int count, long step, double *loss_sum,
       sparse_table_push(t->wide, d->unique, d->n_unique, t->wide_grads, step, err) != PS_ERR_OK ||
       (t->deep != NULL && sparse_table_push(t->deep, d->unique, d->n_unique, t->deep_grads, step,
                                             err) != PS_ERR_OK)) {
+    return err->code;
+  }
+  return PS_ERR_OK;
+}
+
+/* One step: here, or with every rank in collective mode (the exchange). */
+static ps_err train_step(ctr_trainer *t, int count, long step, double *loss_sum, ps_error *err) {
+#ifdef PSTRAIN_HAVE_MPI
+  if (t->exchange != NULL) {
+    if (ctr_collective_step(t, count, step, loss_sum, err) != PS_ERR_OK) return err->code;
+  } else
+#endif
+  if (local_step(t, count, step, loss_sum, err) != PS_ERR_OK) {
     return err->code;
   }
   long every = t->settings.opt.evict_after / 4 > 0 ? t->settings.opt.evict_after / 4 : 1;
@@ -318,6 +315,7 @@ static ps_err report(ctr_trainer *t, const progress *p, double *auc, double *log
   long n = 0;
   *auc = NAN;
   *logloss = NAN;
+  if (t->rank != 0) return PS_ERR_OK; /* rank 0 evaluates and writes the metrics */
   if (o->test_data[0] != '\0' &&
       ctr_trainer_evaluate(t, o->test_data, auc, logloss, &n, err) != PS_ERR_OK) {
     return err->code;
@@ -334,9 +332,9 @@ static ps_err report(ctr_trainer *t, const progress *p, double *auc, double *log
   if (n > 0) snprintf(eval, sizeof eval, ",\"auc\":%.6f,\"logloss\":%.6f", *auc, *logloss);
   if (fprintf(t->metrics,
               "{\"epoch\":%ld,\"step\":%ld,\"train_logloss\":%.6f%s,\"examples_per_s\":%.1f,"
-              "\"wall_s\":%.3f,\"mode\":\"local\",\"model\":\"%s\",\"trainers\":1%s}\n",
-              p->epoch, p->step, p->train_logloss, eval, p->examples_per_s, p->wall_s, o->model,
-              tables) < 0 ||
+              "\"wall_s\":%.3f,\"mode\":\"%s\",\"model\":\"%s\",\"trainers\":%d%s}\n",
+              p->epoch, p->step, p->train_logloss, eval, p->examples_per_s, p->wall_s,
+              t->exchange != NULL ? "collective" : "local", o->model, t->ranks, tables) < 0 ||
       fflush(t->metrics) != 0) {
     return ps_error_set(err, PS_ERR_IO, "writing --metrics %s: %s", o->metrics, strerror(errno));
   }
@@ -503,7 +501,9 @@ static ps_err train_epoch(ctr_trainer *t, long epoch, long *global_step, double 
   for (long step = first; step < t->steps_per_epoch && *global_step < total_steps; step++) {
     int count = 0;
     FAIL(prefetch_take(&pf, &count, err));
-    if (count == 0) break; /* bad lines skipped: the file held fewer examples than lines */
+    /* Bad lines skipped: the file held fewer examples than lines. Every
+     * collective rank takes every step, with no examples if need be. */
+    if (count == 0 && t->exchange == NULL) break;
     /* Only the batches the loop will train are read: the reader's position
      * and its count of skipped lines stay as without prefetching. */
     if (step + 1 < t->steps_per_epoch && *global_step + 1 < total_steps) {
@@ -580,8 +580,16 @@ ps_err ctr_trainer_run(ctr_trainer *t, ctr_summary *summary, ps_error *err) {
       ctr_checkpoint_write(t, global_step, err) != PS_ERR_OK) {
     return err->code;
   }
-  if (o->export_path[0] != '\0' && ctr_export(t, o->export_path, err) != PS_ERR_OK) {
+  if (o->export_path[0] != '\0' && t->rank == 0 &&
+      ctr_export(t, o->export_path, err) != PS_ERR_OK) {
     return err->code;
+  }
+  /* For tests: the other replicas too, as PATH.rankN. */
+  const char *every = getenv("PSTRAIN_EXPORT_EVERY_RANK");
+  if (o->export_path[0] != '\0' && t->rank != 0 && every != NULL && strcmp(every, "1") == 0) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s.rank%d", o->export_path, t->rank);
+    if (ctr_export(t, path, err) != PS_ERR_OK) return err->code;
   }
   return PS_ERR_OK;
 }

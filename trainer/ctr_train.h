@@ -26,6 +26,8 @@ typedef struct ctr_trainer {
   long steps_per_epoch;
   long start_step;           /* where a --resume starts */
   FILE *metrics;             /* NULL without --metrics */
+  int rank, ranks;           /* collective mode's; 0 and 1 in local mode */
+  struct ctr_exchange *exchange; /* collective mode's step (ctr_collective.c); NULL: local */
   /* one step's buffers */
   sparse_dedup dedup;
   ctr_example *examples;     /* (batch) */
@@ -53,7 +55,8 @@ ps_err ctr_trainer_evaluate(ctr_trainer *t, const char *path, double *auc, doubl
 void ctr_trainer_free(ctr_trainer *t);
 
 /* The job the trainer takes part in (one process: the equivalent sync job
- * with one pserver). */
+ * with one pserver; in collective mode the local job with the global batch,
+ * which its checkpoints resume in). */
 void ctr_trainer_job(const ctr_trainer *t, job_config *job);
 
 #endif

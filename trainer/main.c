@@ -7,6 +7,9 @@
 #include "common/process.h"
 #include "common/rpc.h"
 #include "trainer/ctr_train.h"
+#ifdef PSTRAIN_HAVE_MPI
+#include "trainer/ctr_collective.h"
+#endif
 #include "trainer/train.h"
 #include "trainer/trainer_config.h"
 
@@ -24,13 +27,14 @@ static int exit_status(ps_err code) {
   }
 }
 
-/* A click-through-rate model in one process. */
+/* A click-through-rate model in one process, or replicated on every rank
+ * in collective mode. */
 static int run_ctr(const trainer_settings *settings) {
   ps_error err;
   ps_error_clear(&err);
-  if (settings->pserver_mode || settings->collective_mode) {
-    LOG_ERROR("--model %s trains in --mode local in this version; sparse tables on pservers and "
-              "in collective mode are not built yet",
+  if (settings->pserver_mode) {
+    LOG_ERROR("--model %s trains in --mode local in this version (or --mode collective); "
+              "sparse tables on pservers are not built yet",
               settings->opt.model);
     return 2;
   }
@@ -41,11 +45,15 @@ static int run_ctr(const trainer_settings *settings) {
   }
   ctr_summary summary;
   ps_err rc = ctr_trainer_run(&t, &summary, &err);
-  ctr_trainer_free(&t);
   if (rc != PS_ERR_OK) {
     LOG_ERROR("training failed: %s", err.msg);
-    return 1;
+#ifdef PSTRAIN_HAVE_MPI
+    /* The other ranks wait for this one's next step: end them all. */
+    if (t.exchange != NULL) ctr_collective_abort(1);
+#endif
   }
+  ctr_trainer_free(&t);
+  if (rc != PS_ERR_OK) return 1;
   LOG_INFO("done: %ld epochs (%ld steps), test AUC %.4f, test logloss %.4f, train logloss %.4f, "
            "%.0f examples/s",
            summary.epochs, summary.steps, summary.auc, summary.logloss, summary.train_logloss,

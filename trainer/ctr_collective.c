@@ -1,0 +1,312 @@
+/* Collective mode for the CTR models: the key and gradient exchange of a
+ * step over MPI (see ctr_collective.h). Built only with MPI. */
+#define _POSIX_C_SOURCE 200809L
+#include "trainer/ctr_collective.h"
+
+#include <mpi.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "trainer/collective.h"
+
+#define FIELDS CRITEO_CAT_FIELDS
+
+/* Floats per deep row; 0 for lr. */
+static size_t embed_dim(const ctr_trainer *t) {
+  return t->deep != NULL ? (size_t)t->settings.model.embed_dim : 0;
+}
+
+struct ctr_exchange {
+  collective coll;
+  int *recv_counts, *displs;     /* (ranks) per Allgatherv, in elements */
+  long long *sizes;              /* (ranks, 2): distinct keys and examples of each rank */
+  size_t max_keys;               /* distinct keys of one rank's batch at most */
+  uint64_t *all_keys;            /* (ranks * max_keys) every rank's distinct keys */
+  uint32_t *all_counts;          /* their occurrences */
+  uint32_t *all_slot;            /* their index in the union */
+  sparse_dedup uni;              /* the union, in rank order */
+  uint32_t *counts;              /* the union's summed occurrences */
+  float *wide_rows, *deep_rows;  /* the union's rows as pulled */
+  float *wide_grads, *deep_grads; /* the union's gradients, summed over ranks */
+  float *send, *recv;            /* (max_keys, 1 + DIM), (ranks * max_keys, 1 + DIM) */
+  float *dense;                  /* (layout.total) the dense gradients */
+  double bytes, seconds;         /* sent + received, and time in steps, since the start */
+  long steps;
+};
+
+static const char *mpi_text(int rc, char *buf) {
+  int len = 0;
+  if (MPI_Error_string(rc, buf, &len) != MPI_SUCCESS) {
+    snprintf(buf, MPI_MAX_ERROR_STRING, "MPI error %d", rc);
+  }
+  return buf;
+}
+
+#define MPI_TRY(err, what, expr)                                                         \
+  do {                                                                                   \
+    int mpi_rc_ = (expr);                                                                \
+    if (mpi_rc_ != MPI_SUCCESS) {                                                        \
+      char mpi_buf_[MPI_MAX_ERROR_STRING];                                               \
+      return ps_error_set((err), PS_ERR_UNAVAILABLE, "collective CTR step: %s: %s", what, \
+                          mpi_text(mpi_rc_, mpi_buf_));                                  \
+    }                                                                                    \
+  } while (0)
+
+ps_err ctr_collective_start(ctr_trainer *t, ps_error *err) {
+  struct ctr_exchange *x = calloc(1, sizeof *x);
+  if (x == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "collective mode: out of memory");
+  t->exchange = x;
+  if (collective_init(&x->coll, err) != PS_ERR_OK) return err->code;
+  t->rank = x->coll.rank;
+  t->ranks = x->coll.size;
+  const trainer_options *o = &t->settings.opt;
+  if (o->resume) {
+    return ps_error_set(err, PS_ERR_UNSUPPORTED,
+                        "--resume: not in collective mode for --model %s in this version; its "
+                        "checkpoints resume in --mode local with --batch %ld",
+                        o->model, o->batch * t->ranks);
+  }
+  return PS_ERR_OK;
+}
+
+static long long file_size(const char *path) {
+  struct stat st;
+  if (path[0] == '\0' || stat(path, &st) != 0) return -1;
+  return (long long)st.st_size;
+}
+
+/* Everything that changes the replicas' bits, as "key=value;..." text. */
+static ps_err agreement_text(const ctr_trainer *t, char *buf, size_t len, ps_error *err) {
+  const trainer_options *o = &t->settings.opt;
+  const sparse_optimizer_config *c = &t->settings.sparse_opt;
+  job_config job;
+  ctr_trainer_job(t, &job);
+  const job_extra extras[] = {{"epochs", o->epochs},
+                              {"training examples", t->examples_per_epoch},
+                              {"max steps", o->max_steps},
+                              {"admit after", o->admit_after},
+                              {"evict after", o->evict_after},
+                              {"data bytes", (long)file_size(o->data)},
+                              {"test data bytes", (long)file_size(o->test_data)},
+                              {"test samples", o->test_samples}};
+  if (job_config_agreement(&job, extras, sizeof extras / sizeof extras[0], buf, len, err) !=
+      PS_ERR_OK) {
+    return err->code;
+  }
+  size_t used = strlen(buf);
+  int n = snprintf(buf + used, len - used,
+                   ";sparse optimizer=%s;sparse lr=%.17g;sparse eps=%.17g;sparse acc0=%.17g;"
+                   "sparse betas=%.17g,%.17g;max table MiB=%.17g;device=%s",
+                   sparse_optimizer_name(c->kind), c->lr, c->epsilon, c->initial_accumulator,
+                   c->beta1, c->beta2, o->max_table_mb, t->be->name);
+  if (n < 0 || (size_t)n >= len - used) {
+    return ps_error_set(err, PS_ERR_OUT_OF_RANGE, "collective mode: configuration text too long");
+  }
+  return PS_ERR_OK;
+}
+
+ps_err ctr_collective_ready(ctr_trainer *t, ps_error *err) {
+  struct ctr_exchange *x = t->exchange;
+  char config[4096];
+  if (agreement_text(t, config, sizeof config, err) != PS_ERR_OK ||
+      collective_check_agreement(&x->coll, config, err) != PS_ERR_OK) {
+    return err->code;
+  }
+  const size_t ranks = (size_t)t->ranks, dim = embed_dim(t);
+  x->max_keys = (size_t)t->settings.opt.batch * FIELDS;
+  size_t all = ranks * x->max_keys;
+  sparse_dedup_init(&x->uni);
+  x->recv_counts = calloc(ranks, sizeof *x->recv_counts);
+  x->displs = calloc(ranks, sizeof *x->displs);
+  x->sizes = calloc(2 * ranks, sizeof *x->sizes);
+  x->all_keys = calloc(all, sizeof *x->all_keys);
+  x->all_counts = calloc(all, sizeof *x->all_counts);
+  x->all_slot = calloc(all, sizeof *x->all_slot);
+  x->counts = calloc(all, sizeof *x->counts);
+  x->wide_rows = calloc(all, sizeof(float));
+  x->wide_grads = calloc(all, sizeof(float));
+  x->deep_rows = calloc(all * dim + 1, sizeof(float));
+  x->deep_grads = calloc(all * dim + 1, sizeof(float));
+  x->send = calloc(x->max_keys * (1 + dim), sizeof(float));
+  x->recv = calloc(all * (1 + dim), sizeof(float));
+  x->dense = calloc(t->model->layout.total, sizeof(float));
+  if (x->recv_counts == NULL || x->displs == NULL || x->sizes == NULL || x->all_keys == NULL ||
+      x->all_counts == NULL || x->all_slot == NULL || x->counts == NULL || x->wide_rows == NULL ||
+      x->wide_grads == NULL || x->deep_rows == NULL || x->deep_grads == NULL || x->send == NULL ||
+      x->recv == NULL || x->dense == NULL) {
+    return ps_error_set(err, PS_ERR_NO_MEMORY,
+                        "collective mode: out of memory for the exchange of %zu keys", all);
+  }
+  if (all * (1 + dim) > (size_t)INT32_MAX) {
+    return ps_error_set(err, PS_ERR_OUT_OF_RANGE,
+                        "collective mode: --batch %ld on %d ranks exchanges more values than an "
+                        "MPI count holds",
+                        t->settings.opt.batch, t->ranks);
+  }
+  LOG_INFO("collective CTR mode: rank %d of %d, every rank holds every table", t->rank, t->ranks);
+  return PS_ERR_OK;
+}
+
+/* Counts and displacements of an Allgatherv of `per` elements per key. */
+static size_t layout_gather(struct ctr_exchange *x, int ranks, size_t per) {
+  size_t at = 0;
+  for (int r = 0; r < ranks; r++) {
+    x->recv_counts[r] = (int)((size_t)x->sizes[2 * r] * per);
+    x->displs[r] = (int)at;
+    at += (size_t)x->recv_counts[r];
+  }
+  return at;
+}
+
+/* Steps (2) and (3): every rank's keys, and their union in rank order with
+ * the summed counts; sets *total to the examples of the global batch. */
+static ps_err gather_keys(ctr_trainer *t, int count, long long *total, ps_error *err) {
+  struct ctr_exchange *x = t->exchange;
+  const sparse_dedup *d = &t->dedup;
+  long long mine[2] = {count > 0 ? (long long)d->n_unique : 0, count};
+  MPI_TRY(err, "gathering the batch sizes",
+          MPI_Allgather(mine, 2, MPI_LONG_LONG, x->sizes, 2, MPI_LONG_LONG, MPI_COMM_WORLD));
+  size_t keys = layout_gather(x, t->ranks, 1);
+  *total = 0;
+  for (int r = 0; r < t->ranks; r++) *total += x->sizes[2 * r + 1];
+  MPI_TRY(err, "gathering the keys",
+          MPI_Allgatherv(d->unique, (int)mine[0], MPI_UINT64_T, x->all_keys, x->recv_counts,
+                         x->displs, MPI_UINT64_T, MPI_COMM_WORLD));
+  MPI_TRY(err, "gathering the key counts",
+          MPI_Allgatherv(d->counts, (int)mine[0], MPI_UINT32_T, x->all_counts, x->recv_counts,
+                         x->displs, MPI_UINT32_T, MPI_COMM_WORLD));
+  x->bytes += (double)(keys - (size_t)mine[0]) * 12.0 +
+              (double)mine[0] * 12.0 * (double)(t->ranks - 1) + 32.0 * t->ranks;
+  if (sparse_dedup_run(&x->uni, x->all_keys, keys, x->all_slot, err) != PS_ERR_OK) {
+    return err->code;
+  }
+  memset(x->counts, 0, x->uni.n_unique * sizeof *x->counts);
+  for (size_t i = 0; i < keys; i++) x->counts[x->all_slot[i]] += x->all_counts[i];
+  return PS_ERR_OK;
+}
+
+/* Step (7): every rank's gradients, summed in rank order into the union's. */
+static ps_err gather_grads(ctr_trainer *t, size_t mine, ps_error *err) {
+  struct ctr_exchange *x = t->exchange;
+  const size_t dim = embed_dim(t), per = 1 + dim;
+  for (size_t j = 0; j < mine; j++) {
+    x->send[j * per] = t->wide_grads[j];
+    if (dim > 0) memcpy(x->send + j * per + 1, t->deep_grads + j * dim, dim * sizeof(float));
+  }
+  size_t values = layout_gather(x, t->ranks, per);
+  MPI_TRY(err, "gathering the sparse gradients",
+          MPI_Allgatherv(x->send, (int)(mine * per), MPI_FLOAT, x->recv, x->recv_counts,
+                         x->displs, MPI_FLOAT, MPI_COMM_WORLD));
+  x->bytes += (double)(values - mine * per) * 4.0 + (double)(mine * per) * 4.0 * (t->ranks - 1);
+  const size_t u = x->uni.n_unique;
+  memset(x->wide_grads, 0, u * sizeof(float));
+  if (dim > 0) memset(x->deep_grads, 0, u * dim * sizeof(float));
+  /* The keys come in the order gather_keys received them. */
+  for (size_t i = 0; i < values / per; i++) {
+    const float *g = x->recv + i * per;
+    const uint32_t s = x->all_slot[i];
+    x->wide_grads[s] += g[0];
+    float *row = x->deep_grads + (size_t)s * dim;
+    for (size_t k = 0; k < dim; k++) row[k] += g[1 + k];
+  }
+  return PS_ERR_OK;
+}
+
+/* Step (9): the dense gradients summed over the ranks, as the MLP's
+ * collective mode does (an all-reduce leaves the same sum on every rank). */
+static ps_err sum_dense(ctr_trainer *t, float scale, int computed, ps_error *err) {
+  struct ctr_exchange *x = t->exchange;
+  const size_t n = t->model->layout.total;
+  if (computed) {
+    if (ctr_model_get_grads(t->model, x->dense, err) != PS_ERR_OK) return err->code;
+    for (size_t i = 0; i < n; i++) x->dense[i] *= scale;
+  } else {
+    memset(x->dense, 0, n * sizeof(float));
+  }
+  MPI_TRY(err, "summing the dense gradients",
+          MPI_Allreduce(MPI_IN_PLACE, x->dense, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+  x->bytes += 2.0 * 2.0 * (double)(t->ranks - 1) / t->ranks * (double)n * 4.0;
+  return ctr_model_set_grads(t->model, x->dense, err);
+}
+
+ps_err ctr_collective_step(ctr_trainer *t, int count, long step, double *loss_sum,
+                           ps_error *err) {
+  struct ctr_exchange *x = t->exchange;
+  const size_t dim = embed_dim(t);
+  const double start = now_s(), bytes_before = x->bytes;
+  long long total = 0;
+  if (gather_keys(t, count, &total, err) != PS_ERR_OK) return err->code;
+  if (total == 0) return PS_ERR_OK; /* no rank had examples: nothing to learn */
+  const size_t u = x->uni.n_unique, mine = count > 0 ? t->dedup.n_unique : 0;
+  if (sparse_table_pull(t->wide, x->uni.unique, u, x->counts, step, x->wide_rows, err) !=
+          PS_ERR_OK ||
+      (dim > 0 && sparse_table_pull(t->deep, x->uni.unique, u, x->counts, step, x->deep_rows,
+                                    err) != PS_ERR_OK)) {
+    return err->code;
+  }
+  const size_t first = (size_t)x->displs[t->rank]; /* this rank's keys among all */
+  for (size_t j = 0; j < mine; j++) {
+    const uint32_t s = x->all_slot[first + j];
+    t->wide_rows[j] = x->wide_rows[s];
+    if (dim > 0) memcpy(t->deep_rows + j * dim, x->deep_rows + (size_t)s * dim, dim * sizeof(float));
+  }
+  /* Each rank's share of the global batch's mean loss. */
+  const float scale = (float)((double)count / (double)total);
+  if (count > 0) {
+    ctr_batch b = {.size = count, .examples = t->examples, .slot = t->slot, .unique = mine,
+                   .wide_rows = t->wide_rows, .deep_rows = dim > 0 ? t->deep_rows : NULL};
+    if (ctr_model_forward(t->model, &b, 1, loss_sum, NULL, err) != PS_ERR_OK ||
+        ctr_model_backward(t->model, &b, t->wide_grads, dim > 0 ? t->deep_grads : NULL, err) !=
+            PS_ERR_OK) {
+      return err->code;
+    }
+    for (size_t j = 0; j < mine; j++) t->wide_grads[j] *= scale;
+    for (size_t j = 0; j < mine * dim; j++) t->deep_grads[j] *= scale;
+  }
+  if (gather_grads(t, mine, err) != PS_ERR_OK || sum_dense(t, scale, count > 0, err) != PS_ERR_OK ||
+      ctr_model_apply_optimizer(t->model, &t->settings.optimizer, step, err) != PS_ERR_OK ||
+      sparse_table_push(t->wide, x->uni.unique, u, x->wide_grads, step, err) != PS_ERR_OK ||
+      (dim > 0 &&
+       sparse_table_push(t->deep, x->uni.unique, u, x->deep_grads, step, err) != PS_ERR_OK)) {
+    return err->code;
+  }
+  x->steps++;
+  x->seconds += now_s() - start;
+  LOG_DEBUG("step %ld: %zu keys in the union, %.0f bytes sent + received", step, u,
+            x->bytes - bytes_before);
+  return PS_ERR_OK;
+}
+
+void ctr_collective_abort(int code) { MPI_Abort(MPI_COMM_WORLD, code); }
+
+void ctr_collective_stop(ctr_trainer *t) {
+  struct ctr_exchange *x = t->exchange;
+  if (x == NULL) return;
+  if (x->steps > 0) {
+    LOG_INFO("collective CTR mode, rank %d: %ld steps, %.0f bytes sent + received per step "
+             "(%.1f MiB in all), %.2fs in steps",
+             t->rank, x->steps, x->bytes / (double)x->steps, x->bytes / 1048576.0, x->seconds);
+  }
+  collective_finalize(&x->coll);
+  sparse_dedup_free(&x->uni);
+  free(x->recv_counts);
+  free(x->displs);
+  free(x->sizes);
+  free(x->all_keys);
+  free(x->all_counts);
+  free(x->all_slot);
+  free(x->counts);
+  free(x->wide_rows);
+  free(x->wide_grads);
+  free(x->deep_rows);
+  free(x->deep_grads);
+  free(x->send);
+  free(x->recv);
+  free(x->dense);
+  free(x);
+  t->exchange = NULL;
+}
