@@ -100,17 +100,8 @@ static int from_hex(const char *text, uint8_t *out, size_t cap, size_t *len) {
 ps_err checkpoint_write(const char *dir, const char *prefix, const char *format, long step,
                         const job_config *job, const char *const *extra,
                         const tensor_layout *layout, const float *data, ps_error *err) {
-  safetensors_tensor *tensors = calloc((size_t)(layout->count > 0 ? layout->count : 1),
-                                       sizeof *tensors);
-  if (tensors == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "checkpoint: out of memory");
-  for (int t = 0; t < layout->count; t++) {
-    const tensor_info *info = &layout->tensors[t];
-    snprintf(tensors[t].name, sizeof tensors[t].name, "%s", info->name);
-    tensors[t].dtype = SAFETENSORS_F32;
-    tensors[t].rank = info->rank;
-    memcpy(tensors[t].shape, info->shape, sizeof info->shape);
-    tensors[t].data = (void *)(data + info->offset);
-  }
+  safetensors_tensor *tensors = safetensors_tensors_of(layout, data, err);
+  if (tensors == NULL) return err->code;
   ps_err rc = checkpoint_write_tensors(dir, prefix, format, step, job, extra, tensors,
                                        layout->count, err);
   free(tensors);

@@ -96,11 +96,14 @@ static size_t shape_elements(const long *shape, int rank, int *ok) {
   return n;
 }
 
-ps_err safetensors_write(const char *path, const tensor_layout *layout, const float *data,
-                         const char *const *metadata, int keep_previous, ps_error *err) {
+safetensors_tensor *safetensors_tensors_of(const tensor_layout *layout, const float *data,
+                                           ps_error *err) {
   safetensors_tensor *tensors = calloc((size_t)(layout->count > 0 ? layout->count : 1),
                                        sizeof *tensors);
-  if (tensors == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "safetensors: out of memory");
+  if (tensors == NULL) {
+    ps_error_set(err, PS_ERR_NO_MEMORY, "safetensors: out of memory for %d tensors", layout->count);
+    return NULL;
+  }
   for (int t = 0; t < layout->count; t++) {
     const tensor_info *info = &layout->tensors[t];
     snprintf(tensors[t].name, sizeof tensors[t].name, "%s", info->name);
@@ -109,6 +112,13 @@ ps_err safetensors_write(const char *path, const tensor_layout *layout, const fl
     memcpy(tensors[t].shape, info->shape, sizeof info->shape);
     tensors[t].data = (void *)(data + info->offset);
   }
+  return tensors;
+}
+
+ps_err safetensors_write(const char *path, const tensor_layout *layout, const float *data,
+                         const char *const *metadata, int keep_previous, ps_error *err) {
+  safetensors_tensor *tensors = safetensors_tensors_of(layout, data, err);
+  if (tensors == NULL) return err->code;
   ps_err rc = safetensors_write_tensors(path, tensors, layout->count, metadata, keep_previous, err);
   free(tensors);
   return rc;

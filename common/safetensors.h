@@ -45,6 +45,11 @@ typedef struct safetensors_meta {
   char values[SAFETENSORS_MAX_META][1024];
 } safetensors_meta;
 
+/* The layout's tensors as F32 safetensors_tensor entries over data (malloc'd
+ * array, the caller frees it); NULL with err set when out of memory. */
+safetensors_tensor *safetensors_tensors_of(const tensor_layout *layout, const float *data,
+                                           ps_error *err);
+
 /* Writes count tensors, each from its data (offset and bytes are computed
  * from the shapes), as safetensors_write does. */
 ps_err safetensors_write_tensors(const char *path, safetensors_tensor *tensors, int count,
