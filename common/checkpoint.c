@@ -141,6 +141,33 @@ ps_err checkpoint_write_tensors(const char *dir, const char *prefix, const char 
   return PS_ERR_OK;
 }
 
+ps_err checkpoint_resume_open(const char *dir, const char *prefix, const char *format,
+                              const char *what, long want, const job_config *job, char *path,
+                              size_t path_len, long *step, safetensors_meta *meta, ps_error *err) {
+  if (want < 0) {
+    int found = checkpoint_list(dir, prefix, &want, 1);
+    if (found < 0) {
+      return ps_error_set(err, PS_ERR_IO, "--resume: cannot read %s: %s", dir, strerror(errno));
+    }
+    if (found == 0) {
+      return ps_error_set(err, PS_ERR_IO, "--resume: no %s checkpoint (%s*) in %s", what, prefix,
+                          dir);
+    }
+  }
+  checkpoint_path(dir, prefix, want, path, path_len);
+  job_config file_job;
+  if (checkpoint_read_job(path, format, &file_job, step, meta, err) != PS_ERR_OK) {
+    return ps_error_set(err, err->code, "--resume: %s", err->msg);
+  }
+  if (job_config_hash(&file_job) != job_config_hash(job)) {
+    char diff[512];
+    job_config_diff(job, &file_job, diff, sizeof diff);
+    return ps_error_set(err, PS_ERR_FAILED_PRECONDITION,
+                        "--resume: %s is another job's (this job vs the file's: %s)", path, diff);
+  }
+  return PS_ERR_OK;
+}
+
 ps_err checkpoint_read_job(const char *path, const char *format, job_config *job, long *step,
                            safetensors_meta *meta, ps_error *err) {
   if (safetensors_read(path, NULL, NULL, meta, err) != PS_ERR_OK) return err->code;

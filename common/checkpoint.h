@@ -41,4 +41,13 @@ ps_err checkpoint_write_tensors(const char *dir, const char *prefix, const char 
 ps_err checkpoint_read_job(const char *path, const char *format, job_config *job, long *step,
                            safetensors_meta *meta, ps_error *err);
 
+/* What --resume opens: the checkpoint of step `want` (want < 0: the newest)
+ * with prefix in dir, which must be a `format` checkpoint of `job` (same
+ * hash). path receives its name, *step its step, *meta its metadata. Errors
+ * begin "--resume: " and name the file; another job's names the fields that
+ * differ; `what` names the kind in "no <what> checkpoint". */
+ps_err checkpoint_resume_open(const char *dir, const char *prefix, const char *format,
+                              const char *what, long want, const job_config *job, char *path,
+                              size_t path_len, long *step, safetensors_meta *meta, ps_error *err);
+
 #endif

@@ -6,26 +6,11 @@ import struct
 import numpy as np
 
 
-def load(path):
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    header = json.loads(raw[8:8 + n])
-    data = raw[8 + n:]
-    out = {}
-    for name, t in header.items():
-        if name == "__metadata__":
-            continue
-        assert t["dtype"] == "F32", t
-        a, b = t["data_offsets"]
-        out[name] = np.frombuffer(data[a:b], dtype="<f4").reshape(t["shape"])
-    return out
-
-
 DTYPES = {"F32": "<f4", "U64": "<u8", "I64": "<i8"}
 
 
 def load_any(path):
-    """Like load, for tensors of every dtype pstrain writes (sparse tables' keys)."""
+    """Every tensor, in whichever dtype pstrain wrote it (F32; sparse tables' keys U64)."""
     raw = open(path, "rb").read()
     n = struct.unpack("<Q", raw[:8])[0]
     header = json.loads(raw[8:8 + n])
@@ -36,6 +21,14 @@ def load_any(path):
             continue
         a, b = t["data_offsets"]
         out[name] = np.frombuffer(data[a:b], dtype=DTYPES[t["dtype"]]).reshape(t["shape"])
+    return out
+
+
+def load(path):
+    """load_any for pstrain's dense files: every tensor must be F32."""
+    out = load_any(path)
+    for name, a in out.items():
+        assert a.dtype == np.float32, (name, a.dtype)
     return out
 
 

@@ -160,29 +160,14 @@ static ps_err load_table(sparse_table *table, const safetensors_file *f, const c
 
 ps_err ctr_checkpoint_resume(ctr_trainer *t, ps_error *err) {
   const trainer_options *o = &t->settings.opt;
-  long want = o->resume_step;
-  if (want < 0) {
-    int found = checkpoint_list(o->checkpoint_dir, CTR_PREFIX, &want, 1);
-    if (found < 0) return ps_error_set(err, PS_ERR_IO, "--resume: cannot read %s", o->checkpoint_dir);
-    if (found == 0) {
-      return ps_error_set(err, PS_ERR_IO, "--resume: no CTR checkpoint (%s*) in %s", CTR_PREFIX,
-                          o->checkpoint_dir);
-    }
-  }
   char path[4096];
-  checkpoint_path(o->checkpoint_dir, CTR_PREFIX, want, path, sizeof path);
-  job_config file_job, job;
+  job_config job;
   safetensors_meta meta;
   long step = 0;
-  if (checkpoint_read_job(path, CTR_FORMAT, &file_job, &step, &meta, err) != PS_ERR_OK) {
-    return ps_error_set(err, err->code, "--resume: %s", err->msg);
-  }
   ctr_trainer_job(t, &job);
-  if (job_config_hash(&file_job) != job_config_hash(&job)) {
-    char diff[512];
-    job_config_diff(&job, &file_job, diff, sizeof diff);
-    return ps_error_set(err, PS_ERR_FAILED_PRECONDITION,
-                        "--resume: %s is another job's (this job vs the file's: %s)", path, diff);
+  if (checkpoint_resume_open(o->checkpoint_dir, CTR_PREFIX, CTR_FORMAT, "CTR", o->resume_step,
+                             &job, path, sizeof path, &step, &meta, err) != PS_ERR_OK) {
+    return err->code;
   }
   safetensors_file f;
   if (safetensors_file_read(path, &f, err) != PS_ERR_OK) {

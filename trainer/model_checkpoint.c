@@ -68,30 +68,14 @@ typedef struct resume_status {
 /* Rank 0 (or local mode): reads the checkpoint into data (3n floats). */
 static ps_err read_checkpoint(trainer *t, float *data, long *step, ps_error *err) {
   const trainer_options *o = &t->settings.opt;
-  long want = o->resume_step;
-  if (want < 0) {
-    int found = checkpoint_list(o->checkpoint_dir, MODEL_PREFIX, &want, 1);
-    if (found < 0) {
-      return ps_error_set(err, PS_ERR_IO, "--resume: cannot read %s", o->checkpoint_dir);
-    }
-    if (found == 0) {
-      return ps_error_set(err, PS_ERR_IO, "--resume: no model checkpoint (%s*) in %s",
-                          MODEL_PREFIX, o->checkpoint_dir);
-    }
-  }
   char path[4096];
-  checkpoint_path(o->checkpoint_dir, MODEL_PREFIX, want, path, sizeof path);
-  job_config file_job, job;
+  job_config job;
   safetensors_meta meta;
-  if (checkpoint_read_job(path, MODEL_FORMAT, &file_job, step, &meta, err) != PS_ERR_OK) {
-    return ps_error_set(err, err->code, "--resume: %s", err->msg);
-  }
   trainer_job(t, 1, &job);
-  if (job_config_hash(&file_job) != job_config_hash(&job)) {
-    char diff[512];
-    job_config_diff(&job, &file_job, diff, sizeof diff);
-    return ps_error_set(err, PS_ERR_FAILED_PRECONDITION,
-                        "--resume: %s is another job's (this job vs the file's: %s)", path, diff);
+  if (checkpoint_resume_open(o->checkpoint_dir, MODEL_PREFIX, MODEL_FORMAT, "model",
+                             o->resume_step, &job, path, sizeof path, step, &meta, err) !=
+      PS_ERR_OK) {
+    return err->code;
   }
   tensor_layout layout;
   if (build_layout(t, &layout, err) != PS_ERR_OK) return err->code;
