@@ -80,16 +80,15 @@ static long long file_size(const char *path) {
 }
 
 /* Everything that changes the replicas' bits, as "key=value;..." text. */
+/* The job (its fields include the sparse tables' settings) and what else
+ * every rank must share. */
 static ps_err agreement_text(const ctr_trainer *t, char *buf, size_t len, ps_error *err) {
   const trainer_options *o = &t->settings.opt;
-  const sparse_optimizer_config *c = &t->settings.sparse_opt;
   job_config job;
   ctr_trainer_job(t, &job);
   const job_extra extras[] = {{"epochs", o->epochs},
                               {"training examples", t->examples_per_epoch},
                               {"max steps", o->max_steps},
-                              {"admit after", o->admit_after},
-                              {"evict after", o->evict_after},
                               {"data bytes", (long)file_size(o->data)},
                               {"test data bytes", (long)file_size(o->test_data)},
                               {"test samples", o->test_samples}};
@@ -98,11 +97,8 @@ static ps_err agreement_text(const ctr_trainer *t, char *buf, size_t len, ps_err
     return err->code;
   }
   size_t used = strlen(buf);
-  int n = snprintf(buf + used, len - used,
-                   ";sparse optimizer=%s;sparse lr=%.17g;sparse eps=%.17g;sparse acc0=%.17g;"
-                   "sparse betas=%.17g,%.17g;max table MiB=%.17g;device=%s",
-                   sparse_optimizer_name(c->kind), c->lr, c->epsilon, c->initial_accumulator,
-                   c->beta1, c->beta2, o->max_table_mb, t->be->name);
+  int n = snprintf(buf + used, len - used, ";max table MiB=%.17g;device=%s", o->max_table_mb,
+                   t->be->name);
   if (n < 0 || (size_t)n >= len - used) {
     return ps_error_set(err, PS_ERR_OUT_OF_RANGE, "collective mode: configuration text too long");
   }
