@@ -10,6 +10,11 @@ enum { WT_VARINT = 0, WT_FIXED64 = 1, WT_LEN = 2, WT_FIXED32 = 5 };
 /* Longest field header of a block: tag, length, id tag, id, data tag, length. */
 #define BLOCK_HEADER_MAX (1 + 10 + 1 + 5 + 1 + 10)
 #define MESSAGE_HEADER_MAX 64
+/* Longest header of a SparseRows: tag, length, table, and three data headers. */
+#define SPARSE_HEADER_MAX (1 + 10 + 1 + 5 + 3 * (1 + 10))
+/* Room wire_writer_begin keeps beyond the blocks: the SparseRows and a pull kind. */
+#define SPARSE_ROOM_BYTES (WIRE_MAX_SPARSE * SPARSE_HEADER_MAX + 1 + 5)
+#define SPARSE_ROOM_PARTS (WIRE_MAX_SPARSE * 4 + 1)
 
 /* --- protobuf-c ------------------------------------------------------------- */
 
@@ -170,12 +175,13 @@ static uint8_t tag(unsigned field, unsigned wire_type) { return (uint8_t)(field 
 
 ps_err wire_writer_begin(wire_writer *w, size_t max_blocks, ps_error *err) {
   if (max_blocks > WIRE_WRITER_MAX_BLOCKS ||
-      max_blocks > (SIZE_MAX - MESSAGE_HEADER_MAX) / BLOCK_HEADER_MAX) {
+      max_blocks > (SIZE_MAX - MESSAGE_HEADER_MAX - SPARSE_ROOM_BYTES) / BLOCK_HEADER_MAX) {
     return ps_error_set(err, PS_ERR_OUT_OF_RANGE, "a message of %zu blocks: more than %zu",
                         max_blocks, (size_t)WIRE_WRITER_MAX_BLOCKS);
   }
-  size_t bytes = MESSAGE_HEADER_MAX + max_blocks * BLOCK_HEADER_MAX;
-  int parts = (int)(2 * max_blocks + 2); /* fits: max_blocks <= WIRE_WRITER_MAX_BLOCKS */
+  size_t bytes = MESSAGE_HEADER_MAX + max_blocks * BLOCK_HEADER_MAX + SPARSE_ROOM_BYTES;
+  /* fits: max_blocks <= WIRE_WRITER_MAX_BLOCKS */
+  int parts = (int)(2 * max_blocks + 2 + SPARSE_ROOM_PARTS);
   if (bytes > w->bytes_cap) {
     uint8_t *grown = realloc(w->bytes, bytes);
     if (grown == NULL) {
@@ -202,6 +208,7 @@ ps_err wire_writer_begin(wire_writer *w, size_t max_blocks, ps_error *err) {
   w->part_count = 0;
   w->block_room = max_blocks;
   w->block_count = 0;
+  w->sparse_count = 0;
   w->has_header = 0;
   w->status = PS_ERR_OK;
   w->refused = NULL;
@@ -318,6 +325,54 @@ ps_err wire_writer_block(wire_writer *w, uint32_t id, const float *data, size_t 
   return PS_ERR_OK;
 }
 
+/* A length-delimited field's header (tag and length) into buf; returns its size. */
+static size_t len_header(uint8_t *buf, unsigned field, size_t len) {
+  size_t n = 0;
+  buf[n++] = tag(field, WT_LEN);
+  n += put_varint(buf + n, len);
+  return n;
+}
+
+ps_err wire_writer_sparse(wire_writer *w, unsigned field, uint32_t table, const uint64_t *keys,
+                          size_t n, const float *values, size_t value_count,
+                          const uint32_t *counts, rpc_lease *lease) {
+  if (w->status != PS_ERR_OK) return w->status;
+  if (w->sparse_count >= WIRE_MAX_SPARSE) return refuse(w, "more than WIRE_MAX_SPARSE SparseRows");
+  if (field == 0 || field > 15) return refuse(w, "a SparseRows field number above 15");
+  size_t limit = (SIZE_MAX - SPARSE_HEADER_MAX) / 4;
+  if (n > limit / 2 || value_count > limit / 2) return refuse(w, "a SparseRows too large");
+  const void *data[3] = {keys, values, counts};
+  size_t lens[3] = {keys != NULL ? n * 8 : 0, values != NULL ? value_count * 4 : 0,
+                    counts != NULL ? n * 4 : 0};
+  size_t inner = 1 + varint_size(table);
+  for (int i = 0; i < 3; i++) {
+    if (data[i] != NULL) inner += 1 + varint_size(lens[i]) + lens[i];
+  }
+  uint8_t buf[SPARSE_HEADER_MAX];
+  size_t h = len_header(buf, field, inner);
+  buf[h++] = tag(1, WT_VARINT);
+  h += put_varint(buf + h, table);
+  if (add_bytes(w, buf, h) != PS_ERR_OK) return w->status;
+  for (int i = 0; i < 3; i++) {
+    if (data[i] == NULL) continue;
+    h = len_header(buf, (unsigned)(2 + i), lens[i]);
+    if (add_bytes(w, buf, h) != PS_ERR_OK) return w->status;
+    if (lens[i] == 0) continue;
+    if (w->part_count >= w->part_cap) return refuse(w, "more parts than wire_writer_begin made room for");
+    w->parts[w->part_count++] = (rpc_part){data[i], lens[i], lease};
+  }
+  w->sparse_count++;
+  return PS_ERR_OK;
+}
+
+ps_err wire_writer_pull_kind(wire_writer *w, uint32_t kind) {
+  uint8_t buf[1 + 5];
+  size_t n = 0;
+  buf[n++] = tag(6, WT_VARINT);
+  n += put_varint(buf + n, kind);
+  return add_bytes(w, buf, n);
+}
+
 /* --- reading block messages ------------------------------------------------- */
 
 /* A read position over the segments of a message, bounded by `end` bytes
@@ -425,6 +480,22 @@ static int parse_key(cursor *c, wire_key *key) {
   return 1;
 }
 
+/* Records where a length-delimited field's data lies and skips it. */
+static int parse_bytes(cursor *c, wire_block_ref *ref) {
+  size_t data_end;
+  if (!read_len(c, &data_end)) return 0;
+  ref->len = data_end - c->at;
+  /* Normalize the position so it points into a segment with bytes left. */
+  while (c->segment < c->msg->count && c->offset >= c->msg->segments[c->segment].len &&
+         ref->len > 0) {
+    c->segment++;
+    c->offset = 0;
+  }
+  ref->segment = c->segment;
+  ref->offset = c->offset;
+  return cursor_skip(c, ref->len);
+}
+
 static int parse_block(cursor *c, wire_block_ref *ref) {
   size_t end, outer = c->end;
   int has_id = 0;
@@ -440,24 +511,37 @@ static int parse_block(cursor *c, wire_block_ref *ref) {
       ref->id = (uint32_t)v;
       has_id = 1;
     } else if (field == 2 && wt == WT_LEN) {
-      size_t data_end;
-      if (!read_len(c, &data_end)) return 0;
-      ref->len = data_end - c->at;
-      /* Normalize the position so it points into a segment with bytes left. */
-      while (c->segment < c->msg->count && c->offset >= c->msg->segments[c->segment].len &&
-             ref->len > 0) {
-        c->segment++;
-        c->offset = 0;
-      }
-      ref->segment = c->segment;
-      ref->offset = c->offset;
-      if (!cursor_skip(c, ref->len)) return 0;
+      if (!parse_bytes(c, ref)) return 0;
     } else if (!skip_field(c, wt)) {
       return 0;
     }
   }
   c->end = outer;
   (void)has_id; /* proto3: an absent id is block 0 */
+  return 1;
+}
+
+static int parse_sparse(cursor *c, unsigned field, wire_sparse_ref *ref) {
+  size_t end, outer = c->end;
+  if (!read_len(c, &end)) return 0;
+  c->end = end;
+  memset(ref, 0, sizeof *ref);
+  ref->field = field;
+  while (c->at < c->end) {
+    uint64_t v;
+    unsigned f, wt;
+    if (!read_tag(c, &f, &wt)) return 0;
+    if (f == 1 && wt == WT_VARINT) {
+      if (!read_varint(c, &v) || v > UINT32_MAX) return 0;
+      ref->table = (uint32_t)v;
+    } else if (f >= 2 && f <= 4 && wt == WT_LEN) {
+      wire_block_ref *dst = f == 2 ? &ref->keys : f == 3 ? &ref->values : &ref->counts;
+      if (!parse_bytes(c, dst)) return 0;
+    } else if (!skip_field(c, wt)) {
+      return 0;
+    }
+  }
+  c->end = outer;
   return 1;
 }
 
@@ -468,6 +552,8 @@ ps_err wire_parse_blocks(const rpc_message *msg, wire_blocks_msg *out, ps_error 
   out->pserver_incarnation = 0;
   out->step = 0;
   out->block_count = 0;
+  out->kind = 0;
+  out->sparse_count = 0;
   while (c.at < c.end) {
     unsigned field, wt;
     if (!read_tag(&c, &field, &wt)) goto malformed;
@@ -486,6 +572,17 @@ ps_err wire_parse_blocks(const rpc_message *msg, wire_blocks_msg *out, ps_error 
       }
       if (!parse_block(&c, &out->blocks[out->block_count])) goto malformed;
       out->block_count++;
+    } else if ((field == 4 || field == 5) && wt == WT_LEN) {
+      if (out->sparse_count == WIRE_MAX_SPARSE) {
+        return ps_error_set(err, PS_ERR_OUT_OF_RANGE, "message holds more than %d SparseRows",
+                            WIRE_MAX_SPARSE);
+      }
+      if (!parse_sparse(&c, field, &out->sparse[out->sparse_count])) goto malformed;
+      out->sparse_count++;
+    } else if (field == 6 && wt == WT_VARINT) {
+      uint64_t v;
+      if (!read_varint(&c, &v) || v > UINT32_MAX) goto malformed;
+      out->kind = (uint32_t)v;
     } else if (field == 0 || !skip_field(&c, wt)) {
       goto malformed;
     }

@@ -69,13 +69,25 @@ typedef struct wire_writer {
   rpc_part *parts; /* owned */
   int part_cap, part_count;
   size_t block_room, block_count; /* blocks wire_writer_begin allowed; written */
+  size_t sparse_count;            /* SparseRows written */
   int has_header;
   ps_err status;       /* PS_ERR_OK, or the first refused append's code */
   const char *refused; /* what that append was */
 } wire_writer;
 
-/* Most blocks one message may hold: its parts are counted in an int. */
-#define WIRE_WRITER_MAX_BLOCKS (((size_t)INT_MAX - 2) / 2)
+/* Most SparseRows one message may hold (each field counted alone): two
+ * tables, gradients and keys, with room to spare. */
+#define WIRE_MAX_SPARSE 8
+/* SparseRows' field numbers in the messages that carry them. */
+enum {
+  WIRE_SPARSE_GRADS = 4, /* PushRequest.sparse_grads */
+  WIRE_SPARSE_ROWS = 4,  /* ParamsReply.sparse_rows */
+  WIRE_SPARSE_KEYS = 5,  /* PushRequest.sparse_keys and PullRequest.sparse_keys */
+};
+
+/* Most blocks one message may hold: its parts (two a block, and the
+ * SparseRows') are counted in an int. */
+#define WIRE_WRITER_MAX_BLOCKS (((size_t)INT_MAX - 64) / 2)
 
 /* Sizes the writer for one header and up to max_blocks blocks; call before
  * each message. */
@@ -88,6 +100,15 @@ ps_err wire_writer_params_header(wire_writer *w, uint64_t incarnation, uint64_t 
 /* A Block (field 3) whose data is borrowed under lease (NULL: copied). */
 ps_err wire_writer_block(wire_writer *w, uint32_t id, const float *data, size_t count,
                          rpc_lease *lease);
+/* A SparseRows in field `field` (WIRE_SPARSE_*) of table `table`: n keys
+ * (NULL: none sent), value_count floats (NULL: none), n counts (NULL: none).
+ * Data is borrowed under lease (NULL: copied). At most WIRE_MAX_SPARSE per
+ * message, after the blocks. */
+ps_err wire_writer_sparse(wire_writer *w, unsigned field, uint32_t table, const uint64_t *keys,
+                          size_t n, const float *values, size_t value_count,
+                          const uint32_t *counts, rpc_lease *lease);
+/* PullRequest.kind (field 6), after the sparse keys. */
+ps_err wire_writer_pull_kind(wire_writer *w, uint32_t kind);
 /* PS_ERR_OK when every append since wire_writer_begin fit; else the first
  * refusal, described in err. */
 ps_err wire_writer_check(const wire_writer *w, ps_error *err);
@@ -99,8 +120,15 @@ typedef struct wire_block_ref {
   size_t len;             /* bytes */
 } wire_block_ref;
 
-/* A parsed PushRequest (has_key, key, config_hash) or ParamsReply
- * (pserver_incarnation, step); absent fields read 0. */
+/* Where a SparseRows' fields lie (len 0: absent). */
+typedef struct wire_sparse_ref {
+  unsigned field; /* WIRE_SPARSE_* */
+  uint32_t table;
+  wire_block_ref keys, values, counts; /* their id is unused */
+} wire_sparse_ref;
+
+/* A parsed PushRequest (has_key, key, config_hash), PullRequest (the same,
+ * and kind) or ParamsReply (pserver_incarnation, step); absent fields read 0. */
 typedef struct wire_blocks_msg {
   int has_key;                  /* field 1 was a RequestKey: a PushRequest */
   wire_key key;
@@ -112,10 +140,14 @@ typedef struct wire_blocks_msg {
   size_t block_count;
   wire_block_ref *blocks; /* caller's array of block_cap entries */
   size_t block_cap;
+  uint32_t kind;          /* PullRequest.kind */
+  size_t sparse_count;
+  wire_sparse_ref sparse[WIRE_MAX_SPARSE];
 } wire_blocks_msg;
 
-/* Parses a PushRequest or ParamsReply without copying block data. Refuses
- * malformed bytes and more than block_cap blocks; unknown fields are skipped. */
+/* Parses a PushRequest, PullRequest or ParamsReply without copying block
+ * data. Refuses malformed bytes, more than block_cap blocks and more than
+ * WIRE_MAX_SPARSE SparseRows; unknown fields are skipped. */
 ps_err wire_parse_blocks(const rpc_message *msg, wire_blocks_msg *out, ps_error *err);
 
 /* Copies a block's data (ref->len bytes) to dst. */

@@ -32,6 +32,7 @@ typedef struct pserver_options {
   long log_every;
   long max_message_mb;
   long max_shard_mb;
+  double max_table_mb;
   long max_blocks;
   long max_registrations;
   const char *on_trainer_loss;
@@ -78,6 +79,10 @@ static const option_def pserver_option_table[] = {
     {"max-shard-mb", NULL, OPT_INT, OFF(max_shard_mb), "8192",
      "refuse a job whose shard (parameters, optimizer state, gradients) needs more MiB", NULL,
      .min = 1, .max = 1 << 30},
+    {"max-table-mb", NULL, OPT_DOUBLE, OFF(max_table_mb), "0",
+     "CTR models: MiB each sparse table's rows on this pserver may hold (0: no limit); a pull "
+     "that would pass it gets RESOURCE_EXHAUSTED naming the table, unless the job evicts",
+     NULL, .min = 0, .max = 1e9},
     {"max-blocks-per-request", NULL, OPT_INT, OFF(max_blocks), "65536",
      "refuse a job whose push to this pserver carries more blocks (a small --block-size "
      "multiplies the per-block cost of every step and of the shard map)", NULL, .min = 1,
@@ -289,7 +294,9 @@ static pserver_config service_config(const pserver_start *st) {
   const pserver_options *o = &st->opt;
   return (pserver_config){.id = st->id, .pservers = st->list.count, .trainers = (int)o->trainers,
                           .step_timeout = o->step_timeout, .log_every = o->log_every,
-                          .max_shard_mb = o->max_shard_mb, .checkpoint_dir = o->checkpoint_dir,
+                          .max_shard_mb = o->max_shard_mb,
+                          .max_table_bytes = (size_t)(o->max_table_mb * 1048576.0),
+                          .checkpoint_dir = o->checkpoint_dir,
                           .continue_on_trainer_loss = strcmp(o->on_trainer_loss, "continue") == 0,
                           .checkpoint_every = o->checkpoint_every,
                           .check_trainer_identity = o->tls_ca[0] != '\0' && o->tls_check_trainer_id,

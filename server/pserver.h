@@ -16,7 +16,9 @@
 
 #include "common/error.h"
 #include "common/job.h"
+#include "common/ctr_tables.h"
 #include "common/rpc.h"
+#include "common/sparse_table.h"
 #include "common/wire.h"
 #include "server/table.h"
 
@@ -27,6 +29,7 @@ typedef struct pserver_config {
   double step_timeout; /* seconds a sync step may wait for the last trainer */
   long log_every;      /* steps between statistics lines */
   long max_shard_mb;   /* largest shard (parameters, state, gradient slots) to accept */
+  size_t max_table_bytes; /* CTR models: each sparse table's limit here (0: none) */
   int continue_on_trainer_loss; /* sync: drop a trainer that misses --step-timeout */
   const char *checkpoint_dir; /* "" for none */
   long checkpoint_every;      /* steps between checkpoints (0: only at the end) */
@@ -99,6 +102,10 @@ typedef struct pserver {
   int configured_by;   /* the trainer whose registration set the job; -1: a checkpoint */
   tensor_layout checkpoint_layout; /* params, optimizer state 1 and 2 of the shard */
   table table;
+  /* CTR models: the rows of each sparse table this pserver owns
+   * (shard_of_key), CTR_TABLE_* order; sparse_count 0 for the MLP. */
+  sparse_table *sparse[CTR_TABLES_MAX];
+  int sparse_count;
   trainer_state *trainers;
   int *step_slots;         /* (trainers) scratch of complete_step */
   rpc_call **step_calls;   /* (trainers) scratch of complete_step */

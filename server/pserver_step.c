@@ -45,6 +45,9 @@ static ps_err check_job_size(const pserver *ps, const job_config *job, int slots
 
 void pserver_deconfigure(pserver *ps) {
   table_free(&ps->table);
+  for (int i = 0; i < ps->sparse_count; i++) sparse_table_destroy(ps->sparse[i]);
+  memset(ps->sparse, 0, sizeof ps->sparse);
+  ps->sparse_count = 0;
   tensor_layout_free(&ps->checkpoint_layout);
   free(ps->refs);
   free(ps->seen);
@@ -87,6 +90,15 @@ ps_err pserver_configure(pserver *ps, const job_config *job, int trainer, ps_err
   if (check_job_size(ps, job, slots, err) != PS_ERR_OK) return err->code;
   if (table_init(&ps->table, job, ps->cfg.id, slots, err) != PS_ERR_OK) return err->code;
   tensor_layout_init(&ps->checkpoint_layout);
+  for (int i = 0; i < ctr_table_count(&job->model); i++) {
+    sparse_table_config c;
+    ctr_table_config(job, i, ps->cfg.max_table_bytes, &c);
+    if (sparse_table_create(&ps->sparse[i], &c, err) != PS_ERR_OK) {
+      pserver_deconfigure(ps);
+      return err->code;
+    }
+    ps->sparse_count = i + 1;
+  }
   if (configure_scratch(ps, job, err) != PS_ERR_OK) {
     pserver_deconfigure(ps);
     return err->code;

@@ -453,6 +453,79 @@ int main(void) {
   free(packed);
   wire_writer_free(&w);
 
+  /* SparseRows: a push with a block, gradients and next keys -> protobuf-c,
+   * and parsed here however it is split; every prefix and flipped bit. */
+  {
+    uint64_t keys[3] = {1, 0xffffffffffffffffULL, 1ULL << 40};
+    uint32_t counts[3] = {2, 1, 7};
+    float vals[6] = {0.5f, -1.0f, 2.0f, 3.0f, -4.5f, 1e-3f};
+    REQUIRE(wire_writer_begin(&w, 1, &err) == PS_ERR_OK);
+    wire_writer_push_header(&w, &key, 77);
+    wire_writer_block(&w, 1, a, 5, NULL);
+    wire_writer_sparse(&w, WIRE_SPARSE_GRADS, 1, keys, 3, vals, 6, NULL, NULL);
+    wire_writer_sparse(&w, WIRE_SPARSE_KEYS, 0, keys, 2, NULL, 0, counts, NULL);
+    wire_writer_sparse(&w, WIRE_SPARSE_KEYS, 1, keys, 0, NULL, 0, counts, NULL);
+    REQUIRE(wire_writer_check(&w, &err) == PS_ERR_OK);
+    uint8_t *sb = flatten(&w, &len);
+    Pstrain__PushRequest *sr = pstrain__push_request__unpack(NULL, len, sb);
+    REQUIRE(sr != NULL && sr->n_sparse_grads == 1 && sr->n_sparse_keys == 2);
+    CHECK_EQ_INT(sr->sparse_grads[0]->table, 1);
+    REQUIRE(sr->sparse_grads[0]->keys.len == sizeof keys);
+    CHECK(memcmp(sr->sparse_grads[0]->keys.data, keys, sizeof keys) == 0);
+    CHECK(memcmp(sr->sparse_grads[0]->values.data, vals, sizeof vals) == 0);
+    CHECK_EQ_INT(sr->sparse_grads[0]->counts.len, 0);
+    CHECK_EQ_INT(sr->sparse_keys[0]->table, 0);
+    REQUIRE(sr->sparse_keys[0]->counts.len == 8);
+    CHECK(memcmp(sr->sparse_keys[0]->counts.data, counts, 8) == 0);
+    CHECK_EQ_INT(sr->sparse_keys[1]->keys.len, 0);
+    pstrain__push_request__free_unpacked(sr, NULL);
+    for (size_t k = 0; k < sizeof pieces / sizeof pieces[0]; k++) {
+      rpc_message msg = split(sb, len, pieces[k], segs);
+      wire_blocks_msg pm2 = {.blocks = refs, .block_cap = 4};
+      REQUIRE(wire_parse_blocks(&msg, &pm2, &err) == PS_ERR_OK);
+      REQUIRE(pm2.block_count == 1 && pm2.sparse_count == 3);
+      CHECK_EQ_INT(pm2.sparse[0].field, WIRE_SPARSE_GRADS);
+      CHECK_EQ_INT(pm2.sparse[0].table, 1);
+      uint64_t gk[3];
+      float gv[6];
+      REQUIRE(pm2.sparse[0].keys.len == sizeof gk && pm2.sparse[0].values.len == sizeof gv);
+      wire_copy_block(&msg, &pm2.sparse[0].keys, gk);
+      wire_copy_block(&msg, &pm2.sparse[0].values, gv);
+      CHECK(memcmp(gk, keys, sizeof keys) == 0 && memcmp(gv, vals, sizeof vals) == 0);
+      CHECK_EQ_INT(pm2.sparse[1].field, WIRE_SPARSE_KEYS);
+      uint32_t gc[2];
+      REQUIRE(pm2.sparse[1].counts.len == sizeof gc && pm2.sparse[1].keys.len == 16);
+      wire_copy_block(&msg, &pm2.sparse[1].counts, gc);
+      CHECK(gc[0] == 2 && gc[1] == 1);
+      CHECK_EQ_INT(pm2.sparse[2].keys.len, 0);
+    }
+    check_block_prefixes(sb, len, &pstrain__push_request__descriptor);
+    free(sb);
+    /* A PullRequest's kind; more SparseRows than a message may hold. */
+    REQUIRE(wire_writer_begin(&w, 0, &err) == PS_ERR_OK);
+    wire_writer_push_header(&w, &key, 77);
+    wire_writer_sparse(&w, WIRE_SPARSE_KEYS, 1, keys, 3, NULL, 0, NULL, NULL);
+    wire_writer_pull_kind(&w, PSTRAIN__PULL_KIND__PULL_LOOKUP);
+    REQUIRE(wire_writer_check(&w, &err) == PS_ERR_OK);
+    sb = flatten(&w, &len);
+    Pstrain__PullRequest *pr = pstrain__pull_request__unpack(NULL, len, sb);
+    REQUIRE(pr != NULL && pr->n_sparse_keys == 1);
+    CHECK(pr->kind == PSTRAIN__PULL_KIND__PULL_LOOKUP);
+    pstrain__pull_request__free_unpacked(pr, NULL);
+    rpc_message msg = split(sb, len, 5, segs);
+    wire_blocks_msg pm3 = {.blocks = refs, .block_cap = 4};
+    REQUIRE(wire_parse_blocks(&msg, &pm3, &err) == PS_ERR_OK);
+    CHECK_EQ_INT(pm3.kind, PSTRAIN__PULL_KIND__PULL_LOOKUP);
+    CHECK_EQ_INT(pm3.sparse_count, 1);
+    free(sb);
+    REQUIRE(wire_writer_begin(&w, 0, &err) == PS_ERR_OK);
+    for (int i = 0; i <= WIRE_MAX_SPARSE; i++) {
+      wire_writer_sparse(&w, WIRE_SPARSE_KEYS, 0, keys, 1, NULL, 0, NULL, NULL);
+    }
+    CHECK_EQ_INT(wire_writer_check(&w, &err), PS_ERR_OUT_OF_RANGE);
+    CHECK_CONTAINS(err.msg, "WIRE_MAX_SPARSE");
+  }
+
   /* Job descriptions: to the message and back, hash, difference. */
   job_config job = {.update = UPDATE_SYNC, .trainers = 2, .pservers = 2, .block_size = 32768,
                     .seed = 1, .batch = 64, .steps = 100};

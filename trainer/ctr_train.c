@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/ctr_tables.h"
 #include "common/log.h"
 #include "common/process.h"
 #include "trainer/auc.h"
@@ -22,8 +23,6 @@
 #define FIELDS CRITEO_CAT_FIELDS
 /* Evaluation needs no backward pass: bigger batches. */
 #define EVAL_BATCH 2048
-/* New embedding rows start uniform in +-EMBED_INIT; wide weights at zero. */
-#define EMBED_INIT 0.01f
 
 void ctr_trainer_job(const ctr_trainer *t, job_config *job) {
   const trainer_settings *s = &t->settings;
@@ -36,20 +35,18 @@ void ctr_trainer_job(const ctr_trainer *t, job_config *job) {
   job->sparse = job_sparse_of(&s->sparse_opt, (int)s->opt.admit_after, s->opt.evict_after);
 }
 
-static ps_err table_create(sparse_table **out, const trainer_settings *s, const char *name,
-                           uint32_t id, int dim, float init_scale, ps_error *err) {
-  sparse_table_config c;
-  memset(&c, 0, sizeof c);
-  snprintf(c.name, sizeof c.name, "%s", name);
-  c.id = id;
-  c.dim = dim;
-  c.seed = (uint64_t)s->opt.seed;
-  c.init_scale = init_scale;
-  c.opt = s->sparse_opt;
-  c.max_bytes = (size_t)(s->opt.max_table_mb * 1024.0 * 1024.0);
-  c.admit_after = (int)s->opt.admit_after;
-  c.evict_after = s->opt.evict_after;
-  return sparse_table_create(out, &c, err);
+/* The model's tables as the job describes them (common/ctr_tables.c). */
+static ps_err tables_create(ctr_trainer *t, ps_error *err) {
+  job_config job;
+  ctr_trainer_job(t, &job);
+  size_t max_bytes = (size_t)(t->settings.opt.max_table_mb * 1024.0 * 1024.0);
+  sparse_table **tables[CTR_TABLES_MAX] = {&t->wide, &t->deep};
+  for (int i = 0; i < ctr_table_count(&job.model); i++) {
+    sparse_table_config c;
+    ctr_table_config(&job, i, max_bytes, &c);
+    if (sparse_table_create(tables[i], &c, err) != PS_ERR_OK) return err->code;
+  }
+  return PS_ERR_OK;
 }
 
 static void *alloc_array(size_t count, size_t size, int *ok) {
@@ -110,10 +107,7 @@ ps_err ctr_trainer_init(ctr_trainer *t, const trainer_settings *settings, ps_err
   if (backend_open(&t->be, o->device, (int)o->threads, (int)o->gpu, err) != PS_ERR_OK) goto fail;
   int max_batch = o->batch > EVAL_BATCH ? (int)o->batch : EVAL_BATCH;
   if (ctr_model_create(&t->model, m, t->be, max_batch, (uint64_t)o->seed, err) != PS_ERR_OK ||
-      table_create(&t->wide, settings, "wide", 0, 1, 0.0f, err) != PS_ERR_OK ||
-      (m->kind == MODEL_CTR &&
-       table_create(&t->deep, settings, "embedding", 1, m->embed_dim, EMBED_INIT, err) !=
-           PS_ERR_OK)) {
+      tables_create(t, err) != PS_ERR_OK) {
     goto fail;
   }
   size_t keys = (size_t)max_batch * FIELDS;
