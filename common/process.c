@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <stdio.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -46,4 +47,10 @@ ps_err process_prepare_dir(const char *path, const char *flag, ps_error *err) {
                         strerror(errno));
   }
   return PS_ERR_OK;
+}
+
+long process_peak_rss_kib(void) {
+  struct rusage ru;
+  if (getrusage(RUSAGE_SELF, &ru) != 0) return -1;
+  return ru.ru_maxrss; /* KiB on Linux */
 }

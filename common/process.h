@@ -12,6 +12,9 @@
  * not page-fault its way in. Logs a warning if the allocator refuses. */
 void process_tune_malloc(void);
 
+/* This process's peak resident set so far, in KiB (getrusage; -1 when it fails). */
+long process_peak_rss_kib(void);
+
 /* A random 64-bit id, distinct per process start (not secret). */
 uint64_t process_random_u64(void);
 

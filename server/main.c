@@ -435,6 +435,7 @@ int main(int argc, char **argv) {
   if (status < 0) {
     status = listen_and_serve(&st, &ps, &signals);
     pserver_destroy(&ps);
+    LOG_INFO("exiting with status %d: peak RSS %ld KiB", status, process_peak_rss_kib());
   }
   rpc_global_shutdown();
   return status;
