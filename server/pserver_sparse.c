@@ -162,7 +162,7 @@ static ps_err check_rows(pserver *ps, const rpc_message *msg, const wire_sparse_
   else for (size_t i = 0; i < n; i++) r->counts[i] = 1;
   r->n = n;
   for (size_t i = 0; i < n; i++) {
-    if (has_counts && r->counts[i] == 0) {
+    if (has_counts && !counts_optional && r->counts[i] == 0) {
       snprintf(why, len, "%s of table %s: key %llu has a count of 0", what, name,
                (unsigned long long)r->keys[i]);
       return PS_ERR_INVALID_ARGUMENT;
