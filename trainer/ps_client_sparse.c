@@ -32,7 +32,7 @@ static int keys_alloc(ps_sparse_keys *k, size_t cap, int pservers) {
 /* Rows of keys in pserver p's part of k. */
 static size_t part_of(const ps_sparse_keys *k, int p) { return k->first[p + 1] - k->first[p]; }
 
-/* Reads from msg and PULL_ALL's appends, counted in the client's bytes. */
+/* The client's sparse ops: what a message carries, what its reply holds. */
 static ps_err sparse_append(void *ctx, int p, wire_writer *w, rpc_lease *lease, ps_error *err);
 static ps_err sparse_take(void *ctx, int p, const rpc_message *msg, const wire_blocks_msg *m,
                           ps_error *err);
