@@ -63,7 +63,7 @@ static inline pserver_config fuzz_pserver_config(const char *checkpoint_dir) {
   return (pserver_config){.id = 0, .pservers = 2, .trainers = 2, .step_timeout = 60,
                           .log_every = 0, .max_shard_mb = 1, .checkpoint_dir = checkpoint_dir,
                           .max_blocks_per_request = 64, .max_registrations = 4,
-                          .max_table_bytes = 1 << 20};
+                          .max_table_bytes = 16 << 20};
 }
 
 /* Incarnations the registered trainers 0 and 1 use. */
