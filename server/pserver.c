@@ -269,6 +269,8 @@ static void accept_registration(pserver *ps, rpc_call *call, const Pstrain__Requ
       tr->pushed = 0;
       ps->pushed_count--;
     }
+    pserver_sparse_drop_pull(ps, (int)key->trainer_id, PS_ERR_ABORTED,
+                             "the trainer registered again");
     tr->last_step = -1;
     tr->done = 0;
   }
@@ -331,7 +333,8 @@ static void handle_push(pserver *ps, rpc_call *call, const rpc_message *msg) {
   } else if (wire_parse_blocks(msg, &m, &err) != PS_ERR_OK) {
     pserver_refuse(call, "PushPull", err.code, "%s", err.msg);
   } else if (check_sender(ps, call, "PushPull", m.has_key, &m.key, m.config_hash) == PS_ERR_OK &&
-             check_blocks(ps, call, &m) == PS_ERR_OK) {
+             check_blocks(ps, call, &m) == PS_ERR_OK &&
+             pserver_sparse_check(ps, call, "PushPull", msg, &m, 0) == PS_ERR_OK) {
     ps->stats_pushes++;
     ps->stats_in += msg->total;
     if (ps->job.update == UPDATE_SYNC) pserver_push_sync(ps, call, msg, &m);
@@ -347,21 +350,26 @@ static wire_key key_of(const Pstrain__RequestKey *k) {
   return key;
 }
 
+/* A Pull: the parameters, and for CTR jobs rows by kind (pserver_sparse.c).
+ * It parses like a PushRequest; it may carry a batch's keys per table, so
+ * its size limit comes from the job. */
 static void handle_pull(pserver *ps, rpc_call *call, const rpc_message *msg) {
   ps_error err;
-  Pstrain__PullRequest *req =
-      (Pstrain__PullRequest *)wire_unpack(&pstrain__pull_request__descriptor, msg, &err);
-  if (req == NULL) {
-    pserver_refuse(call, "Pull", err.code, "%s", err.msg);
-    return;
-  }
-  wire_key key = key_of(req->key);
   pthread_mutex_lock(&ps->lock);
-  if (check_sender(ps, call, "Pull", req->key != NULL, &key, req->config_hash) == PS_ERR_OK) {
-    pserver_reply_params(ps, &call, 1);
+  size_t limit = pserver_sparse_pull_limit(ps);
+  wire_block_ref none[1];
+  wire_blocks_msg m = {.blocks = none, .block_cap = 0};
+  if (msg->total > limit) {
+    pserver_refuse(call, "Pull", PS_ERR_OUT_OF_RANGE,
+                   "a request of %zu bytes is larger than this method's limit of %zu",
+                   msg->total, limit);
+  } else if (wire_parse_blocks(msg, &m, &err) != PS_ERR_OK) {
+    pserver_refuse(call, "Pull", err.code, "%s", err.msg);
+  } else if (check_sender(ps, call, "Pull", m.has_key, &m.key, m.config_hash) == PS_ERR_OK &&
+             pserver_sparse_check(ps, call, "Pull", msg, &m, 1) == PS_ERR_OK) {
+    pserver_sparse_pull(ps, call, &m);
   }
   pthread_mutex_unlock(&ps->lock);
-  protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
 static void handle_done(pserver *ps, rpc_call *call, const rpc_message *msg) {
@@ -426,13 +434,13 @@ static void handle_rollback(pserver *ps, rpc_call *call, const rpc_message *msg)
   protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
-/* RegisterTrainer, Pull, Done and Rollback are small; only PushPull carries
- * tensors. */
+/* RegisterTrainer, Done and Rollback are small; PushPull carries tensors,
+ * Pull a batch's keys (its limit is in handle_pull). */
 #define SMALL_REQUEST_MAX (64 * 1024)
 
 void pserver_handle(void *ctx, rpc_call *call, int method, const rpc_message *request) {
   pserver *ps = ctx;
-  if (method != METHOD_PUSH_PULL && request->total > SMALL_REQUEST_MAX) {
+  if (method != METHOD_PUSH_PULL && method != METHOD_PULL && request->total > SMALL_REQUEST_MAX) {
     pserver_refuse(call, pserver_methods[method], PS_ERR_OUT_OF_RANGE,
            "a request of %zu bytes is larger than this method's limit of %d", request->total,
            SMALL_REQUEST_MAX);
@@ -455,33 +463,42 @@ long pserver_version(pserver *ps) {
   return version;
 }
 
-/* --on-trainer-loss continue: drops the trainers the step waits for. */
-static void drop_missing_trainers(pserver *ps) {
+/* Whether trainer i is at the barrier that is late: the step's pushes, or
+ * (pull) the sync pull barrier of CTR jobs. */
+static int at_barrier(const pserver *ps, int i, int pull) {
+  return pull ? pserver_sparse_pull_waits(ps, i) : ps->trainers[i].pushed;
+}
+
+/* --on-trainer-loss continue: drops the trainers the barrier waits for. */
+static void drop_missing_trainers(pserver *ps, int pull) {
   for (int i = 0; i < ps->cfg.trainers; i++) {
     trainer_state *tr = &ps->trainers[i];
-    if (tr->pushed || tr->done || tr->lost) continue;
+    if (at_barrier(ps, i, pull) || tr->done || tr->lost) continue;
     tr->lost = 1;
     ps->active--;
-    LOG_WARN("trainer %d missed step %ld for %.0f s (--step-timeout): continuing with %d "
-             "trainer(s) (--on-trainer-loss continue)",
-             i, ps->version, ps->cfg.step_timeout, ps->active);
+    LOG_WARN("trainer %d missed %s %ld for %.0f s (--step-timeout): continuing with %d "
+             "trainer(s) (--on-trainer-loss continue)", i,
+             pull ? "the pull barrier of step" : "step", ps->version, ps->cfg.step_timeout,
+             ps->active);
   }
-  if (ps->pushed_count == ps->active) pserver_complete_step(ps);
+  if (ps->pushed_count > 0 && ps->pushed_count == ps->active) pserver_complete_step(ps);
+  pserver_sparse_pull_try_complete(ps);
 }
 
 /* --on-trainer-loss stop: the job fails naming the missing trainers. */
-static void fail_step(pserver *ps) {
+static void fail_step(pserver *ps, int pull) {
   char missing[256] = "";
   size_t used = 0;
   for (int i = 0; i < ps->cfg.trainers && used < sizeof missing; i++) {
-    if (!ps->trainers[i].pushed) {
+    if (!at_barrier(ps, i, pull)) {
       used += (size_t)snprintf(missing + used, sizeof missing - used, "%s%d",
                                used > 0 ? ", " : "", i);
     }
   }
   snprintf(ps->failure, sizeof ps->failure,
-           "step %ld waited %.0f s (--step-timeout) for trainer(s) %s", ps->version,
-           ps->cfg.step_timeout, missing);
+           "%s %ld waited %.0f s (--step-timeout) for trainer(s) %s",
+           pull ? "the pull barrier of step" : "step", ps->version, ps->cfg.step_timeout,
+           missing);
   ps->status = PSERVER_FAILED;
 }
 
@@ -491,10 +508,12 @@ pserver_status pserver_poll(pserver *ps) {
     int done = 0;
     for (int i = 0; i < ps->cfg.trainers; i++) done += ps->trainers[i].done || ps->trainers[i].lost;
     if (done == ps->cfg.trainers) ps->status = PSERVER_FINISHED;
+    double now = now_s();
     int late = ps->job.update == UPDATE_SYNC && ps->pushed_count > 0 &&
-               now_s() - ps->step_started > ps->cfg.step_timeout;
-    if (late && ps->cfg.continue_on_trainer_loss) drop_missing_trainers(ps);
-    else if (late) fail_step(ps);
+               now - ps->step_started > ps->cfg.step_timeout;
+    int late_pull = ps->job.update == UPDATE_SYNC && pserver_sparse_pull_late(ps, now);
+    if ((late || late_pull) && ps->cfg.continue_on_trainer_loss) drop_missing_trainers(ps, !late);
+    else if (late || late_pull) fail_step(ps, !late);
   }
   pserver_status status = ps->status;
   pthread_mutex_unlock(&ps->lock);
@@ -510,6 +529,7 @@ void pserver_abort_waiting_locked(pserver *ps, ps_err code, const char *why) {
     }
   }
   ps->pushed_count = 0;
+  pserver_sparse_drop_pull(ps, -1, code, why);
 }
 
 void pserver_abort_waiting(pserver *ps, ps_err code, const char *why) {

@@ -7,6 +7,7 @@
  *
  * Files: pserver.c (dispatch, validation, registration, pull, done, poll),
  * pserver_step.c (the sync and async step, replies, statistics),
+ * pserver_sparse.c (the sparse tables' requests: checks, merges, pulls),
  * pserver_disk.c (checkpoints, resume, rollback, the disk thread). */
 #ifndef PSTRAIN_SERVER_PSERVER_H
 #define PSTRAIN_SERVER_PSERVER_H
@@ -106,6 +107,7 @@ typedef struct pserver {
    * (shard_of_key), CTR_TABLE_* order; sparse_count 0 for the MLP. */
   sparse_table *sparse[CTR_TABLES_MAX];
   int sparse_count;
+  struct pserver_sparse *sp; /* CTR jobs: pushed rows, the pull barrier (pserver_sparse.c) */
   trainer_state *trainers;
   int *step_slots;         /* (trainers) scratch of complete_step */
   rpc_call **step_calls;   /* (trainers) scratch of complete_step */

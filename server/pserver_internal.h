@@ -28,6 +28,12 @@ void pserver_deconfigure(pserver *ps);
 /* Answers each call with the current parameters, all from one snapshot. */
 void pserver_reply_params(pserver *ps, rpc_call *const *calls, int count);
 
+/* Appends call `index`'s sparse rows to its reply (after the blocks). */
+typedef void (*pserver_rows_fn)(pserver *ps, int index, wire_writer *w, void *ctx);
+/* pserver_reply_params with rows(ps, i, writer, ctx) added to reply i. */
+void pserver_reply_params_rows(pserver *ps, rpc_call *const *calls, int count,
+                               pserver_rows_fn rows, void *ctx);
+
 /* A validated push (trainer registered, blocks checked) of the job's mode. */
 void pserver_push_sync(pserver *ps, rpc_call *call, const rpc_message *msg,
                        const wire_blocks_msg *m);
@@ -36,6 +42,87 @@ void pserver_push_async(pserver *ps, rpc_call *call, const rpc_message *msg,
 
 /* Sync: every active trainer has pushed: apply and answer them. */
 void pserver_complete_step(pserver *ps);
+
+/* --- pserver_sparse.c: the sparse tables' side of requests (CTR jobs) ------------ */
+
+/* Rows of one table as a request brought them: keys with values (n * dim)
+ * or counts (n); grown on demand, owned. */
+typedef struct sparse_rows {
+  uint64_t *keys;
+  float *values;
+  uint32_t *counts;
+  size_t n, keys_cap, values_cap;
+} sparse_rows;
+
+enum { SPARSE_FIELD_GRADS, SPARSE_FIELD_KEYS, SPARSE_FIELDS };
+
+typedef struct sparse_trainer {
+  sparse_rows grads[CTR_TABLES_MAX]; /* sync: its push of the current step */
+  sparse_rows next[CTR_TABLES_MAX];  /* sync: the keys of its next step */
+  sparse_rows pull[CTR_TABLES_MAX];  /* sync: its keys at the pull barrier */
+  rpc_call *pull_call;               /* its pull at the barrier (NULL: none) */
+} sparse_trainer;
+
+typedef struct pserver_sparse {
+  sparse_trainer *trainers; /* (trainers) */
+  size_t max_keys;          /* per table per request: batch * CTR_CAT_FIELDS */
+  int pulled_count;         /* sync: trainers at the pull barrier */
+  double pull_started;      /* when the first of them arrived */
+  /* The request being handled, copied out of its message by the check. */
+  sparse_rows req[SPARSE_FIELDS][CTR_TABLES_MAX];
+  int req_present[SPARSE_FIELDS];
+  /* Merges: all keys, each one's slot in the union, summed counts or
+   * gradients, the union's rows per table, one reply's rows per table. */
+  sparse_dedup dedup;
+  uint64_t *all;
+  uint32_t *slot, *counts;
+  size_t all_cap;
+  float *sums, *rows[CTR_TABLES_MAX], *out[CTR_TABLES_MAX];
+  size_t sums_cap, rows_cap[CTR_TABLES_MAX], out_cap[CTR_TABLES_MAX];
+  size_t merged[CTR_TABLES_MAX];       /* keys in the union of the last merge */
+  sparse_rows *(*which)[CTR_TABLES_MAX]; /* (trainers) each reply's rows per table */
+  sparse_rows **rowp;                    /* (trainers) the rows one merge takes */
+  rpc_call **pull_calls;                 /* (trainers) a completed barrier's calls */
+} pserver_sparse;
+
+ps_err pserver_sparse_configure(pserver *ps, ps_error *err);
+/* Answers what still waits (ABORTED) and frees the state. */
+void pserver_sparse_deconfigure(pserver *ps);
+
+/* Checks a request's SparseRows (pull: a Pull; lookup: counts optional)
+ * and copies them to ps->sp->req; answers and returns the code if refused. */
+ps_err pserver_sparse_check(pserver *ps, rpc_call *call, const char *method,
+                            const rpc_message *msg, const wire_blocks_msg *m, int pull);
+/* The largest Pull this pserver accepts (bytes). */
+size_t pserver_sparse_pull_limit(const pserver *ps);
+
+/* Sync push of trainer id accepted: keeps its checked rows for the step;
+ * answers and returns the code if it cannot. */
+ps_err pserver_sparse_store_push(pserver *ps, rpc_call *call, int id);
+/* Sync completion: the pushed rows of slots (id order) summed, scaled
+ * 1/count, applied at ps->version. */
+ps_err pserver_sparse_apply_step(pserver *ps, const int *slots, int count, ps_error *err);
+/* After version++: eviction, the merged pull of the next keys, replies. */
+void pserver_sparse_reply_step(pserver *ps, const int *slots, rpc_call *const *calls, int count);
+/* Async: applies the checked push scaled 1/N at schedule step `step`. */
+ps_err pserver_sparse_apply_async(pserver *ps, long step, ps_error *err);
+/* Async, after version++: eviction, the pull of its next keys, the reply. */
+void pserver_sparse_reply_async(pserver *ps, rpc_call *call);
+/* A resend: the parameters and read-only rows of the checked keys. */
+void pserver_sparse_reply_lookup(pserver *ps, rpc_call *call);
+
+/* A checked Pull (sender and SparseRows): by kind, at once or at the barrier. */
+void pserver_sparse_pull(pserver *ps, rpc_call *call, const wire_blocks_msg *m);
+/* Sync pull barrier: whether trainer waits there; whether the barrier has
+ * waited past --step-timeout; complete it when every active trainer waits. */
+int pserver_sparse_pull_waits(const pserver *ps, int trainer);
+int pserver_sparse_pull_late(const pserver *ps, double now);
+void pserver_sparse_pull_try_complete(pserver *ps);
+/* Answers trainer's waiting pull (or every one: trainer -1) with code. */
+void pserver_sparse_drop_pull(pserver *ps, int trainer, ps_err code, const char *why);
+
+/* The statistics line's tables part: per table rows, MiB, bytes/row, ... */
+void pserver_sparse_log_stats(const pserver *ps, long step);
 
 /* --- pserver_disk.c: checkpoints and rollback ---------------------------------- */
 

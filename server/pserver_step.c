@@ -44,6 +44,7 @@ static ps_err check_job_size(const pserver *ps, const job_config *job, int slots
 }
 
 void pserver_deconfigure(pserver *ps) {
+  pserver_sparse_deconfigure(ps);
   table_free(&ps->table);
   for (int i = 0; i < ps->sparse_count; i++) sparse_table_destroy(ps->sparse[i]);
   memset(ps->sparse, 0, sizeof ps->sparse);
@@ -104,6 +105,10 @@ ps_err pserver_configure(pserver *ps, const job_config *job, int trainer, ps_err
     return err->code;
   }
   ps->job = *job;
+  if (pserver_sparse_configure(ps, err) != PS_ERR_OK) {
+    pserver_deconfigure(ps);
+    return err->code;
+  }
   ps->job_hash = job_config_hash(job);
   ps->configured = 1;
   ps->configured_by = trainer;
@@ -153,10 +158,23 @@ static ps_err build_params_reply(pserver *ps, params_snapshot *snap, ps_error *e
 }
 
 void pserver_reply_params(pserver *ps, rpc_call *const *calls, int count) {
+  pserver_reply_params_rows(ps, calls, count, NULL, NULL);
+}
+
+void pserver_reply_params_rows(pserver *ps, rpc_call *const *calls, int count,
+                               pserver_rows_fn rows, void *ctx) {
   ps_error err;
   params_snapshot *snap = take_snapshot(ps);
   ps_err rc = build_params_reply(ps, snap, &err);
   for (int i = 0; i < count; i++) {
+    if (rows != NULL) {
+      /* Each reply its own rows: the blocks again (cheap), then the rows. */
+      if (i > 0) rc = build_params_reply(ps, snap, &err);
+      if (rc == PS_ERR_OK) {
+        rows(ps, i, &ps->reply, ctx);
+        rc = wire_writer_check(&ps->reply, &err);
+      }
+    }
     if (rc != PS_ERR_OK) {
       rpc_call_reply(calls[i], err.code, err.msg, NULL, 0);
       continue;
@@ -181,6 +199,7 @@ static void log_stats(pserver *ps, long step) {
   ps->stats_since = now;
   ps->stats_pushes = 0;
   ps->stats_in = ps->stats_out = 0;
+  pserver_sparse_log_stats(ps, step);
 }
 
 /* A checkpoint every cfg.checkpoint_every steps: the state is copied here
@@ -206,11 +225,18 @@ void pserver_complete_step(pserver *ps) {
     ps->trainers[i].pushed = 0;
     ps->trainers[i].waiting = NULL;
   }
+  ps->pushed_count = 0;
+  ps_error err;
+  if (ps->sp != NULL && pserver_sparse_apply_step(ps, slots, count, &err) != PS_ERR_OK) {
+    /* Out of memory merging: the step is not taken; the trainers resend. */
+    for (int i = 0; i < count; i++) pserver_refuse(calls[i], "PushPull", err.code, "%s", err.msg);
+    return;
+  }
   /* Sum in trainer-id order, average, apply. */
   table_apply_sum(&ps->table, &ps->job.optimizer, slots, count, 1.0f / (float)count, ps->version);
   ps->version++;
-  ps->pushed_count = 0;
-  pserver_reply_params(ps, calls, count);
+  if (ps->sp != NULL) pserver_sparse_reply_step(ps, slots, calls, count);
+  else pserver_reply_params(ps, calls, count);
   maybe_checkpoint(ps, ps->version);
   log_stats(ps, ps->version);
 }
@@ -228,8 +254,9 @@ void pserver_push_sync(pserver *ps, rpc_call *call, const rpc_message *msg,
   if (step < ps->version) {
     /* Behind: a resend of a push already applied (its reply was lost), or one
      * from before a rollback. Answered with the parameters, not applied: the
-     * reply's step tells the trainer where the pserver is. */
-    pserver_reply_params(ps, &call, 1);
+     * reply's step tells the trainer where the pserver is. Its next keys'
+     * rows are read only: the merged pull created them. */
+    pserver_sparse_reply_lookup(ps, call);
     return;
   }
   if (step > ps->version) {
@@ -245,6 +272,7 @@ void pserver_push_sync(pserver *ps, rpc_call *call, const rpc_message *msg,
     tr->waiting = call;
     return;
   }
+  if (ps->sp != NULL && pserver_sparse_store_push(ps, call, (int)id) != PS_ERR_OK) return;
   float *slot = table_slot(&ps->table, (int)id);
   for (size_t i = 0; i < m->block_count; i++) {
     const shard_block *b = &ps->table.map.blocks[m->blocks[i].id];
@@ -267,6 +295,11 @@ void pserver_push_async(pserver *ps, rpc_call *call, const rpc_message *msg,
   long step = (long)m->key.step;
   int n = ps->cfg.trainers;
   if (step > tr->last_step) {
+    ps_error err;
+    if (ps->sp != NULL && pserver_sparse_apply_async(ps, ps->version / n, &err) != PS_ERR_OK) {
+      pserver_refuse(call, "PushPull", err.code, "%s", err.msg);
+      return;
+    }
     float *slot = table_slot(&ps->table, 0);
     for (size_t i = 0; i < m->block_count; i++) {
       const shard_block *b = &ps->table.map.blocks[m->blocks[i].id];
@@ -280,6 +313,11 @@ void pserver_push_async(pserver *ps, rpc_call *call, const rpc_message *msg,
       maybe_checkpoint(ps, ps->version / n);
       log_stats(ps, ps->version / n);
     }
+    if (ps->sp != NULL) {
+      pserver_sparse_reply_async(ps, call);
+      return;
+    }
   }
-  pserver_reply_params(ps, &call, 1);
+  if (ps->sp != NULL) pserver_sparse_reply_lookup(ps, call);
+  else pserver_reply_params(ps, &call, 1);
 }

@@ -68,8 +68,9 @@ grep -q "skipped 1 malformed line" "$SCRATCH/skip.log" || fail "the skipped line
 expect_exit 2 "not a Criteo TSV file" -- "$BIN/trainer" --model lr --data "$DATA"
 expect_exit 2 "--test-data $SCRATCH/none.tsv: cannot read: No such file" -- "$BIN/trainer" --model lr \
   --data "$D/train.tsv" --test-data "$SCRATCH/none.tsv"
-expect_exit 2 "trains in --mode local in this version" -- "$BIN/trainer" --model lr \
-  --data "$D/train.tsv" --mode pserver --pservers 127.0.0.1:1
+# Pserver mode (tests/test_ctr_pserver.sh): a pserver that is not there is named.
+expect_exit 1 "could not reach pserver 0 at 127.0.0.1:1 within 1 s" -- "$BIN/trainer" --model lr \
+  --data "$D/train.tsv" --mode pserver --pservers 127.0.0.1:1 --connect-timeout 1
 
 # --eval-every: rows mid-epoch too, each with its step.
 "$BIN/trainer" "${COMMON[@]}" --model lr --eval-every 50 --metrics "$SCRATCH/ee.jsonl" \

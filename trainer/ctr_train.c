@@ -6,7 +6,6 @@
 
 #include <errno.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +15,8 @@
 #include "common/process.h"
 #include "trainer/auc.h"
 #include "trainer/ctr_checkpoint.h"
+#include "trainer/ctr_prefetch.h"
+#include "trainer/ctr_pserver.h"
 #ifdef PSTRAIN_HAVE_MPI
 #include "trainer/ctr_collective.h"
 #endif
@@ -72,6 +73,11 @@ ps_err ctr_trainer_init(ctr_trainer *t, const trainer_settings *settings, ps_err
   const model_desc *m = &settings->model;
   double start = now_s();
   t->ranks = 1;
+  t->rewind_to = -1;
+  if (settings->pserver_mode) { /* trainer r of N: blocks r, r+N, ... */
+    t->rank = (int)o->id;
+    t->ranks = (int)o->trainers;
+  }
   if (settings->collective_mode) {
 #ifdef PSTRAIN_HAVE_MPI
     if (ctr_collective_start(t, err) != PS_ERR_OK) goto fail;
@@ -129,6 +135,7 @@ ps_err ctr_trainer_init(ctr_trainer *t, const trainer_settings *settings, ps_err
     goto fail;
   }
   if (o->resume && ctr_checkpoint_resume(t, err) != PS_ERR_OK) goto fail;
+  if (settings->pserver_mode && ctr_pserver_start(t, err) != PS_ERR_OK) goto fail;
   if (open_reader(t, err) != PS_ERR_OK) goto fail;
 #ifdef PSTRAIN_HAVE_MPI
   if (t->exchange != NULL && ctr_collective_ready(t, err) != PS_ERR_OK) goto fail;
@@ -143,6 +150,7 @@ void ctr_trainer_free(ctr_trainer *t) {
 #ifdef PSTRAIN_HAVE_MPI
   ctr_collective_stop(t);
 #endif
+  ctr_pserver_stop(t);
   if (t->train != NULL) ctr_reader_close(t->train);
   sparse_table_destroy(t->wide);
   sparse_table_destroy(t->deep);
@@ -162,17 +170,8 @@ void ctr_trainer_free(ctr_trainer *t) {
   memset(t, 0, sizeof *t);
 }
 
-/* The batch's distinct keys and each example field's slot among them. */
-static ps_err dedup_into(const ctr_example *examples, int count, uint64_t *keys, uint32_t *slot,
-                         sparse_dedup *d, ps_error *err) {
-  for (int i = 0; i < count; i++) {
-    memcpy(keys + (size_t)i * FIELDS, examples[i].keys, sizeof examples[i].keys);
-  }
-  return sparse_dedup_run(d, keys, (size_t)count * FIELDS, slot, err);
-}
-
 static ps_err dedup_batch(ctr_trainer *t, int count, ps_error *err) {
-  return dedup_into(t->examples, count, t->keys, t->slot, &t->dedup, err);
+  return ctr_dedup_into(t->examples, count, t->keys, t->slot, &t->dedup, err);
 }
 
 static ctr_batch batch_of(const ctr_trainer *t, int count) {
@@ -205,6 +204,7 @@ static ps_err local_step(ctr_trainer *t, int count, long step, double *loss_sum,
 
 /* One step: here, or with every rank in collective mode (the exchange). */
 static ps_err train_step(ctr_trainer *t, int count, long step, double *loss_sum, ps_error *err) {
+  if (t->ps != NULL) return ctr_pserver_step(t, count, step, loss_sum, err); /* evicts there */
 #ifdef PSTRAIN_HAVE_MPI
   if (t->exchange != NULL) {
     if (ctr_collective_step(t, count, step, loss_sum, err) != PS_ERR_OK) return err->code;
@@ -250,8 +250,12 @@ ps_err ctr_trainer_evaluate(ctr_trainer *t, const char *path, double *auc, doubl
     }
     if ((rc = dedup_batch(t, count, err)) != PS_ERR_OK) break;
     const sparse_dedup *d = &t->dedup;
-    sparse_table_lookup(t->wide, d->unique, d->n_unique, t->wide_rows);
-    if (t->deep != NULL) sparse_table_lookup(t->deep, d->unique, d->n_unique, t->deep_rows);
+    if (t->ps != NULL) {
+      if ((rc = ctr_pserver_lookup(t, err)) != PS_ERR_OK) break;
+    } else {
+      sparse_table_lookup(t->wide, d->unique, d->n_unique, t->wide_rows);
+      if (t->deep != NULL) sparse_table_lookup(t->deep, d->unique, d->n_unique, t->deep_rows);
+    }
     ctr_batch b = batch_of(t, count);
     if ((rc = ctr_model_forward(t->model, &b, 0, &loss, probs + n, err)) != PS_ERR_OK) break;
     for (int i = 0; i < count; i++) labels[n + (size_t)i] = t->examples[i].label;
@@ -314,8 +318,9 @@ static ps_err report(ctr_trainer *t, const progress *p, double *auc, double *log
       ctr_trainer_evaluate(t, o->test_data, auc, logloss, &n, err) != PS_ERR_OK) {
     return err->code;
   }
-  char tables[512];
-  log_tables(t, tables, sizeof tables);
+  char tables[512]; /* a pserver job's tables are on the pservers, which log them */
+  if (t->ps != NULL) ctr_pserver_metrics(t, tables, sizeof tables);
+  else log_tables(t, tables, sizeof tables);
   if (n > 0) {
     LOG_INFO("epoch %ld step %ld: test AUC %.4f, test logloss %.4f on %ld examples; train "
              "logloss %.4f, %.0f examples/s",
@@ -328,7 +333,8 @@ static ps_err report(ctr_trainer *t, const progress *p, double *auc, double *log
               "{\"epoch\":%ld,\"step\":%ld,\"train_logloss\":%.6f%s,\"examples_per_s\":%.1f,"
               "\"wall_s\":%.3f,\"mode\":\"%s\",\"model\":\"%s\",\"trainers\":%d%s}\n",
               p->epoch, p->step, p->train_logloss, eval, p->examples_per_s, p->wall_s,
-              t->exchange != NULL ? "collective" : "local", o->model, t->ranks, tables) < 0 ||
+              t->ps != NULL ? "pserver" : t->exchange != NULL ? "collective" : "local", o->model,
+              t->ranks, tables) < 0 ||
       fflush(t->metrics) != 0) {
     return ps_error_set(err, PS_ERR_IO, "writing --metrics %s: %s", o->metrics, strerror(errno));
   }
@@ -346,165 +352,48 @@ static ps_err skip_examples(ctr_trainer *t, long n, ps_error *err) {
   return PS_ERR_OK;
 }
 
-/* The next training batch is read and deduplicated on a thread of its own
- * while the current one trains: it touches no table and reads the same
- * examples in the same order, so the result is the same. The thread fills
- * a second set of batch buffers, which then trade places with t's. */
-typedef enum { PF_IDLE, PF_WORK, PF_DONE, PF_QUIT } prefetch_state;
-
-typedef struct prefetch {
-  ctr_trainer *t;
-  ctr_example *examples; /* the buffers being filled: as t's */
-  uint64_t *keys;
-  uint32_t *slot;
-  sparse_dedup dedup;
-  int want, count;       /* examples asked for, read */
-  ps_err rc;
-  ps_error err;
-  prefetch_state state;
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  pthread_t thread;
-  int started;
-} prefetch;
-
-static void *prefetch_main(void *arg) {
-  prefetch *p = arg;
-  pthread_mutex_lock(&p->mu);
-  for (;;) {
-    while (p->state == PF_IDLE || p->state == PF_DONE) pthread_cond_wait(&p->cv, &p->mu);
-    if (p->state == PF_QUIT) break;
-    pthread_mutex_unlock(&p->mu);
-    int count = 0;
-    ps_err rc = ctr_reader_next(p->t->train, p->examples, p->want, &count, &p->err);
-    if (rc == PS_ERR_OK && count > 0) {
-      rc = dedup_into(p->examples, count, p->keys, p->slot, &p->dedup, &p->err);
-    }
-    pthread_mutex_lock(&p->mu);
-    p->count = count;
-    p->rc = rc;
-    p->state = PF_DONE;
-    pthread_cond_broadcast(&p->cv);
-  }
-  pthread_mutex_unlock(&p->mu);
-  return NULL;
-}
-
-static ps_err prefetch_start(prefetch *p, ctr_trainer *t, ps_error *err) {
-  memset(p, 0, sizeof *p);
-  p->t = t;
-  sparse_dedup_init(&p->dedup);
-  int max_batch = t->settings.opt.batch > EVAL_BATCH ? (int)t->settings.opt.batch : EVAL_BATCH;
-  size_t keys = (size_t)max_batch * FIELDS;
-  int ok = 1;
-  p->examples = alloc_array((size_t)max_batch, sizeof *p->examples, &ok);
-  p->keys = alloc_array(keys, sizeof *p->keys, &ok);
-  p->slot = alloc_array(keys, sizeof *p->slot, &ok);
-  if (!ok) return ps_error_set(err, PS_ERR_NO_MEMORY, "out of memory for batches of %d", max_batch);
-  int e = pthread_mutex_init(&p->mu, NULL);
-  if (e == 0 && (e = pthread_cond_init(&p->cv, NULL)) != 0) pthread_mutex_destroy(&p->mu);
-  if (e == 0 && (e = pthread_create(&p->thread, NULL, prefetch_main, p)) != 0) {
-    pthread_cond_destroy(&p->cv);
-    pthread_mutex_destroy(&p->mu);
-  }
-  if (e != 0) {
-    return ps_error_set(err, PS_ERR_INTERNAL, "starting the batch prefetch thread: %s", strerror(e));
-  }
-  p->started = 1;
-  return PS_ERR_OK;
-}
-
-/* Asks the thread for the next `want` examples. */
-static void prefetch_ask(prefetch *p, int want) {
-  pthread_mutex_lock(&p->mu);
-  p->want = want;
-  p->state = PF_WORK;
-  pthread_cond_broadcast(&p->cv);
-  pthread_mutex_unlock(&p->mu);
-}
-
-/* Waits for the batch asked for and swaps it into t's buffers. */
-static ps_err prefetch_take(prefetch *p, int *count, ps_error *err) {
-  pthread_mutex_lock(&p->mu);
-  while (p->state == PF_WORK) pthread_cond_wait(&p->cv, &p->mu);
-  p->state = PF_IDLE;
-  pthread_mutex_unlock(&p->mu);
-  if (p->rc != PS_ERR_OK) {
-    *err = p->err;
-    return p->rc;
-  }
-  ctr_trainer *t = p->t;
-  ctr_example *examples = t->examples;
-  uint64_t *keys = t->keys;
-  uint32_t *slot = t->slot;
-  sparse_dedup dedup = t->dedup;
-  t->examples = p->examples;
-  t->keys = p->keys;
-  t->slot = p->slot;
-  t->dedup = p->dedup;
-  p->examples = examples;
-  p->keys = keys;
-  p->slot = slot;
-  p->dedup = dedup;
-  *count = p->count;
-  return PS_ERR_OK;
-}
-
-/* Lets the thread finish what it was asked, stops it and frees its buffers. */
-static void prefetch_stop(prefetch *p) {
-  if (p->started) {
-    pthread_mutex_lock(&p->mu);
-    while (p->state == PF_WORK) pthread_cond_wait(&p->cv, &p->mu);
-    p->state = PF_QUIT;
-    pthread_cond_broadcast(&p->cv);
-    pthread_mutex_unlock(&p->mu);
-    pthread_join(p->thread, NULL);
-    pthread_cond_destroy(&p->cv);
-    pthread_mutex_destroy(&p->mu);
-  }
-  sparse_dedup_free(&p->dedup);
-  free(p->examples);
-  free(p->keys);
-  free(p->slot);
-  memset(p, 0, sizeof *p);
-}
-
-static ps_err train_epoch(ctr_trainer *t, long epoch, long *global_step, double run_start,
-                          ctr_summary *summary, ps_error *err) {
+static ps_err train_epoch(ctr_trainer *t, ctr_prefetch *pf, long epoch, long *global_step,
+                          int *reader_fresh, double run_start, ctr_summary *summary,
+                          ps_error *err) {
   const trainer_options *o = &t->settings.opt;
   long total_steps = t->steps_per_epoch * o->epochs;
   if (o->max_steps > 0 && o->max_steps < total_steps) total_steps = o->max_steps;
   long first = *global_step - epoch * t->steps_per_epoch;
-  if (first > 0 && skip_examples(t, first * o->batch, err) != PS_ERR_OK) return err->code;
+  /* The last epoch's last step asked for this epoch's first batch already,
+   * unless the loop stopped early, starts here or went back. */
+  if (!ctr_prefetch_pending(pf) && first < t->steps_per_epoch && *global_step < total_steps) {
+    if (!*reader_fresh && ctr_reader_rewind(t->train, err) != PS_ERR_OK) return err->code;
+    *reader_fresh = 0;
+    if (first > 0 && skip_examples(t, first * o->batch, err) != PS_ERR_OK) return err->code;
+    ctr_prefetch_ask(pf, (int)o->batch, 0);
+  }
   double loss_sum = 0.0, start = now_s(), next_progress = start + o->progress_interval;
   double eval_s = 0.0; /* evaluation time is not training time */
   long seen = 0, seen_since_report = 0;
   double loss_since_report = 0.0;
-  prefetch pf;
-  if (prefetch_start(&pf, t, err) != PS_ERR_OK) {
-    prefetch_stop(&pf);
-    return err->code;
-  }
-  ps_err rc = PS_ERR_OK; /* the loop leaves by `out`, which stops the thread */
-#define FAIL(expr)                 \
-  do {                             \
-    rc = (expr);                   \
-    if (rc != PS_ERR_OK) goto out; \
+  ps_err rc = PS_ERR_OK;
+#define FAIL(expr)                  \
+  do {                              \
+    if ((rc = (expr)) != PS_ERR_OK) \
+      return rc;                    \
   } while (0)
-  if (first < t->steps_per_epoch && *global_step < total_steps) prefetch_ask(&pf, (int)o->batch);
   for (long step = first; step < t->steps_per_epoch && *global_step < total_steps; step++) {
     int count = 0;
-    FAIL(prefetch_take(&pf, &count, err));
+    FAIL(ctr_prefetch_take(pf, &count, err));
     /* Bad lines skipped: the file held fewer examples than lines. Every
-     * collective rank takes every step, with no examples if need be. */
-    if (count == 0 && t->exchange == NULL) break;
+     * collective rank and pserver trainer takes every step, with no
+     * examples if need be. */
+    if (count == 0 && t->exchange == NULL && t->ps == NULL) break;
     /* Only the batches the loop will train are read: the reader's position
-     * and its count of skipped lines stay as without prefetching. */
-    if (step + 1 < t->steps_per_epoch && *global_step + 1 < total_steps) {
-      prefetch_ask(&pf, (int)o->batch);
+     * and its count of skipped lines stay as without prefetching. After an
+     * epoch's last step, the next epoch's first (pserver mode sends its keys
+     * with this step). */
+    if (*global_step + 1 < total_steps) {
+      ctr_prefetch_ask(pf, (int)o->batch, step + 1 == t->steps_per_epoch);
     }
     double batch_loss = 0.0;
     FAIL(train_step(t, count, *global_step, &batch_loss, err));
+    if (t->rewind_to >= 0) return PS_ERR_OK; /* the job went back: ctr_trainer_run goes there */
     if (!isfinite(batch_loss)) {
       FAIL(ps_error_set(err, PS_ERR_FAILED_PRECONDITION,
                         "training diverged: the logloss is %g at epoch %ld step %ld; try a "
@@ -538,9 +427,6 @@ static ps_err train_epoch(ctr_trainer *t, long epoch, long *global_step, double 
     }
   }
 #undef FAIL
-out:
-  prefetch_stop(&pf);
-  if (rc != PS_ERR_OK) return rc;
   double elapsed = now_s() - start - eval_s;
   summary->train_logloss = seen > 0 ? loss_sum / (double)seen : 0.0;
   summary->examples_per_s = seen > 0 ? (double)seen / elapsed : 0.0;
@@ -558,15 +444,26 @@ ps_err ctr_trainer_run(ctr_trainer *t, ctr_summary *summary, ps_error *err) {
   LOG_INFO("training %s on %ld examples per epoch (%ld steps of %ld), backend %s: %s", o->model,
            t->examples_per_epoch, t->steps_per_epoch, o->batch, t->be->name, t->be->description);
   int reader_fresh = 1; /* at the file's start: opened, not yet read */
-  for (long epoch = global_step / t->steps_per_epoch; epoch < o->epochs; epoch++) {
+  ctr_prefetch pf;
+  int max_batch = o->batch > EVAL_BATCH ? (int)o->batch : EVAL_BATCH; /* its buffers become t's */
+  ps_err rc = ctr_prefetch_start(&pf, t, max_batch, err);
+  t->prefetch = &pf;
+  for (long epoch = global_step / t->steps_per_epoch; epoch < o->epochs && rc == PS_ERR_OK;
+       epoch++) {
     if (o->max_steps > 0 && global_step >= o->max_steps) break;
-    if (!reader_fresh && ctr_reader_rewind(t->train, err) != PS_ERR_OK) return err->code;
-    reader_fresh = 0;
-    if (train_epoch(t, epoch, &global_step, run_start, summary, err) != PS_ERR_OK) {
-      return err->code;
+    rc = train_epoch(t, &pf, epoch, &global_step, &reader_fresh, run_start, summary, err);
+    if (rc == PS_ERR_OK && t->rewind_to >= 0) {
+      /* The data position follows from the step, as when resuming. */
+      global_step = t->rewind_to;
+      t->rewind_to = -1;
+      epoch = global_step / t->steps_per_epoch - 1;
+      continue;
     }
     summary->epochs = epoch + 1;
   }
+  ctr_prefetch_stop(&pf);
+  t->prefetch = NULL;
+  if (rc != PS_ERR_OK) return rc;
   summary->steps = global_step;
   long bad = ctr_reader_bad_lines(t->train);
   if (bad > 0) LOG_WARN("skipped %ld malformed lines of %s (--skip-bad-lines)", bad, o->data);
@@ -575,9 +472,11 @@ ps_err ctr_trainer_run(ctr_trainer *t, ctr_summary *summary, ps_error *err) {
     return err->code;
   }
   if (o->export_path[0] != '\0' && t->rank == 0 &&
-      ctr_export(t, o->export_path, err) != PS_ERR_OK) {
+      ((t->ps != NULL && ctr_pserver_fetch_all(t, err) != PS_ERR_OK) ||
+       ctr_export(t, o->export_path, err) != PS_ERR_OK)) {
     return err->code;
   }
+  if (t->ps != NULL && ctr_pserver_finish(t, global_step, err) != PS_ERR_OK) return err->code;
   /* For tests: the other replicas too, as PATH.rankN. */
   const char *every = getenv("PSTRAIN_EXPORT_EVERY_RANK");
   if (o->export_path[0] != '\0' && t->rank != 0 && every != NULL && strcmp(every, "1") == 0) {

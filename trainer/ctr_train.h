@@ -26,8 +26,11 @@ typedef struct ctr_trainer {
   long steps_per_epoch;
   long start_step;           /* where a --resume starts */
   FILE *metrics;             /* NULL without --metrics */
-  int rank, ranks;           /* collective mode's; 0 and 1 in local mode */
+  int rank, ranks;           /* collective ranks or pserver trainers; 0 and 1 in local mode */
   struct ctr_exchange *exchange; /* collective mode's step (ctr_collective.c); NULL: local */
+  struct ctr_pserver *ps;    /* pserver mode's step (ctr_pserver.c); NULL: not */
+  struct ctr_prefetch *prefetch; /* the next batch's reader while training runs */
+  long rewind_to;            /* pserver mode: the step the job went back to; -1: none */
   /* one step's buffers */
   sparse_dedup dedup;
   ctr_example *examples;     /* (batch) */

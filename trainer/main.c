@@ -27,20 +27,16 @@ static int exit_status(ps_err code) {
   }
 }
 
-/* A click-through-rate model in one process, or replicated on every rank
- * in collective mode. */
+/* A click-through-rate model in one process, replicated on every rank in
+ * collective mode, or on pservers. */
 static int run_ctr(const trainer_settings *settings) {
   ps_error err;
   ps_error_clear(&err);
-  if (settings->pserver_mode) {
-    LOG_ERROR("--model %s trains in --mode local in this version (or --mode collective); "
-              "sparse tables on pservers are not built yet",
-              settings->opt.model);
-    return 2;
-  }
+  if (settings->pserver_mode) rpc_global_init();
   ctr_trainer t;
   if (ctr_trainer_init(&t, settings, &err) != PS_ERR_OK) {
     LOG_ERROR("%s", err.msg);
+    if (settings->pserver_mode) rpc_global_shutdown();
     return exit_status(err.code);
   }
   ctr_summary summary;
@@ -53,6 +49,7 @@ static int run_ctr(const trainer_settings *settings) {
 #endif
   }
   ctr_trainer_free(&t);
+  if (settings->pserver_mode) rpc_global_shutdown();
   if (rc != PS_ERR_OK) return 1;
   LOG_INFO("done: %ld epochs (%ld steps), test AUC %.4f, test logloss %.4f, train logloss %.4f, "
            "%.0f examples/s",

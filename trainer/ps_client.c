@@ -238,6 +238,12 @@ static ps_err apply_replies(ps_client *c, const char *what, long want_version, f
                             r->id, r->len, c->map.blocks[r->id].count * sizeof(float));
       }
     }
+    if (c->sparse != NULL && c->sparse->take(c->sparse->ctx, p, msg, &m, err) != PS_ERR_OK) {
+      char why[sizeof err->msg];
+      snprintf(why, sizeof why, "%s", err->msg);
+      return ps_error_set(err, err->code, "%s: pserver %d at %s: %s", what, p, c->targets.items[p],
+                          why);
+    }
     for (size_t i = 0; i < m.block_count; i++) {
       wire_copy_block(msg, &m.blocks[i], params + c->map.blocks[m.blocks[i].id].offset);
     }
@@ -277,6 +283,34 @@ ps_err ps_client_pull(ps_client *c, float *params, ps_error *err) {
   return rc;
 }
 
+ps_err ps_client_pull_kind(ps_client *c, long step, uint32_t kind, float *params, ps_error *err) {
+  int n = c->job.pservers;
+  double start = now_s();
+  wire_key key = {(uint32_t)c->trainer_id, c->incarnation, (uint64_t)step};
+  for (int p = 0; p < n; p++) {
+    wire_writer *w = &c->writers[p];
+    if (wire_writer_begin(w, 0, err) != PS_ERR_OK) return err->code;
+    wire_writer_push_header(w, &key, c->hash);
+    if (c->sparse != NULL && c->sparse->append(c->sparse->ctx, p, w, NULL, err) != PS_ERR_OK) {
+      return err->code;
+    }
+    wire_writer_pull_kind(w, kind);
+    if (wire_writer_check(w, err) != PS_ERR_OK) return err->code;
+    c->ops[p] = (rpc_op){.channel = c->channels[p], .method = WIRE_METHOD_PULL,
+                         .parts = w->parts, .part_count = w->part_count,
+                         .timeout_s = c->rpc_timeout};
+  }
+  char what[64];
+  snprintf(what, sizeof what, "pulling (kind %u) at step %ld", kind, step);
+  ps_err rc = rpc_client_call_all(c->rpc, c->ops, n, err);
+  if (rc != PS_ERR_OK) rc = batch_error(c, what, rc, err);
+  long want = c->job.update == UPDATE_SYNC && kind == PSTRAIN__PULL_KIND__PULL_STEP ? step : -1;
+  if (rc == PS_ERR_OK) rc = apply_replies(c, what, want, params, err);
+  free_replies(c);
+  c->comm_seconds += now_s() - start;
+  return rc;
+}
+
 ps_err ps_client_push_pull(ps_client *c, long step, const float *grads, float *params,
                            ps_error *err) {
   int n = c->job.pservers;
@@ -289,6 +323,9 @@ ps_err ps_client_push_pull(ps_client *c, long step, const float *grads, float *p
     for (size_t i = 0; i < c->map.block_count; i++) {
       const shard_block *b = &c->map.blocks[i];
       if (b->pserver == p) wire_writer_block(w, b->id, grads + b->offset, b->count, &c->lease);
+    }
+    if (c->sparse != NULL && c->sparse->append(c->sparse->ctx, p, w, &c->lease, err) != PS_ERR_OK) {
+      return err->code;
     }
     if (wire_writer_check(w, err) != PS_ERR_OK) return err->code;
     c->ops[p] = (rpc_op){.channel = c->channels[p], .method = WIRE_METHOD_PUSH_PULL,
@@ -414,7 +451,8 @@ ps_err ps_client_recover(ps_client *c, long step, const float *grads, float *par
     } else if (rc == PS_ERR_OK) {
       /* A pserver came back from an older checkpoint: all go back to it. */
       rc = roll_back_all(c, lo, restarted, err);
-      if (rc == PS_ERR_OK) rc = ps_client_pull(c, params, err);
+      /* A CTR job's pull needs the keys of step lo: the caller's. */
+      if (rc == PS_ERR_OK && c->sparse == NULL) rc = ps_client_pull(c, params, err);
       if (rc == PS_ERR_OK) {
         *resume_at = lo;
         LOG_WARN("step %ld: recovered in %.2f s (%d attempt(s)): every pserver rolled back to "

@@ -15,6 +15,18 @@
 #include "common/shard_map.h"
 #include "common/wire.h"
 
+/* What a CTR job's messages carry besides the dense blocks (see
+ * trainer/ps_client_sparse.h): appended to pserver p's message after its
+ * blocks, and read from its reply once the reply's blocks checked out. */
+typedef struct ps_client_sparse_ops {
+  void *ctx;
+  /* Appends pserver p's SparseRows; data may be borrowed under lease. */
+  ps_err (*append)(void *ctx, int p, wire_writer *w, rpc_lease *lease, ps_error *err);
+  /* Checks and copies pserver p's sparse_rows (m: its parsed reply). */
+  ps_err (*take)(void *ctx, int p, const rpc_message *msg, const wire_blocks_msg *m,
+                 ps_error *err);
+} ps_client_sparse_ops;
+
 typedef struct ps_client {
   int trainer_id;
   uint64_t incarnation;
@@ -34,6 +46,7 @@ typedef struct ps_client {
   unsigned char *seen;      /* per-block flags while checking a reply */
   rpc_lease lease;          /* the gradient array while it is being sent */
   double rpc_timeout;
+  const ps_client_sparse_ops *sparse; /* NULL: an MLP job */
   /* statistics */
   uint64_t bytes_sent, bytes_received;
   double comm_seconds;
@@ -51,6 +64,11 @@ void ps_client_close(ps_client *c);
 /* Fetches every block into params (the model's flat array). */
 ps_err ps_client_pull(ps_client *c, float *params, ps_error *err);
 
+/* A pull built like a push-pull (key.step = step, the sparse ops' fields,
+ * then PullRequest.kind): dense blocks into params, rows to the sparse ops.
+ * In sync mode a PULL_STEP's reply must be of version step. */
+ps_err ps_client_pull_kind(ps_client *c, long step, uint32_t kind, float *params, ps_error *err);
+
 /* Pushes the gradients of zero-based step `step` from grads to every pserver
  * at once and writes the returned blocks into params. In sync mode the
  * returned version must be step + 1. */
@@ -67,7 +85,8 @@ int ps_client_recoverable(ps_err code);
  * mode); retries until timeout seconds have passed. On success *resume_at
  * is step + 1 when the push was resent and params hold the next step's
  * parameters, or an earlier step the job went back to, whose parameters
- * params then hold. */
+ * params then hold (with sparse ops: which the caller then pulls, with the
+ * keys of that step). */
 ps_err ps_client_recover(ps_client *c, long step, const float *grads, float *params,
                          double timeout, long *resume_at, ps_error *err);
 

@@ -1,7 +1,8 @@
 /* Writes the fuzz targets' seed corpus from valid messages and checkpoints:
  *   fuzz_corpus OUT   ->  OUT/pserver/, OUT/wire/, OUT/checkpoint/, OUT/ctr/
  * Seeds are made fresh each time (never committed): request sequences for
- * a pserver (registrations, sync and async steps, pulls, resends, done),
+ * a pserver (registrations, sync and async steps, pulls, resends, done; CTR
+ * jobs with sparse rows, the pull barrier, lookups and every row),
  * single messages, checkpoints a real pserver wrote after 7 steps, and for
  * the CTR inputs the 100 real Criteo rows (whole, in parts, single, broken)
  * and sparse-table checkpoints written as trainer/ctr_checkpoint.c does. */
@@ -158,6 +159,133 @@ static void pserver_seeds(void) {
     s.len = fuzz_frame(s.bytes, s.len, sizeof s.bytes, FUZZ_OP(4, 1), body, len);
   }
   seq_end(&s, "rollback");
+}
+
+/* --- CTR request sequences (FUZZ_MODE_CTR) ------------------------------------- */
+
+/* keys[i] = fuzz_owned_key(from + i), counts 1 + i % 3 (2 hits admission). */
+static void owned_keys(int from, int n, uint64_t *keys, uint32_t *counts) {
+  for (int i = 0; i < n; i++) {
+    keys[i] = fuzz_owned_key(from + i);
+    counts[i] = 1 + (uint32_t)(i % 3);
+  }
+}
+
+/* Appends a written message to the sequence as one request of method. */
+static void add_written(seq *s, int method, int segments, const wire_writer *w) {
+  uint8_t body[8192];
+  size_t len = 0;
+  for (int i = 0; i < w->part_count; i++) {
+    if (len + w->parts[i].len > sizeof body) fuzz_die("a CTR request does not fit", NULL);
+    memcpy(body + len, w->parts[i].data, w->parts[i].len);
+    len += w->parts[i].len;
+  }
+  s->len = fuzz_frame(s->bytes, s->len, sizeof s->bytes, FUZZ_OP(method, segments), body, len);
+}
+
+/* A CTR push of `step`: pserver 0's dense blocks, gradients of n keys from
+ * `from` in both tables and the next step's keys from `next`, n_next. */
+static void add_ctr_push(seq *s, uint32_t trainer, uint64_t step, int from, int n, int next,
+                         int n_next, int segments) {
+  uint64_t keys[16], next_keys[16];
+  uint32_t counts[16], next_counts[16];
+  float values[16 * 2];
+  owned_keys(from, n, keys, counts);
+  owned_keys(next, n_next, next_keys, next_counts);
+  for (int i = 0; i < 32; i++) values[i] = 0.01f * (float)(i % 7) - 0.03f;
+  float *grads = calloc(s->map.total, sizeof *grads);
+  if (grads == NULL) fuzz_die("out of memory", NULL);
+  wire_writer w = {0};
+  ps_error err;
+  if (wire_writer_begin(&w, s->map.block_count, &err) != PS_ERR_OK) fuzz_die("writer", &err);
+  wire_key key = {trainer, FUZZ_INCARNATION(trainer), step};
+  wire_writer_push_header(&w, &key, job_config_hash(&s->job));
+  for (size_t i = 0; i < s->map.block_count; i++) {
+    const shard_block *b = &s->map.blocks[i];
+    if (b->pserver == 0) wire_writer_block(&w, b->id, grads + b->offset, b->count, NULL);
+  }
+  for (uint32_t t = 0; t < 2; t++) {
+    wire_writer_sparse(&w, WIRE_SPARSE_GRADS, t, keys, (size_t)n, values,
+                       (size_t)n * (t == 0 ? 1 : 2), NULL, NULL);
+  }
+  for (uint32_t t = 0; t < 2; t++) {
+    wire_writer_sparse(&w, WIRE_SPARSE_KEYS, t, next_keys, (size_t)n_next, NULL, 0, next_counts,
+                       NULL);
+  }
+  if (wire_writer_check(&w, &err) != PS_ERR_OK) fuzz_die("a CTR push", &err);
+  add_written(s, 1, segments, &w);
+  wire_writer_free(&w);
+  free(grads);
+}
+
+/* A CTR Pull of kind with n keys from `from` in both tables (n < 0: none). */
+static void add_ctr_pull(seq *s, uint32_t trainer, uint64_t step, uint32_t kind, int from, int n) {
+  uint64_t keys[16];
+  uint32_t counts[16];
+  if (n > 0) owned_keys(from, n, keys, counts);
+  wire_writer w = {0};
+  ps_error err;
+  if (wire_writer_begin(&w, 0, &err) != PS_ERR_OK) fuzz_die("writer", &err);
+  wire_key key = {trainer, FUZZ_INCARNATION(trainer), step};
+  wire_writer_push_header(&w, &key, job_config_hash(&s->job));
+  for (uint32_t t = 0; t < 2 && n >= 0; t++) {
+    wire_writer_sparse(&w, WIRE_SPARSE_KEYS, t, keys, (size_t)n, NULL, 0, counts, NULL);
+  }
+  wire_writer_pull_kind(&w, kind);
+  if (wire_writer_check(&w, &err) != PS_ERR_OK) fuzz_die("a CTR pull", &err);
+  add_written(s, 2, 1, &w);
+  wire_writer_free(&w);
+}
+
+static void ctr_seq_begin(seq *s, uint8_t mode) {
+  fuzz_ctr_job(&s->job, (mode & FUZZ_MODE_ASYNC) ? UPDATE_ASYNC : UPDATE_SYNC);
+  fuzz_map(&s->job, &s->layout, &s->map);
+  s->bytes[0] = mode | FUZZ_MODE_CTR;
+  s->len = 1;
+}
+
+static void ctr_pserver_seeds(void) {
+  seq s;
+  /* A sync CTR job: the pull barrier, two steps with shared and own keys,
+   * a lookup, every row, done. */
+  ctr_seq_begin(&s, 0);
+  add_register(&s, 0, FUZZ_INCARNATION(0), &s.job);
+  add_register(&s, 1, FUZZ_INCARNATION(1), &s.job);
+  add_ctr_pull(&s, 0, 0, PSTRAIN__PULL_KIND__PULL_STEP, 0, 6);
+  add_ctr_pull(&s, 1, 0, PSTRAIN__PULL_KIND__PULL_STEP, 3, 6);
+  add_ctr_push(&s, 0, 0, 0, 6, 2, 5, 1);
+  add_ctr_push(&s, 1, 0, 3, 6, 4, 5, 3);
+  add_ctr_push(&s, 1, 0, 3, 6, 4, 5, 2); /* resend of an applied step */
+  add_ctr_push(&s, 0, 1, 2, 5, 0, 0, 1);
+  add_ctr_push(&s, 1, 1, 4, 5, 0, 0, 8);
+  add_ctr_pull(&s, 0, 2, PSTRAIN__PULL_KIND__PULL_LOOKUP, 0, 9);
+  add_ctr_pull(&s, 0, 2, PSTRAIN__PULL_KIND__PULL_ALL, 0, -1);
+  add_small(&s, 1, 0, 2);
+  add_small(&s, 1, 1, 2);
+  seq_end(&s, "ctr-sync-job");
+  /* Async: pulls answered at once, pushes applied on arrival. */
+  ctr_seq_begin(&s, FUZZ_MODE_ASYNC);
+  add_register(&s, 0, FUZZ_INCARNATION(0), &s.job);
+  add_register(&s, 1, FUZZ_INCARNATION(1), &s.job);
+  add_ctr_pull(&s, 0, 0, PSTRAIN__PULL_KIND__PULL_STEP, 0, 4);
+  add_ctr_push(&s, 0, 0, 0, 4, 1, 4, 1);
+  add_ctr_push(&s, 1, 0, 1, 4, 2, 4, 2);
+  add_ctr_push(&s, 0, 0, 0, 4, 1, 4, 1); /* stale: answered with rows read-only */
+  add_ctr_pull(&s, 1, 1, PSTRAIN__PULL_KIND__PULL_ALL, 0, -1);
+  seq_end(&s, "ctr-async-job");
+  /* Registered sync: a pull of another step, a barrier left waiting, a
+   * push with the keys of the whole batch. */
+  ctr_seq_begin(&s, FUZZ_MODE_REGISTERED);
+  add_ctr_pull(&s, 1, 3, PSTRAIN__PULL_KIND__PULL_STEP, 0, 2);
+  add_ctr_pull(&s, 0, 0, PSTRAIN__PULL_KIND__PULL_STEP, 0, 16);
+  add_ctr_pull(&s, 0, 0, PSTRAIN__PULL_KIND__PULL_STEP, 0, 16); /* resend at the barrier */
+  add_ctr_push(&s, 1, 0, 0, 16, 0, 16, 1);
+  seq_end(&s, "ctr-barrier");
+  /* A plain Pull and a lookup without keys on a CTR job. */
+  ctr_seq_begin(&s, FUZZ_MODE_REGISTERED | FUZZ_MODE_ASYNC);
+  add_small(&s, 0, 0, 0);
+  add_ctr_pull(&s, 0, 0, PSTRAIN__PULL_KIND__PULL_LOOKUP, 0, 0);
+  seq_end(&s, "ctr-plain-pull");
 }
 
 /* --- single messages for fuzz_wire ------------------------------------------- */
@@ -496,6 +624,7 @@ int main(int argc, char **argv) {
   }
   log_set_level(LOG_LEVEL_ERROR);
   pserver_seeds();
+  ctr_pserver_seeds();
   wire_seeds();
   checkpoint_seed("sync-step-7", UPDATE_SYNC);
   checkpoint_seed("async-step-7", UPDATE_ASYNC);

@@ -35,12 +35,35 @@ static inline void fuzz_job(job_config *job, update_mode update) {
   job->steps = 100;
 }
 
+/* The CTR variant (FUZZ_MODE_CTR): ctr:2:3, both sparse tables, admission
+ * after 2 occurrences and eviction after 3 steps so both paths run; a
+ * batch of 4 lets a request carry 104 keys per table. */
+static inline void fuzz_ctr_job(job_config *job, update_mode update) {
+  fuzz_job(job, update);
+  ps_error err;
+  if (model_parse("ctr:2:3", &job->model, &err) != PS_ERR_OK) {
+    fprintf(stderr, "fuzz_ctr_job: %s\n", err.msg);
+    abort();
+  }
+  sparse_optimizer_config opt = {.kind = SPARSE_OPT_ADAGRAD, .lr = 0.1, .epsilon = 1e-8,
+                                 .initial_accumulator = 0.1};
+  job->sparse = job_sparse_of(&opt, 2, 3);
+}
+
+/* The i-th key (from 0) that pserver 0 of 2 owns. */
+static inline uint64_t fuzz_owned_key(int i) {
+  for (uint64_t k = 1;; k++) {
+    if (shard_of_key(k, 2) == 0 && i-- == 0) return k;
+  }
+}
+
 /* Pserver 0 of the job, with small limits so a fuzzed registration cannot
  * make it allocate much. */
 static inline pserver_config fuzz_pserver_config(const char *checkpoint_dir) {
   return (pserver_config){.id = 0, .pservers = 2, .trainers = 2, .step_timeout = 60,
                           .log_every = 0, .max_shard_mb = 1, .checkpoint_dir = checkpoint_dir,
-                          .max_blocks_per_request = 64, .max_registrations = 4};
+                          .max_blocks_per_request = 64, .max_registrations = 4,
+                          .max_table_bytes = 16 << 20};
 }
 
 /* Incarnations the registered trainers 0 and 1 use. */
@@ -52,6 +75,7 @@ enum {
   FUZZ_MODE_REGISTERED = 1, /* both trainers registered before the requests */
   FUZZ_MODE_ASYNC = 2,      /* the job is async (else sync) */
   FUZZ_MODE_TOKEN = 4,      /* the pserver runs behind a token */
+  FUZZ_MODE_CTR = 8,        /* the job is fuzz_ctr_job's (sparse tables) */
 };
 /* op: bits 0-2 the method (pserver_methods order, modulo their count), bits
  * 3-5 the segments - 1 the body arrives in, as gRPC hands over a message in

@@ -1,0 +1,215 @@
+/* The CTR step in pserver mode (see ctr_pserver.h). */
+#define _POSIX_C_SOURCE 200809L
+#include "trainer/ctr_pserver.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "trainer/ctr_prefetch.h"
+#include "trainer/ps_client_sparse.h"
+
+struct ctr_pserver {
+  ps_client c;
+  int connected;                 /* c holds channels */
+  ps_sparse sp;
+  float *params, *grads;         /* (layout.total) dense, as sent and received */
+  float *next_rows[CTR_TABLES_MAX]; /* (batch * 26, dim) the next step's rows, batch order */
+  int need_pull;                 /* the next step's rows are not here yet: PULL_STEP first */
+  long version;                  /* the parameters' step after the last reply */
+  long steps;                    /* pushed */
+  double seconds;                /* in push-pulls */
+};
+
+ps_err ctr_pserver_start(ctr_trainer *t, ps_error *err) {
+  const trainer_settings *s = &t->settings;
+  const trainer_options *o = &s->opt;
+  struct ctr_pserver *x = calloc(1, sizeof *x);
+  if (x == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "pserver mode: out of memory");
+  t->ps = x;
+  job_config job;
+  ctr_trainer_job(t, &job); /* the model, optimizers, tables' settings and total steps */
+  job.update = s->update;
+  job.trainers = t->ranks;
+  job.pservers = s->pservers.count;
+  job.batch = o->batch;
+  if (ps_client_connect(&x->c, &s->pservers, &job, t->rank, o->connect_timeout, o->rpc_timeout,
+                        s->token, &s->tls, err) != PS_ERR_OK) {
+    return err->code;
+  }
+  x->connected = 1;
+  if (x->c.map.total != t->model->layout.total) {
+    return ps_error_set(err, PS_ERR_INTERNAL, "pserver mode: %zu dense floats on the pservers, "
+                        "%zu in the model", x->c.map.total, t->model->layout.total);
+  }
+  if (ps_sparse_init(&x->sp, &x->c, (int)o->batch, err) != PS_ERR_OK) return err->code;
+  size_t n = t->model->layout.total > 0 ? t->model->layout.total : 1;
+  x->params = malloc(n * sizeof(float));
+  x->grads = calloc(n, sizeof(float));
+  int ok = x->params != NULL && x->grads != NULL;
+  for (int i = 0; i < x->sp.tables && ok; i++) {
+    x->next_rows[i] = malloc(x->sp.max_keys * (size_t)x->sp.dim[i] * sizeof(float) + 1);
+    ok = x->next_rows[i] != NULL;
+  }
+  if (!ok) return ps_error_set(err, PS_ERR_NO_MEMORY, "pserver mode: out of memory");
+  x->need_pull = 1;
+  x->version = t->start_step = x->c.start_step;
+  if (t->start_step > 0) {
+    LOG_INFO("resuming at step %ld (epoch %ld, step %ld of it), where the pservers are",
+             t->start_step, t->start_step / t->steps_per_epoch + 1,
+             t->start_step % t->steps_per_epoch + 1);
+  }
+  return PS_ERR_OK;
+}
+
+/* The rows of the batch's keys: pulled (the first step, or after the job
+ * went back) or arrived with the last push's reply. */
+static ps_err rows_of_step(ctr_trainer *t, size_t n, long step, ps_error *err) {
+  struct ctr_pserver *x = t->ps;
+  float *rows[CTR_TABLES_MAX] = {t->wide_rows, t->deep != NULL ? t->deep_rows : NULL};
+  if (!x->need_pull) {
+    for (int i = 0; i < x->sp.tables; i++) {
+      memcpy(rows[i], x->next_rows[i], n * (size_t)x->sp.dim[i] * sizeof(float));
+    }
+    return PS_ERR_OK;
+  }
+  const sparse_dedup *d = &t->dedup;
+  if (ps_sparse_split(&x->sp, &x->sp.next, d->unique, d->counts, n, err) != PS_ERR_OK ||
+      ps_sparse_pull_step(&x->sp, step, x->params, err) != PS_ERR_OK) {
+    return err->code;
+  }
+  ps_sparse_scatter(&x->sp, &x->sp.next, rows);
+  x->need_pull = 0;
+  x->version = step;
+  return ctr_model_set_params(t->model, x->params, err);
+}
+
+/* This trainer's share of the global batch's mean loss, relative to the 1/N
+ * the pservers scale by: 1 but where the data ran short (the epoch's last
+ * step), so a sync step still equals a local one on the global batch. */
+static float grad_scale(const ctr_trainer *t, int count, long step) {
+  long global = t->settings.opt.batch * t->ranks;
+  long total = t->examples_per_epoch - (step % t->steps_per_epoch) * global;
+  if (total > global) total = global;
+  if (count <= 0 || total <= 0) return 1.0f;
+  return (float)((double)count * (double)t->ranks / (double)total);
+}
+
+ps_err ctr_pserver_step(ctr_trainer *t, int count, long step, double *loss_sum, ps_error *err) {
+  struct ctr_pserver *x = t->ps;
+  const sparse_dedup *d = &t->dedup;
+  const size_t n = count > 0 ? d->n_unique : 0, dim = t->deep != NULL ? x->sp.dim[1] : 0;
+  const size_t total = t->model->layout.total;
+  if (rows_of_step(t, n, step, err) != PS_ERR_OK ||
+      ps_sparse_split(&x->sp, &x->sp.cur, d->unique, d->counts, n, err) != PS_ERR_OK) {
+    return err->code;
+  }
+  if (count > 0) {
+    ctr_batch b = {.size = count, .examples = t->examples, .slot = t->slot, .unique = n,
+                   .wide_rows = t->wide_rows, .deep_rows = dim > 0 ? t->deep_rows : NULL};
+    if (ctr_model_forward(t->model, &b, 1, loss_sum, NULL, err) != PS_ERR_OK ||
+        ctr_model_backward(t->model, &b, t->wide_grads, dim > 0 ? t->deep_grads : NULL, err) !=
+            PS_ERR_OK ||
+        ctr_model_get_grads(t->model, x->grads, err) != PS_ERR_OK) {
+      return err->code;
+    }
+    const float scale = grad_scale(t, count, step);
+    if (scale != 1.0f) {
+      for (size_t j = 0; j < total; j++) x->grads[j] *= scale;
+      for (size_t j = 0; j < n; j++) t->wide_grads[j] *= scale;
+      for (size_t j = 0; j < n * dim; j++) t->deep_grads[j] *= scale;
+    }
+  } else {
+    memset(x->grads, 0, total * sizeof(float));
+  }
+  /* The next batch's keys ride on this push: the prefetch thread has it
+   * (none after the job's last step). */
+  ctr_prefetch *pf = t->prefetch;
+  const uint64_t *next = NULL;
+  const uint32_t *next_counts = NULL;
+  size_t next_n = 0;
+  if (pf != NULL && ctr_prefetch_pending(pf)) {
+    if (ctr_prefetch_wait(pf, err) != PS_ERR_OK) return err->code;
+    next = pf->dedup.unique;
+    next_counts = pf->dedup.counts;
+    next_n = pf->count > 0 ? pf->dedup.n_unique : 0;
+  }
+  if (ps_sparse_split(&x->sp, &x->sp.next, next, next_counts, next_n, err) != PS_ERR_OK) {
+    return err->code;
+  }
+  float *grads[CTR_TABLES_MAX] = {t->wide_grads, t->deep_grads};
+  double start = now_s();
+  long resume_at;
+  if (ps_sparse_push_pull(&x->sp, step, x->grads, grads, x->params,
+                          t->settings.opt.recover_timeout, &resume_at, err) != PS_ERR_OK) {
+    return err->code;
+  }
+  x->seconds += now_s() - start;
+  x->steps++;
+  if (resume_at <= step) {
+    /* The job went back: the batch asked for is not the next one any more. */
+    if (pf != NULL) ctr_prefetch_discard(pf);
+    t->rewind_to = resume_at;
+    x->need_pull = 1;
+    return PS_ERR_OK;
+  }
+  x->version = resume_at;
+  ps_sparse_scatter(&x->sp, &x->sp.next, x->next_rows);
+  return ctr_model_set_params(t->model, x->params, err);
+}
+
+ps_err ctr_pserver_lookup(ctr_trainer *t, ps_error *err) {
+  struct ctr_pserver *x = t->ps;
+  float *rows[CTR_TABLES_MAX] = {t->wide_rows, t->deep != NULL ? t->deep_rows : NULL};
+  /* The dense parameters that come along are not used: the model has its own. */
+  return ps_sparse_lookup(&x->sp, x->version, t->dedup.unique, t->dedup.counts,
+                          t->dedup.n_unique, rows, x->params, err);
+}
+
+ps_err ctr_pserver_fetch_all(ctr_trainer *t, ps_error *err) {
+  struct ctr_pserver *x = t->ps;
+  if (ps_sparse_pull_all(&x->sp, x->version, x->params, err) != PS_ERR_OK ||
+      ctr_model_set_params(t->model, x->params, err) != PS_ERR_OK) {
+    return ps_error_set(err, err->code, "--export: %s", err->msg);
+  }
+  sparse_table *tables[CTR_TABLES_MAX] = {t->wide, t->deep};
+  for (int i = 0; i < x->sp.tables; i++) {
+    const ps_sparse_dump *a = &x->sp.all[i];
+    if (sparse_table_load(tables[i], a->n, a->keys, a->rows, NULL, NULL, err) != PS_ERR_OK) {
+      return ps_error_set(err, err->code, "--export: the pservers' rows: %s", err->msg);
+    }
+  }
+  return PS_ERR_OK;
+}
+
+void ctr_pserver_metrics(const ctr_trainer *t, char *buf, size_t len) {
+  const struct ctr_pserver *x = t->ps;
+  double bytes = (double)(x->c.bytes_sent + x->c.bytes_received);
+  snprintf(buf, len, ",\"update\":\"%s\",\"pservers\":%d,\"bytes_per_step\":%.0f",
+           update_mode_name(x->c.job.update), x->c.job.pservers,
+           x->steps > 0 ? bytes / (double)x->steps : 0.0);
+}
+
+ps_err ctr_pserver_finish(ctr_trainer *t, long steps, ps_error *err) {
+  struct ctr_pserver *x = t->ps;
+  double bytes = (double)(x->c.bytes_sent + x->c.bytes_received);
+  LOG_INFO("pserver CTR mode, trainer %d: %ld steps, %.0f bytes sent + received per step (%.1f "
+           "MB sent, %.1f MB received), %.2fs in push-pulls",
+           t->rank, x->steps, x->steps > 0 ? bytes / (double)x->steps : 0.0,
+           (double)x->c.bytes_sent / 1e6, (double)x->c.bytes_received / 1e6, x->seconds);
+  return ps_client_done(&x->c, steps, err);
+}
+
+void ctr_pserver_stop(ctr_trainer *t) {
+  struct ctr_pserver *x = t->ps;
+  if (x == NULL) return;
+  ps_sparse_free(&x->sp);
+  if (x->connected) ps_client_close(&x->c);
+  free(x->params);
+  free(x->grads);
+  for (int i = 0; i < CTR_TABLES_MAX; i++) free(x->next_rows[i]);
+  free(x);
+  t->ps = NULL;
+}
