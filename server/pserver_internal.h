@@ -96,8 +96,9 @@ ps_err pserver_sparse_check(pserver *ps, rpc_call *call, const char *method,
 /* The largest Pull this pserver accepts (bytes). */
 size_t pserver_sparse_pull_limit(const pserver *ps);
 
-/* Sync push of trainer id accepted: keeps its checked rows for the step;
- * answers and returns the code if it cannot. */
+/* Sync push of trainer id accepted: keeps its checked rows for the step
+ * (swapped in, no copy; PS_ERR_OK, call kept for a refusal should it ever
+ * need to allocate). */
 ps_err pserver_sparse_store_push(pserver *ps, rpc_call *call, int id);
 /* Sync completion: the pushed rows of slots (id order) summed, scaled
  * 1/count, applied at ps->version. */
