@@ -75,7 +75,7 @@ typedef struct pserver_rollback {
 
 /* One sparse table's rows as a checkpoint holds them, ascending keys:
  * keys (rows), values (rows x dim), state (rows x state_floats, NULL
- * without), meta (rows x 2). The arrays hold cap rows and are reused. */
+ * without), meta (rows x 2); the arrays have room for cap rows. */
 typedef struct pserver_rows {
   char name[SPARSE_TABLE_NAME_MAX];
   int dim, state_floats;
@@ -98,7 +98,8 @@ typedef struct pserver_disk {
   /* A checkpoint due: its state copied under the pserver's lock. At most one
    * waits while another is written; a third due waits for the write. */
   float *pending, *writing; /* (3, shard floats): params, state1, state2 */
-  pserver_rows pending_rows[CTR_TABLES_MAX], writing_rows[CTR_TABLES_MAX]; /* CTR jobs */
+  pserver_rows pending_rows[CTR_TABLES_MAX], writing_rows[CTR_TABLES_MAX]; /* CTR jobs;
+                               freed once written */
   int tables;               /* of pending_rows and writing_rows in use */
   long pending_step;
   int has_pending, busy, reading;

@@ -78,6 +78,9 @@ static void write_pending(pserver *ps) {
   ps_error err;
   ps_err rc = write_checkpoint(ps, step, d->writing, d->writing_rows, tables, &err);
   if (rc != PS_ERR_OK) LOG_ERROR("checkpoint at step %ld: %s", step, err.msg);
+  /* The tables' copy goes at once (the dense one is kept for the next):
+   * between checkpoints a pserver holds its rows once. */
+  for (int i = 0; i < tables; i++) pserver_rows_free(&d->writing_rows[i]);
   pthread_mutex_lock(&d->lock);
   d->last_rc = rc;
   snprintf(d->last_msg, sizeof d->last_msg, "%s", rc == PS_ERR_OK ? "" : err.msg);

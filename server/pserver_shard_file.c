@@ -24,7 +24,8 @@ ps_err pserver_rows_reserve(pserver_rows *r, const sparse_table *t, size_t rows,
   r->dim = c->dim;
   r->state_floats = sparse_table_state_floats(c);
   if (rows <= r->cap && r->keys != NULL) return PS_ERR_OK;
-  /* A quarter more: the tables grow between checkpoints. */
+  /* A quarter more: re-sharding appends file by file (pages never touched
+   * cost no memory). */
   size_t cap = rows + rows / 4 + 16;
   size_t dim = (size_t)r->dim, sf = (size_t)r->state_floats;
   if (!grow((void **)&r->keys, cap, sizeof *r->keys) ||

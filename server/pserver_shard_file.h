@@ -15,8 +15,7 @@
 /* Dense tensors, then at most four per table. */
 #define PSERVER_SHARD_TENSORS_MAX (3 + 4 * CTR_TABLES_MAX)
 
-/* Copies table t into r (ascending keys), growing r's arrays as needed;
- * r keeps its memory for the next copy. */
+/* Copies table t into r (ascending keys), growing r's arrays as needed. */
 ps_err pserver_rows_take(pserver_rows *r, const sparse_table *t, ps_error *err);
 /* Makes r a list of t's rows (name, dim, state floats) with room for
  * `rows` in all, keeping the rows it has. */

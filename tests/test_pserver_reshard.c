@@ -316,9 +316,36 @@ static void check_rollback(pserver *ps) {
     rows_free(&after);
     rows_free(&before[i]);
   }
-  /* The pserver serves on with the loaded tables. */
+  /* The pserver serves on with the loaded tables; two more checkpoints
+   * (the copies' buffers come and go), the newest resumed as it was. */
   touch_rows(ps, 0, KEYS, STEP);
+  ps->version = STEP + 1;
   pthread_mutex_unlock(&ps->lock);
+  ps_error err;
+  CHECK_EQ_INT(pserver_checkpoint(ps, &err), PS_ERR_OK);
+  pthread_mutex_lock(&ps->lock);
+  touch_rows(ps, KEYS, 2 * KEYS, STEP + 1);
+  ps->version = STEP + 2;
+  for (int i = 0; i < ps->sparse_count; i++) dump(ps->sparse[i], &before[i]);
+  pthread_mutex_unlock(&ps->lock);
+  CHECK_EQ_INT(pserver_checkpoint(ps, &err), PS_ERR_OK);
+  pserver again;
+  start(&again, 0, 2, ps->cfg.checkpoint_dir);
+  CHECK_EQ_INT(pserver_resume(&again, -1, &err), PS_ERR_OK);
+  CHECK_EQ_INT(again.version, STEP + 2);
+  CHECK(again.configured && memcmp(again.table.params, ps->table.params,
+                                   ps->table.n * sizeof(float)) == 0);
+  for (int i = 0; again.configured && i < ps->sparse_count; i++) {
+    rows_ref got;
+    dump(again.sparse[i], &got);
+    CHECK(got.rows == before[i].rows &&
+          memcmp(got.keys, before[i].keys, got.rows * sizeof *got.keys) == 0 &&
+          memcmp(got.values, before[i].values, got.rows * (size_t)got.dim * sizeof(float)) == 0 &&
+          memcmp(got.meta, before[i].meta, got.rows * 2 * sizeof *got.meta) == 0);
+    rows_free(&got);
+    rows_free(&before[i]);
+  }
+  stop(&again);
 }
 
 static void test_reshard(const char *model, sparse_optimizer_kind kind) {
