@@ -117,7 +117,8 @@ static const option_def pserver_option_table[] = {
      "steps between checkpoints (0: only at the end and on a signal)", NULL, .min = 0,
      .max = 1e15},
     {"resume", NULL, OPT_BOOL, OFF(resume), "false",
-     "start from the checkpoint in --checkpoint-dir (refused if missing, corrupt or another job's)",
+     "start from the checkpoint in --checkpoint-dir (refused if missing, corrupt or another job's); "
+     "with only another --pservers count's files there, re-shard them onto this count",
      NULL, .min = 1, .max = 0},
     {"resume-if-present", NULL, OPT_BOOL, OFF(resume_if_present), "false",
      "resume from the newest checkpoint in --checkpoint-dir when there is one, else start "

@@ -8,7 +8,9 @@
  * Files: pserver.c (dispatch, validation, registration, pull, done, poll),
  * pserver_step.c (the sync and async step, replies, statistics),
  * pserver_sparse.c (the sparse tables' requests: checks, merges, pulls),
- * pserver_disk.c (checkpoints, resume, rollback, the disk thread). */
+ * pserver_disk.c (checkpoints, resume, rollback, the disk thread),
+ * pserver_shard_file.c (a checkpoint's tensors: dense shard and table rows),
+ * pserver_reshard.c (--resume onto another number of pservers). */
 #ifndef PSTRAIN_SERVER_PSERVER_H
 #define PSTRAIN_SERVER_PSERVER_H
 
@@ -72,6 +74,18 @@ typedef struct pserver_rollback {
   struct pserver_rollback *next;
 } pserver_rollback;
 
+/* One sparse table's rows as a checkpoint holds them, ascending keys:
+ * keys (rows), values (rows x dim), state (rows x state_floats, NULL
+ * without), meta (rows x 2); the arrays have room for cap rows. */
+typedef struct pserver_rows {
+  char name[SPARSE_TABLE_NAME_MAX];
+  int dim, state_floats;
+  size_t rows, cap;
+  uint64_t *keys;
+  float *values, *state;
+  int64_t *meta;
+} pserver_rows;
+
 /* The disk threads' work: a writer of checkpoints, a reader of rollbacks.
  * Lock order: pserver.lock, then this lock. */
 typedef struct pserver_disk {
@@ -85,6 +99,9 @@ typedef struct pserver_disk {
   /* A checkpoint due: its state copied under the pserver's lock. At most one
    * waits while another is written; a third due waits for the write. */
   float *pending, *writing; /* (3, shard floats): params, state1, state2 */
+  pserver_rows pending_rows[CTR_TABLES_MAX], writing_rows[CTR_TABLES_MAX]; /* CTR jobs;
+                               freed once written */
+  int tables;               /* of pending_rows and writing_rows in use */
   long pending_step;
   int has_pending, busy, reading;
   uint64_t queued, written; /* checkpoints handed over / finished */
@@ -169,9 +186,15 @@ ps_err pserver_checkpoint(pserver *ps, ps_error *err);
 void pserver_disk_wait(pserver *ps);
 
 /* Loads a checkpoint before serving (the newest when resume_step < 0): job,
- * shard, optimizer state and step. A missing, corrupt or mismatched file
- * (pserver id or count, trainers, CRC, hash) is refused with a message
- * naming the file and the reason. */
+ * shard, optimizer state, the sparse tables' rows and step. A missing,
+ * corrupt or mismatched file (pserver id, trainers, CRC, hash, a row of
+ * another pserver) is refused with a message naming the file and the
+ * reason. When the folder holds no checkpoint of this pserver count (at
+ * resume_step) but one of another count P_old, the job is re-sharded: every
+ * old shard's file of the step is read (all must be there), this pserver
+ * keeps the rows it now owns and its blocks of the dense model, the job's
+ * pservers becomes cfg.pservers, and a checkpoint of the new count is
+ * written at once. */
 ps_err pserver_resume(pserver *ps, long resume_step, ps_error *err);
 
 /* Whether cfg.checkpoint_dir holds a checkpoint of this pserver. */

@@ -1,8 +1,9 @@
 /* The pserver's disk: checkpoints, resume and rollback. Handlers never wait
- * for the disk: a checkpoint's state (parameters, optimizer state, step) is
- * copied under the pserver's lock and written by the disk thread; a rollback
- * is checked under the lock, its file read by a reader thread, and applied
- * under the lock again, its call answered from there. A rollback waits for
+ * for the disk: a checkpoint's state (parameters, optimizer state, the
+ * sparse tables' rows, step) is copied under the pserver's lock and written
+ * by the disk thread; a rollback is checked under the lock, its file read
+ * (and its tables built) by a reader thread, and applied under the lock
+ * again, its call answered from there. A rollback waits for
  * the writes asked for before it, so it never reads a checkpoint that is
  * still being written. The writer never takes the pserver's lock. */
 #define _GNU_SOURCE /* SCHED_IDLE */
@@ -18,8 +19,8 @@
 #include "common/checkpoint.h"
 #include "common/log.h"
 #include "common/safetensors.h"
-
-#define SHARD_FORMAT "pstrain-pserver-shard-1"
+#include "server/pserver_reshard.h"
+#include "server/pserver_shard_file.h"
 
 static void shard_prefix(const pserver *ps, char *buf, size_t len) {
   snprintf(buf, len, "pserver-%d-of-%d-step-", ps->cfg.id, ps->cfg.pservers);
@@ -38,16 +39,19 @@ int pserver_has_checkpoint(const pserver *ps) {
   return checkpoint_list(ps->cfg.checkpoint_dir, prefix, &newest, 1) > 0;
 }
 
-/* Writes the state `data` of `step` (disk thread; the job and layout do not
- * change while the pserver serves). */
-static ps_err write_checkpoint(pserver *ps, long step, const float *data, ps_error *err) {
+/* Writes the state `data` and the tables' rows of `step` (disk thread; the
+ * job and layout do not change while the pserver serves). */
+static ps_err write_checkpoint(pserver *ps, long step, const float *data,
+                               const pserver_rows *rows, int tables, ps_error *err) {
   char prefix[64], id[16], count[16];
   shard_prefix(ps, prefix, sizeof prefix);
   snprintf(id, sizeof id, "%d", ps->cfg.id);
   snprintf(count, sizeof count, "%d", ps->cfg.pservers);
   const char *extra[] = {"pserver", id, "pservers", count, NULL};
-  return checkpoint_write(ps->cfg.checkpoint_dir, prefix, SHARD_FORMAT, step, &ps->job, extra,
-                          &ps->checkpoint_layout, data, err);
+  safetensors_tensor tensors[PSERVER_SHARD_TENSORS_MAX];
+  int n = pserver_shard_tensors(&ps->checkpoint_layout, data, rows, tables, tensors);
+  return checkpoint_write_tensors(ps->cfg.checkpoint_dir, prefix, PSERVER_SHARD_FORMAT, step,
+                                  &ps->job, extra, tensors, n, err);
 }
 
 /* --- the disk thread --------------------------------------------------------------- */
@@ -60,14 +64,23 @@ static void write_pending(pserver *ps) {
   float *swap = d->writing;
   d->writing = d->pending;
   d->pending = swap;
+  for (int i = 0; i < d->tables; i++) {
+    pserver_rows rows = d->writing_rows[i];
+    d->writing_rows[i] = d->pending_rows[i];
+    d->pending_rows[i] = rows;
+  }
   long step = d->pending_step;
+  int tables = d->tables;
   d->has_pending = 0;
   d->busy = 1;
   pthread_cond_broadcast(&d->done); /* the pending slot is free */
   pthread_mutex_unlock(&d->lock);
   ps_error err;
-  ps_err rc = write_checkpoint(ps, step, d->writing, &err);
+  ps_err rc = write_checkpoint(ps, step, d->writing, d->writing_rows, tables, &err);
   if (rc != PS_ERR_OK) LOG_ERROR("checkpoint at step %ld: %s", step, err.msg);
+  /* The tables' copy goes at once (the dense one is kept for the next):
+   * between checkpoints a pserver holds its rows once. */
+  for (int i = 0; i < tables; i++) pserver_rows_free(&d->writing_rows[i]);
   pthread_mutex_lock(&d->lock);
   d->last_rc = rc;
   snprintf(d->last_msg, sizeof d->last_msg, "%s", rc == PS_ERR_OK ? "" : err.msg);
@@ -177,6 +190,11 @@ void pserver_disk_stop(pserver *ps) {
   free(d->pending);
   free(d->writing);
   d->pending = d->writing = NULL;
+  for (int i = 0; i < CTR_TABLES_MAX; i++) {
+    pserver_rows_free(&d->pending_rows[i]);
+    pserver_rows_free(&d->writing_rows[i]);
+  }
+  d->tables = 0;
   d->started = d->initialized = 0;
 }
 
@@ -212,7 +230,16 @@ uint64_t pserver_checkpoint_due(pserver *ps) {
     while (d->has_pending) pthread_cond_wait(&d->done, &d->lock);
   }
   uint64_t ticket = 0;
-  if (!disk_buffers(d, floats)) {
+  ps_error err;
+  ps_err rc = PS_ERR_OK;
+  d->tables = ps->sparse_count;
+  /* The rows in ascending key order: sizes vary from one checkpoint to the next. */
+  for (int i = 0; i < ps->sparse_count && rc == PS_ERR_OK; i++) {
+    rc = pserver_rows_take(&d->pending_rows[i], ps->sparse[i], &err);
+  }
+  if (rc != PS_ERR_OK) {
+    LOG_ERROR("checkpoint at step %ld: %s", ps->version, err.msg);
+  } else if (!disk_buffers(d, floats)) {
     LOG_ERROR("checkpoint at step %ld: out of memory for a copy of %zu floats", ps->version,
               floats);
   } else {
@@ -247,38 +274,30 @@ ps_err pserver_checkpoint(pserver *ps, ps_error *err) {
   return rc;
 }
 
-/* A checkpoint's shard number or count: 1 to 15 decimal digits, nothing else. */
-static int parse_count(const char *text, long *out) {
-  size_t n = strlen(text);
-  if (n < 1 || n > 15 || strspn(text, "0123456789") != n) return 0;
-  *out = strtol(text, NULL, 10);
-  return 1;
-}
-
 /* Reads a checkpoint's metadata and checks it is this pserver's shard of a
  * well-formed job; *job and *step receive what it holds. err names path. */
 static ps_err read_checkpoint_job(const pserver *ps, const char *path, job_config *job,
                                   long *step, ps_error *err) {
-  safetensors_meta meta;
-  if (checkpoint_read_job(path, SHARD_FORMAT, job, step, &meta, err) != PS_ERR_OK) {
-    return err->code;
-  }
-  const char *id = safetensors_meta_get(&meta, "pserver");
-  const char *count = safetensors_meta_get(&meta, "pservers");
-  if (id == NULL || count == NULL) {
-    return ps_error_set(err, PS_ERR_CORRUPT_DATA, "%s does not say which shard it holds", path);
-  }
-  long file_id, file_count;
-  if (!parse_count(id, &file_id) || !parse_count(count, &file_count)) {
-    return ps_error_set(err, PS_ERR_CORRUPT_DATA, "%s: bad shard number '%s' of '%s'", path, id,
-                        count);
-  }
-  if (file_id != ps->cfg.id || file_count != ps->cfg.pservers) {
+  int id, count;
+  if (pserver_shard_file_job(path, job, step, &id, &count, err) != PS_ERR_OK) return err->code;
+  if (id != ps->cfg.id || count != ps->cfg.pservers) {
     return ps_error_set(err, PS_ERR_FAILED_PRECONDITION,
-                        "%s holds shard %s of %s pservers, but this is pserver %d of %d", path, id,
+                        "%s holds shard %d of %d pservers, but this is pserver %d of %d", path, id,
                         count, ps->cfg.id, ps->cfg.pservers);
   }
   return PS_ERR_OK;
+}
+
+/* Floats in each dense tensor of this pserver's checkpoints. */
+static size_t shard_floats(const pserver *ps) {
+  return (size_t)ps->checkpoint_layout.tensors[0].shape[0];
+}
+
+/* Copies a read file's dense shard into the table. */
+static void set_dense(pserver *ps, const pserver_shard_file *f) {
+  size_t n = shard_floats(ps);
+  float *dst[3] = {ps->table.params, ps->table.state1, ps->table.state2};
+  for (int i = 0; i < 3; i++) memcpy(dst[i], f->dense[i], n * sizeof(float));
 }
 
 /* --- resume -------------------------------------------------------------------------- */
@@ -304,7 +323,43 @@ static ps_err resume_path(pserver *ps, long *resume_step, char *path, size_t len
   return PS_ERR_OK;
 }
 
+/* Loads path's shard and rows into the configured pserver (not serving yet). */
+static ps_err load_file(pserver *ps, const char *path, ps_error *err) {
+  pserver_shard_file *f = malloc(sizeof *f);
+  if (f == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "out of memory reading %s", path);
+  ps_err rc = pserver_shard_file_read(path, shard_floats(ps), ps->sparse, ps->sparse_count,
+                                      ps->cfg.id, ps->cfg.pservers, f, err);
+  if (rc == PS_ERR_OK) {
+    set_dense(ps, f);
+    for (int i = 0; i < ps->sparse_count && rc == PS_ERR_OK; i++) {
+      if ((rc = pserver_rows_load(ps->sparse[i], &f->rows[i], err)) != PS_ERR_OK) {
+        ps_error_set(err, rc, "%s: %s", path, err->msg);
+      }
+    }
+    pserver_shard_file_free(f);
+  }
+  free(f);
+  return rc;
+}
+
+/* --resume onto another pserver count: re-shard, then write this count's
+ * file of the step, so rollbacks and restarts of the new job find it. */
+static ps_err resume_resharded(pserver *ps, int old_count, long step, ps_error *err) {
+  if (pserver_reshard_resume(ps, old_count, step, err) != PS_ERR_OK) return err->code;
+  if (ps->cfg.checkpoint_dir[0] == '\0' || pserver_checkpoint(ps, err) == PS_ERR_OK) {
+    return PS_ERR_OK;
+  }
+  pthread_mutex_lock(&ps->lock);
+  pserver_deconfigure(ps);
+  pthread_mutex_unlock(&ps->lock);
+  return ps_error_set(err, err->code, "--resume: writing the re-sharded checkpoint: %s", err->msg);
+}
+
 ps_err pserver_resume(pserver *ps, long resume_step, ps_error *err) {
+  int old_count = 0;
+  long old_step = resume_step;
+  if (pserver_reshard_find(ps, &old_step, &old_count, err) != PS_ERR_OK) return err->code;
+  if (old_count > 0) return resume_resharded(ps, old_count, old_step, err);
   char path[4096];
   if (resume_path(ps, &resume_step, path, sizeof path, err) != PS_ERR_OK) return err->code;
   job_config job;
@@ -326,8 +381,7 @@ ps_err pserver_resume(pserver *ps, long resume_step, ps_error *err) {
   pthread_mutex_lock(&ps->lock);
   ps_err rc = pserver_configure(ps, &job, -1, err);
   if (rc == PS_ERR_OK) {
-    safetensors_meta meta;
-    rc = safetensors_read(path, &ps->checkpoint_layout, ps->table.params, &meta, err);
+    rc = load_file(ps, path, err);
     if (rc == PS_ERR_OK) {
       ps->version = step;
     } else {
@@ -358,9 +412,22 @@ void pserver_rollback_queue(pserver *ps, rpc_call *call, long step, uint32_t tra
   pthread_mutex_unlock(&d->lock);
 }
 
-/* Reads this pserver's checkpoint of `step` whole and checks it (no lock:
- * the job, its hash and the layout do not change while serving). */
-static ps_err read_rollback(pserver *ps, long step, float **data, ps_error *err) {
+/* A rollback's file and the tables built from it, off the lock. */
+typedef struct rollback_read {
+  pserver_shard_file file;
+  sparse_table *tables[CTR_TABLES_MAX];
+} rollback_read;
+
+static void rollback_read_free(rollback_read *rr) {
+  for (int i = 0; i < CTR_TABLES_MAX; i++) sparse_table_destroy(rr->tables[i]);
+  pserver_shard_file_free(&rr->file);
+}
+
+/* Reads this pserver's checkpoint of `step` whole, checks it and builds its
+ * tables aside (no lock: the job, its hash, the layout and the tables'
+ * settings do not change while serving, and only this thread replaces
+ * ps->sparse[i]). */
+static ps_err read_rollback(pserver *ps, long step, rollback_read *rr, ps_error *err) {
   char path[4096];
   pserver_checkpoint_path(ps, step, path, sizeof path);
   job_config job;
@@ -370,23 +437,32 @@ static ps_err read_rollback(pserver *ps, long step, float **data, ps_error *err)
     return ps_error_set(err, PS_ERR_FAILED_PRECONDITION,
                         "%s holds step %ld of another job", path, file_step);
   }
-  size_t n = ps->checkpoint_layout.total;
-  *data = malloc((n > 0 ? n : 1) * sizeof(float));
-  if (*data == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "out of memory reading %s", path);
-  safetensors_meta meta;
-  ps_err rc = safetensors_read(path, &ps->checkpoint_layout, *data, &meta, err);
-  if (rc != PS_ERR_OK) {
-    free(*data);
-    *data = NULL;
+  if (pserver_shard_file_read(path, shard_floats(ps), ps->sparse, ps->sparse_count, ps->cfg.id,
+                              ps->cfg.pservers, &rr->file, err) != PS_ERR_OK) {
+    return err->code;
   }
-  return rc;
+  for (int i = 0; i < ps->sparse_count; i++) {
+    if (sparse_table_create(&rr->tables[i], sparse_table_config_of(ps->sparse[i]), err) !=
+            PS_ERR_OK ||
+        pserver_rows_load(rr->tables[i], &rr->file.rows[i], err) != PS_ERR_OK) {
+      return ps_error_set(err, err->code, "%s: %s", path, err->msg);
+    }
+  }
+  return PS_ERR_OK;
 }
 
 /* Applies a rollback whose file is read (lock held). The pserver moved on
- * while the file was read: what it did since is undone like the rest. */
-static void apply_rollback(pserver *ps, const pserver_rollback *r, const float *data) {
+ * while the file was read: what it did since is undone like the rest. The
+ * tables built from the file take the place of the pserver's, whose rows
+ * rr then holds, to be freed off the lock. */
+static void apply_rollback(pserver *ps, const pserver_rollback *r, rollback_read *rr) {
   long from = ps->version;
-  memcpy(ps->table.params, data, ps->checkpoint_layout.total * sizeof(float));
+  set_dense(ps, &rr->file);
+  for (int i = 0; i < ps->sparse_count; i++) {
+    sparse_table *old = ps->sparse[i];
+    ps->sparse[i] = rr->tables[i];
+    rr->tables[i] = old;
+  }
   ps->version = r->step;
   char why[128];
   snprintf(why, sizeof why, "pserver %d rolled back to step %ld", ps->cfg.id, r->step);
@@ -398,8 +474,9 @@ static void apply_rollback(pserver *ps, const pserver_rollback *r, const float *
 /* Disk thread: reads the file, then answers under the pserver's lock. */
 static void run_rollback(pserver *ps, pserver_rollback *r) {
   ps_error err;
-  float *data = NULL;
-  ps_err rc = read_rollback(ps, r->step, &data, &err);
+  rollback_read *rr = calloc(1, sizeof *rr);
+  ps_err rc = rr != NULL ? read_rollback(ps, r->step, rr, &err)
+                         : ps_error_set(&err, PS_ERR_NO_MEMORY, "out of memory");
   pthread_mutex_lock(&ps->lock);
   if (ps->stopping) {
     pserver_refuse(r->call, "Rollback", ps->stop_code, "%s", ps->stop_reason);
@@ -412,13 +489,14 @@ static void run_rollback(pserver *ps, pserver_rollback *r) {
                    ps->version, r->step, err.msg);
   } else {
     /* At the step already (another trainer asked first): the step's pushes stay. */
-    if (r->step != ps->version) apply_rollback(ps, r, data);
+    if (r->step != ps->version) apply_rollback(ps, r, rr);
     Pstrain__RollbackReply reply = PSTRAIN__ROLLBACK_REPLY__INIT;
     reply.pserver_incarnation = ps->incarnation;
     reply.step = (uint64_t)ps->version;
     pserver_reply_message(r->call, &reply.base);
   }
   pthread_mutex_unlock(&ps->lock);
-  free(data);
+  if (rr != NULL) rollback_read_free(rr);
+  free(rr);
   free(r);
 }

@@ -151,7 +151,9 @@ static ps_err check_rows(pserver *ps, const rpc_message *msg, const wire_sparse_
   }
   sparse_rows *r = &sp->req[field][ref->table];
   size_t values = field == SPARSE_FIELD_GRADS ? n * dim : 0;
-  if (!rows_reserve(r, n, values) || !grow(&sp->slot, &sp->all_cap, n, sizeof *sp->slot)) {
+  /* slot only grows here: all_cap stays the bound all three arrays hold */
+  size_t slot_cap = sp->all_cap;
+  if (!rows_reserve(r, n, values) || !grow(&sp->slot, &slot_cap, n, sizeof *sp->slot)) {
     snprintf(why, len, "out of memory for %zu keys of table %s", n, name);
     return PS_ERR_NO_MEMORY;
   }

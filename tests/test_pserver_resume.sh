@@ -4,8 +4,9 @@
 # with --resume at the newest step both have, with the trainers started
 # again, the job continues at that step and ends with parameters bitwise
 # equal to an uninterrupted run's (sync mode sums in a fixed order; data
-# order, momentum state and step all resume exactly). A corrupted byte, a
-# missing checkpoint and a job of another shape are refused.
+# order, momentum state and step all resume exactly); so does the same
+# checkpoint re-sharded onto 3 pservers. A corrupted byte, a missing
+# checkpoint and a job of another shape are refused.
 . "$(dirname "$0")/lib.sh"
 require_data
 LAUNCH="$(dirname "$0")/../scripts/launch"
@@ -61,6 +62,27 @@ grep -q "resumed from .* at step $stopped" "$SCRATCH/c-s0.log" || fail "pserver 
 grep -q "resuming at step $stopped" "$SCRATCH/c-t0.log" || fail "trainer 0 did not resume at $stopped"
 cmp -s "$SCRATCH/a.safetensors" "$SCRATCH/c.safetensors" ||
   fail "the resumed run's parameters differ from the uninterrupted run's"
+
+# Re-sharding: the same checkpoint resumed on 3 pservers ends bitwise equal
+# too (each parameter's update is the same whichever pserver holds it).
+cp -r "$SCRATCH/ck-copy" "$SCRATCH/ck-reshard"
+PS_OF_2=$PS
+start_pservers d 3 --trainers 2 --checkpoint-dir "$SCRATCH/ck-reshard" --checkpoint-every 50 \
+  --resume --resume-step "$both"
+D=("${SPIDS[@]}")
+start d-t0 "$BIN/trainer" --mode pserver --pservers "$PS" --trainers 2 --id 0 "${COMMON[@]}" \
+  --recover-timeout 2 --export "$SCRATCH/d.safetensors"; T0=$LAST_PID
+start d-t1 "$BIN/trainer" --mode pserver --pservers "$PS" --trainers 2 --id 1 "${COMMON[@]}" \
+  --recover-timeout 2; T1=$LAST_PID
+for pid in "$T0" "$T1" "${D[@]}"; do
+  status=0; wait_for "$pid" 120 || status=$?
+  [ "$status" -eq 0 ] || fail "re-sharded job: process $pid exited $status"
+done
+grep -q "re-sharded step $both from the 2 files of 2 pservers onto pserver 2 of 3" "$SCRATCH/d-s2.log" ||
+  fail "pserver 2 of 3 did not re-shard step $both: $(grep -m1 ERROR "$SCRATCH/d-s2.log")"
+cmp -s "$SCRATCH/a.safetensors" "$SCRATCH/d.safetensors" ||
+  fail "the re-sharded run's parameters differ from the uninterrupted run's"
+PS=$PS_OF_2
 
 # Refusals: a corrupted byte, a missing file, another layout.
 BAD="$SCRATCH/bad"
