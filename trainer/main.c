@@ -52,9 +52,9 @@ static int run_ctr(const trainer_settings *settings) {
   if (settings->pserver_mode) rpc_global_shutdown();
   if (rc != PS_ERR_OK) return 1;
   LOG_INFO("done: %ld epochs (%ld steps), test AUC %.4f, test logloss %.4f, train logloss %.4f, "
-           "%.0f examples/s",
+           "%.0f examples/s; peak RSS %ld KiB",
            summary.epochs, summary.steps, summary.auc, summary.logloss, summary.train_logloss,
-           summary.examples_per_s);
+           summary.examples_per_s, process_peak_rss_kib());
   return 0;
 }
 
@@ -108,12 +108,13 @@ int main(int argc, char **argv) {
     return 1;
   }
   if (t_evaluated) {
-    LOG_INFO("done: %ld epochs (%ld steps), test accuracy %.4f, train loss %.4f, %.0f samples/s",
-             summary.epochs, summary.steps, summary.test_accuracy, summary.train_loss,
-             summary.samples_per_s);
+    LOG_INFO("done: %ld epochs (%ld steps), test accuracy %.4f, train loss %.4f, %.0f samples/s; "
+             "peak RSS %ld KiB", summary.epochs, summary.steps, summary.test_accuracy,
+             summary.train_loss, summary.samples_per_s, process_peak_rss_kib());
   } else {
-    LOG_INFO("done: %ld epochs (%ld steps), train loss %.4f, %.0f samples/s", summary.epochs,
-             summary.steps, summary.train_loss, summary.samples_per_s);
+    LOG_INFO("done: %ld epochs (%ld steps), train loss %.4f, %.0f samples/s; peak RSS %ld KiB",
+             summary.epochs, summary.steps, summary.train_loss, summary.samples_per_s,
+             process_peak_rss_kib());
   }
   return 0;
 }
