@@ -341,6 +341,7 @@ static int serve(pserver *ps) {
     pserver_status s = pserver_poll(ps);
     if (s == PSERVER_FINISHED) {
       LOG_INFO("every trainer is done at step %ld: exiting", pserver_version(ps));
+      pserver_log_tables(ps);
       pserver_abort_waiting(ps, PS_ERR_FAILED_PRECONDITION, "the job is finished");
       if (pserver_checkpoint(ps, &err) != PS_ERR_OK) {
         LOG_ERROR("final checkpoint: %s", err.msg);
@@ -356,6 +357,7 @@ static int serve(pserver *ps) {
     if (stop_signal != 0) {
       LOG_INFO("stopping on %s at step %ld", stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
                pserver_version(ps));
+      pserver_log_tables(ps);
       pserver_abort_waiting(ps, PS_ERR_UNAVAILABLE, "the pserver is shutting down");
       if (pserver_checkpoint(ps, &err) != PS_ERR_OK) {
         LOG_ERROR("checkpoint on shutdown: %s", err.msg);

@@ -169,6 +169,9 @@ pserver_status pserver_poll(pserver *ps);
  * that the job is over for them (a failure). */
 void pserver_abort_waiting(pserver *ps, ps_err code, const char *why);
 
+/* Logs each sparse table's rows, bytes and admission counts (CTR jobs; thread-safe). */
+void pserver_log_tables(pserver *ps);
+
 /* Steps applied so far (thread-safe). */
 long pserver_version(pserver *ps);
 

@@ -277,6 +277,11 @@ ps_err ctr_collective_step(ctr_trainer *t, int count, long step, double *loss_su
   return PS_ERR_OK;
 }
 
+void ctr_collective_metrics(const ctr_trainer *t, char *buf, size_t len) {
+  const struct ctr_exchange *x = t->exchange;
+  snprintf(buf, len, ",\"bytes_per_step\":%.0f", x->steps > 0 ? x->bytes / (double)x->steps : 0.0);
+}
+
 void ctr_collective_abort(int code) { MPI_Abort(MPI_COMM_WORLD, code); }
 
 void ctr_collective_stop(ctr_trainer *t) {

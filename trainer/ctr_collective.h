@@ -27,6 +27,10 @@ ps_err ctr_collective_ready(ctr_trainer *t, ps_error *err);
  * summed logloss to *loss_sum. */
 ps_err ctr_collective_step(ctr_trainer *t, int count, long step, double *loss_sum, ps_error *err);
 
+/* The metrics row's collective fields (",\"bytes_per_step\":..."): bytes this
+ * rank sent + received per step so far. */
+void ctr_collective_metrics(const ctr_trainer *t, char *buf, size_t len);
+
 /* Ends every rank of the job with status `code` (a rank that failed: the
  * others would wait for it forever). */
 void ctr_collective_abort(int code);

@@ -319,8 +319,15 @@ static ps_err report(ctr_trainer *t, const progress *p, double *auc, double *log
     return err->code;
   }
   char tables[512]; /* a pserver job's tables are on the pservers, which log them */
-  if (t->ps != NULL) ctr_pserver_metrics(t, tables, sizeof tables);
-  else log_tables(t, tables, sizeof tables);
+  if (t->ps != NULL) {
+    ctr_pserver_metrics(t, tables, sizeof tables);
+  } else {
+    log_tables(t, tables, sizeof tables);
+#ifdef PSTRAIN_HAVE_MPI
+    size_t used = strlen(tables);
+    if (t->exchange != NULL) ctr_collective_metrics(t, tables + used, sizeof tables - used);
+#endif
+  }
   if (n > 0) {
     LOG_INFO("epoch %ld step %ld: test AUC %.4f, test logloss %.4f on %ld examples; train "
              "logloss %.4f, %.0f examples/s",
