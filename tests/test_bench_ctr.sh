@@ -2,6 +2,11 @@
 # scripts/bench --workload ctr --quick: generated data, the reader alone and
 # Wide&Deep and LR trained locally; the table holds a row per run with sane
 # figures (AUC above chance and at most the Bayes AUC, bytes per row, RSS).
+# Then --workload ctr-modes --quick: every mode on one data set; sync and
+# collective reach local's AUC exactly (4 decimals of 6), the pserver runs
+# report bytes per step, pserver RSS and the table MiB each pserver holds
+# (two pservers hold about half of one's rows each). Where the build has no
+# MPI, the collective row's absence is all that is skipped.
 . "$(dirname "$0")/lib.sh"
 OUT="$SCRATCH/bench"
 timeout 600 "$PY" "$(dirname "$0")/../scripts/bench" --workload ctr --quick --no-torch \
@@ -23,4 +28,33 @@ print(f"Bayes {bayes:.4f}, Wide&Deep {wd['auc']:.4f} at {wd['examples_per_s']:.0
       f"LR {lr['auc']:.4f}")
 PY
 grep -q "| pstrain Wide&Deep" "$OUT/ctr.md" || fail "no Markdown table"
+
+timeout 600 "$PY" "$(dirname "$0")/../scripts/bench" --workload ctr-modes --quick \
+  --bin "$BIN" --out "$OUT" >"$SCRATCH/modes.log" 2>&1 ||
+  { fail "bench ctr-modes failed: $(tail -8 "$SCRATCH/modes.log")"; finish; }
+"$PY" - "$OUT/ctr-modes.json" <<'PY' || fail "ctr-modes.json check"
+import json, sys
+results = list(json.load(open(sys.argv[1]))["results"].values())[0]
+runs = {x["name"]: x for x in results}
+local = runs["local"]
+assert 0.6 < local["auc"] < 1.0 and local["examples_per_s"] > 1000, local
+for name in ("pserver sync, 1 pserver(s)", "pserver sync, 2 pserver(s)"):
+    r = runs[name]
+    assert abs(r["auc"] - local["auc"]) < 1e-4, (name, r["auc"], local["auc"])
+for name, r in runs.items():
+    if not name.startswith("pserver"):
+        continue
+    assert r["bytes_per_step"] > 100000 and r["examples_per_s"] > 1000, r
+    assert all(x and x > 1 for x in r["pserver_rss_mib"]), r
+    assert all(x > 0 for x in r["pserver_table_mib"]), r
+    assert abs(r["auc"] - local["auc"]) < 0.01, (name, r["auc"], local["auc"])
+one, two = runs["pserver sync, 1 pserver(s)"], runs["pserver sync, 2 pserver(s)"]
+assert sum(two["pserver_rows"]) == one["pserver_rows"][0], (one, two)
+assert max(two["pserver_rows"]) < 0.6 * one["pserver_rows"][0], (one, two)
+if "collective" in runs:
+    assert abs(runs["collective"]["auc"] - local["auc"]) < 1e-4, runs["collective"]
+    assert runs["collective"]["bytes_per_step"] > 100000, runs["collective"]
+print(", ".join(f"{n}: {r['examples_per_s']:.0f}/s AUC {r['auc']:.4f}" for n, r in runs.items()))
+PY
+grep -q "| pserver sync, 2 pserver(s)" "$OUT/ctr-modes.md" || fail "no ctr-modes table"
 finish
