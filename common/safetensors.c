@@ -578,3 +578,17 @@ void safetensors_file_free(safetensors_file *file) {
   free(file->bytes);
   memset(file, 0, sizeof *file);
 }
+
+safetensors_tensor safetensors_tensor_of(const char *prefix, const char *what,
+                                         safetensors_dtype dtype, size_t rows, long cols,
+                                         void *data) {
+  safetensors_tensor p;
+  memset(&p, 0, sizeof p);
+  snprintf(p.name, sizeof p.name, "%s%s%s", prefix, prefix[0] != '\0' ? "." : "", what);
+  p.dtype = dtype;
+  p.rank = cols > 0 ? 2 : 1;
+  p.shape[0] = (long)rows;
+  p.shape[1] = cols > 0 ? cols : 0;
+  p.data = data;
+  return p;
+}

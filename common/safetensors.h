@@ -28,6 +28,12 @@ typedef struct safetensors_tensor {
   void *data;
 } safetensors_tensor;
 
+/* A tensor named "PREFIX.WHAT" (just WHAT when prefix is ""), of `rows`
+ * elements or, with cols > 0, rows x cols, over data. */
+safetensors_tensor safetensors_tensor_of(const char *prefix, const char *what,
+                                         safetensors_dtype dtype, size_t rows, long cols,
+                                         void *data);
+
 /* Bytes of one element of dtype. */
 size_t safetensors_dtype_size(safetensors_dtype dtype);
 

@@ -74,19 +74,6 @@ ps_err pserver_rows_load(sparse_table *t, const pserver_rows *r, ps_error *err) 
                            r->meta, err);
 }
 
-static safetensors_tensor tensor(const char *owner, const char *what, safetensors_dtype dtype,
-                                 size_t rows, int cols, void *data) {
-  safetensors_tensor p;
-  memset(&p, 0, sizeof p);
-  snprintf(p.name, sizeof p.name, "%s.%s", owner, what);
-  p.dtype = dtype;
-  p.rank = cols > 0 ? 2 : 1;
-  p.shape[0] = (long)rows;
-  p.shape[1] = cols > 0 ? cols : 0;
-  p.data = data;
-  return p;
-}
-
 int pserver_shard_tensors(const tensor_layout *layout, const float *data,
                           const pserver_rows *rows, int tables, safetensors_tensor *out) {
   int count = 0;
@@ -102,12 +89,14 @@ int pserver_shard_tensors(const tensor_layout *layout, const float *data,
   }
   for (int i = 0; i < tables; i++) {
     const pserver_rows *r = &rows[i];
-    out[count++] = tensor(r->name, "keys", SAFETENSORS_U64, r->rows, 0, r->keys);
-    out[count++] = tensor(r->name, "values", SAFETENSORS_F32, r->rows, r->dim, r->values);
+    out[count++] = safetensors_tensor_of(r->name, "keys", SAFETENSORS_U64, r->rows, 0, r->keys);
+    out[count++] = safetensors_tensor_of(r->name, "values", SAFETENSORS_F32,
+        r->rows, r->dim, r->values);
     if (r->state_floats > 0) {
-      out[count++] = tensor(r->name, "state", SAFETENSORS_F32, r->rows, r->state_floats, r->state);
+      out[count++] = safetensors_tensor_of(r->name, "state", SAFETENSORS_F32,
+          r->rows, r->state_floats, r->state);
     }
-    out[count++] = tensor(r->name, "meta", SAFETENSORS_I64, r->rows, 2, r->meta);
+    out[count++] = safetensors_tensor_of(r->name, "meta", SAFETENSORS_I64, r->rows, 2, r->meta);
   }
   return count;
 }

@@ -59,19 +59,6 @@ static ps_err table_dump_take(const sparse_table *table, int with_state, table_d
   return PS_ERR_OK;
 }
 
-static safetensors_tensor part(const char *table, const char *what, safetensors_dtype dtype,
-                               size_t rows, long cols, void *data) {
-  safetensors_tensor p;
-  memset(&p, 0, sizeof p);
-  snprintf(p.name, sizeof p.name, "%s%s%s", table, table[0] ? "." : "", what);
-  p.dtype = dtype;
-  p.rank = cols > 0 ? 2 : 1;
-  p.shape[0] = (long)rows;
-  p.shape[1] = cols > 0 ? cols : 0;
-  p.data = data;
-  return p;
-}
-
 int ctr_checkpoint_due(const ctr_trainer *t, long step, int final) {
   const trainer_options *o = &t->settings.opt;
   if (o->checkpoint_dir[0] == '\0' || t->rank != 0) return 0; /* rank 0 writes */
@@ -89,18 +76,20 @@ ps_err ctr_checkpoint_write(ctr_trainer *t, long step, ps_error *err) {
   int count = 0;
   ps_err rc = ctr_model_get_params(t->model, dense, err);
   if (rc == PS_ERR_OK) rc = ctr_model_get_state(t->model, dense + n, err);
-  parts[count++] = part("dense", "params", SAFETENSORS_F32, n, 0, dense);
-  parts[count++] = part("dense", "state", SAFETENSORS_F32, 2 * n, 0, dense + n);
+  parts[count++] = safetensors_tensor_of("dense", "params", SAFETENSORS_F32, n, 0, dense);
+  parts[count++] = safetensors_tensor_of("dense", "state", SAFETENSORS_F32, 2 * n, 0, dense + n);
   for (int i = 0; i < 2 && rc == PS_ERR_OK && tables[i] != NULL; i++) {
     if ((rc = table_dump_take(tables[i], 1, &dumps[i], err)) != PS_ERR_OK) break;
     const char *name = sparse_table_config_of(tables[i])->name;
     table_dump *d = &dumps[i];
-    parts[count++] = part(name, "keys", SAFETENSORS_U64, d->rows, 0, d->keys);
-    parts[count++] = part(name, "values", SAFETENSORS_F32, d->rows, d->dim, d->values);
+    parts[count++] = safetensors_tensor_of(name, "keys", SAFETENSORS_U64, d->rows, 0, d->keys);
+    parts[count++] = safetensors_tensor_of(name, "values", SAFETENSORS_F32,
+        d->rows, d->dim, d->values);
     if (d->state_floats > 0) {
-      parts[count++] = part(name, "state", SAFETENSORS_F32, d->rows, d->state_floats, d->state);
+      parts[count++] = safetensors_tensor_of(name, "state", SAFETENSORS_F32,
+          d->rows, d->state_floats, d->state);
     }
-    parts[count++] = part(name, "meta", SAFETENSORS_I64, d->rows, 2, d->meta);
+    parts[count++] = safetensors_tensor_of(name, "meta", SAFETENSORS_I64, d->rows, 2, d->meta);
   }
   if (rc == PS_ERR_OK) {
     job_config job;
@@ -174,9 +163,11 @@ ps_err ctr_checkpoint_resume(ctr_trainer *t, ps_error *err) {
     return ps_error_set(err, err->code, "--resume: %s", err->msg);
   }
   size_t n = t->model->layout.total;
-  const safetensors_tensor *params = find(&f, path, "dense", "params", SAFETENSORS_F32, (long)n, 0, err);
+  const safetensors_tensor *params =
+      find(&f, path, "dense", "params", SAFETENSORS_F32, (long)n, 0, err);
   const safetensors_tensor *state =
-      params == NULL ? NULL : find(&f, path, "dense", "state", SAFETENSORS_F32, 2 * (long)n, 0, err);
+      params == NULL ? NULL
+                     : find(&f, path, "dense", "state", SAFETENSORS_F32, 2 * (long)n, 0, err);
   ps_err rc = state == NULL ? err->code : PS_ERR_OK;
   if (rc == PS_ERR_OK) rc = load_table(t->wide, &f, path, err);
   if (rc == PS_ERR_OK && t->deep != NULL) rc = load_table(t->deep, &f, path, err);
@@ -205,7 +196,7 @@ ps_err ctr_export(ctr_trainer *t, const char *path, ps_error *err) {
   int count = 0;
   for (int i = 0; i < layout->count; i++) {
     const tensor_info *info = &layout->tensors[i];
-    parts[count] = part("", info->name, SAFETENSORS_F32, (size_t)info->shape[0],
+    parts[count] = safetensors_tensor_of("", info->name, SAFETENSORS_F32, (size_t)info->shape[0],
                         info->rank == 2 ? info->shape[1] : 0, dense + info->offset);
     count++;
   }
@@ -213,8 +204,10 @@ ps_err ctr_export(ctr_trainer *t, const char *path, ps_error *err) {
   for (int i = 0; i < 2 && rc == PS_ERR_OK && tables[i] != NULL; i++) {
     if ((rc = table_dump_take(tables[i], 0, &dumps[i], err)) != PS_ERR_OK) break;
     const char *name = sparse_table_config_of(tables[i])->name;
-    parts[count++] = part(name, "keys", SAFETENSORS_U64, dumps[i].rows, 0, dumps[i].keys);
-    parts[count++] = part(name, "rows", SAFETENSORS_F32, dumps[i].rows, dumps[i].dim,
+    parts[count++] = safetensors_tensor_of(name, "keys", SAFETENSORS_U64,
+        dumps[i].rows, 0, dumps[i].keys);
+    parts[count++] = safetensors_tensor_of(name, "rows", SAFETENSORS_F32,
+        dumps[i].rows, dumps[i].dim,
                           dumps[i].values);
   }
   if (rc == PS_ERR_OK) {
