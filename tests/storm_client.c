@@ -67,7 +67,9 @@ static const char *const mutation_name[MUT_COUNT] = {
 
 /* One SparseRows as the storm writes it: n keys; value_count floats when
  * has_values; count_n counts when has_counts (count_n != n only when a
- * mutation says so). keys and counts have room for max_keys + 2. */
+ * mutation says so, at most n + 3). keys and counts have room for
+ * STORM_ROWS_CAP(max_keys). */
+#define STORM_ROWS_CAP(max_keys) ((max_keys) + 8)
 typedef struct storm_rows {
   unsigned field; /* WIRE_SPARSE_GRADS or WIRE_SPARSE_KEYS */
   uint32_t table;
@@ -383,15 +385,19 @@ static void build(storm *s, int m, int p, uint32_t trainer, uint64_t step, uint6
     if (s->tables > 0) {
       /* The gradients of the keys pulled for this step, the next step's keys. */
       size_t n = some_keys(s), next = some_keys(s);
-      const uint64_t *grad_keys = pick_keys(s, p, n);
-      for (int t = 0; t < s->tables; t++) rows_add(s, WIRE_SPARSE_GRADS, (uint32_t)t, grad_keys, n);
-      const uint64_t *next_keys = pick_keys(s, p, next);
-      for (int t = 0; t < s->tables; t++) rows_add(s, WIRE_SPARSE_KEYS, (uint32_t)t, next_keys, next);
+      const uint64_t *grad_keys = pick_keys(s, p, n), *next_keys = pick_keys(s, p, next);
+      for (int t = 0; t < s->tables; t++) {
+        rows_add(s, WIRE_SPARSE_GRADS, (uint32_t)t, grad_keys, n);
+      }
+      for (int t = 0; t < s->tables; t++) {
+        rows_add(s, WIRE_SPARSE_KEYS, (uint32_t)t, next_keys, next);
+      }
       if (smut >= MUT_GENERIC) sparse_mutate(s, p, smut);
     }
     write_blocks(s, p, &k, hash, 1, -1, out);
   }
 }
+
 /* A request of method m for pserver p, mutated by kind. */
 static void make_request(storm *s, int m, int p, int kind, buf *out, buf *scratch) {
   rng *r = &s->r;
@@ -514,19 +520,20 @@ static ps_err sparse_setup(storm *s, long batch) {
   s->max_keys = (size_t)batch * CRITEO_CAT_FIELDS;
   s->pool_n = 2 * s->max_keys + 2;
   s->pool = malloc((size_t)pservers * s->pool_n * sizeof *s->pool);
-  /* a row's keys, a width mutation's extra rows */
-  s->values = malloc((s->max_keys + 8) * (size_t)dim * 5 * sizeof *s->values);
+  /* the most sent: max_keys + 1 rows, or a width mutation's up to 4 rows more */
+  size_t values = STORM_ROWS_CAP(s->max_keys) * (size_t)dim;
+  s->values = malloc(values * sizeof *s->values);
   int ok = s->pool != NULL && s->values != NULL;
   for (int i = 0; i < WIRE_MAX_SPARSE && ok; i++) {
-    s->rows[i].keys = malloc((s->max_keys + 2) * sizeof *s->rows[i].keys);
-    s->rows[i].counts = malloc((s->max_keys + 2) * sizeof *s->rows[i].counts);
+    s->rows[i].keys = malloc(STORM_ROWS_CAP(s->max_keys) * sizeof *s->rows[i].keys);
+    s->rows[i].counts = malloc(STORM_ROWS_CAP(s->max_keys) * sizeof *s->rows[i].counts);
     ok = s->rows[i].keys != NULL && s->rows[i].counts != NULL;
   }
   if (!ok) {
     fprintf(stderr, "storm_client: out of memory for %zu keys a batch\n", s->max_keys);
     return PS_ERR_NO_MEMORY;
   }
-  for (size_t i = 0; i < (s->max_keys + 8) * (size_t)dim * 5; i++) {
+  for (size_t i = 0; i < values; i++) {
     s->values[i] = (float)rng_below(&s->r, 2000) * 1e-4f - 0.1f;
   }
   size_t *filled = calloc((size_t)pservers, sizeof *filled);
@@ -587,6 +594,11 @@ int main(int argc, char **argv) {
   memset(&s, 0, sizeof s);
   if (job_of(&s, &ts, &err) != PS_ERR_OK) {
     fprintf(stderr, "storm_client: %s\n", err.msg);
+    return 2;
+  }
+  if (s.job.trainers * s.job.pservers > inflight) { /* the first round registers each */
+    fprintf(stderr, "storm_client: --storm-inflight %ld: at least trainers x pservers (%d)\n",
+            inflight, s.job.trainers * s.job.pservers);
     return 2;
   }
   if (registered && s.tables == 0) {
@@ -693,9 +705,8 @@ int main(int argc, char **argv) {
       if (registered && !(round == 0 && i < s.job.trainers * s.job.pservers)) {
         ps_err want = kinds[i] == MUT_NONE ? PS_ERR_OK : PS_ERR_INVALID_ARGUMENT;
         if (code != want && unexpected++ < 8) {
-          printf("storm: UNEXPECTED: %s %s with %s got %s: %.300s\n", method_name[op_method[i]],
-                 s.tables > 0 ? "(CTR)" : "", mutation_name[kinds[i]], ps_err_name(code),
-                 ops[i].message);
+          printf("storm: UNEXPECTED: %s with %s got %s: %.300s\n", method_name[op_method[i]],
+                 mutation_name[kinds[i]], ps_err_name(code), ops[i].message);
         }
         if (code != PS_ERR_OK && sample[kinds[i]][0] == '\0') {
           snprintf(sample[kinds[i]], sizeof sample[0], "%s", ops[i].message);
@@ -739,7 +750,8 @@ int main(int argc, char **argv) {
   }
   printf("storm: accepted (valid by chance): %ld", by_status[PS_ERR_OK]);
   for (int k = 0; k < MUT_COUNT; k++) {
-    if (by_mutation[k][PS_ERR_OK] > 0) printf(" [%s: %ld]", mutation_name[k], by_mutation[k][PS_ERR_OK]);
+    long ok = by_mutation[k][PS_ERR_OK];
+    if (ok > 0) printf(" [%s: %ld]", mutation_name[k], ok);
   }
   printf("\n");
   if (ended) printf("storm: stopped: a pserver went away (%s)\n", end_note);
