@@ -6,13 +6,23 @@
  * fields, concatenation, another method's body, random bytes, empty and
  * oversized bodies) and sends them, many calls in flight, round robin to
  * every pserver, until --storm-seconds or --storm-max requests, or until a
- * pserver goes away (the job ended). Prints the counts per status and per
- * method. Exit 0 when every answer was an error status and none timed out.
+ * pserver goes away (the job ended). A CTR job's (--model ctr:... or lr)
+ * PushPull and Pull carry sparse rows as a trainer's do (keys the target
+ * pserver owns, per table), and get sparse mutations too: too many keys,
+ * duplicate keys, a key of another pserver, wrong values or counts widths,
+ * counts of 0, a table out of range or twice, rows in the wrong field.
+ * Prints the counts per status, per method and per mutation. Exit 0 when
+ * every answer was an error status and none timed out.
  *   storm_client [--storm-seconds S] [--storm-max N] [--storm-seed N]
- *                [--storm-inflight N] TRAINER FLAGS...
+ *                [--storm-inflight N] [--storm-register 1] TRAINER FLAGS...
+ * --storm-register 1 checks the storm itself, on pservers no trainer uses:
+ * it registers its own incarnation and sends CTR pushes and pulls, plain or
+ * with one sparse mutation; exit 0 when every plain one was accepted and
+ * every mutated one refused INVALID_ARGUMENT (the checks it must reach). It
+ * prints a refusal message of each mutation.
  * TRAINER FLAGS are the trainers' own (--pservers, --trainers, --model,
- * --train-samples, ...; --train-samples is required: the job's step count
- * depends on it). */
+ * --train-samples or --data, ...): the job's step count depends on the
+ * data, so an MLP job needs --train-samples, a CTR job reads --data. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,12 +30,15 @@
 #include <time.h>
 
 #include "common/clock.h"
+#include "common/criteo.h"
+#include "common/ctr_tables.h"
 #include "common/log.h"
 #include "common/process.h"
 #include "common/rng.h"
 #include "common/rpc.h"
 #include "common/shard_map.h"
 #include "common/wire.h"
+#include "trainer/ctr_reader.h"
 #include "trainer/trainer_config.h"
 
 enum { M_REGISTER, M_PUSH, M_PULL, M_DONE, M_ROLLBACK, M_COUNT };
@@ -35,14 +48,36 @@ static const char *const method_path[M_COUNT] = {WIRE_METHOD_REGISTER, WIRE_METH
 static const char *const method_name[M_COUNT] = {"RegisterTrainer", "PushPull", "Pull", "Done",
                                                  "Rollback"};
 
+/* Mutations below MUT_GENERIC apply to every job; the rest (SMUT_*) to a
+ * CTR job's sparse rows, in PushPull and Pull only. */
 enum {
   MUT_NONE, MUT_BITS, MUT_TRUNCATE, MUT_TRAINER, MUT_STEP, MUT_HASH, MUT_HUGE_LENGTH,
-  MUT_DUPLICATE, MUT_CONCAT, MUT_OTHER_METHOD, MUT_RANDOM, MUT_EMPTY, MUT_OVERSIZE, MUT_COUNT
+  MUT_DUPLICATE, MUT_CONCAT, MUT_OTHER_METHOD, MUT_RANDOM, MUT_EMPTY, MUT_OVERSIZE,
+  MUT_GENERIC,
+  SMUT_TOO_MANY = MUT_GENERIC, SMUT_DUPLICATE_KEY, SMUT_FOREIGN_KEY, SMUT_VALUES_WIDTH,
+  SMUT_COUNTS_WIDTH, SMUT_COUNT_ZERO, SMUT_TABLE_RANGE, SMUT_TABLE_TWICE, SMUT_WRONG_FIELD,
+  MUT_COUNT
 };
 static const char *const mutation_name[MUT_COUNT] = {
     "none", "bit flips", "truncation", "wrong trainer id", "wrong step", "wrong hash",
     "huge length", "duplicated field", "concatenation", "another method's body", "random bytes",
-    "empty", "oversized"};
+    "empty", "oversized", "too many keys", "duplicate key", "key of another pserver",
+    "wrong values width", "wrong counts width", "count of 0", "table out of range",
+    "table twice", "rows in the wrong field"};
+
+/* One SparseRows as the storm writes it: n keys; value_count floats when
+ * has_values; count_n counts when has_counts (count_n != n only when a
+ * mutation says so, at most n + 3). keys and counts have room for
+ * STORM_ROWS_CAP(max_keys). */
+#define STORM_ROWS_CAP(max_keys) ((max_keys) + 8)
+typedef struct storm_rows {
+  unsigned field; /* WIRE_SPARSE_GRADS or WIRE_SPARSE_KEYS */
+  uint32_t table;
+  uint64_t *keys;
+  uint32_t *counts;
+  size_t n, value_count, count_n;
+  int has_values, has_counts;
+} storm_rows;
 
 typedef struct storm {
   job_config job;
@@ -51,6 +86,14 @@ typedef struct storm {
   shard_map map;
   float *grads;
   rng r;
+  /* CTR jobs (tables > 0) */
+  int tables, dim[CTR_TABLES_MAX];
+  size_t max_keys;   /* a batch's keys per table: batch * 26 */
+  uint64_t *pool;    /* (pservers, pool_n) distinct keys each pserver owns */
+  size_t pool_n;
+  float *values;     /* gradient values, room for any SparseRows sent */
+  storm_rows rows[WIRE_MAX_SPARSE];
+  int row_count;
 } storm;
 
 typedef struct buf {
@@ -81,13 +124,224 @@ static void pack_into(const ProtobufCMessage *m, buf *b) {
   b->len = protobuf_c_message_pack(m, b->data);
 }
 
-/* The valid request of method m to pserver p, with key fields as given. */
-static void build(const storm *s, int m, int p, uint32_t trainer, uint64_t step, uint64_t hash,
-                  buf *out) {
+static void die(const char *what, const ps_error *err) {
+  fprintf(stderr, "storm_client: %s: %s\n", what, err->msg);
+  exit(1);
+}
+
+/* --- sparse rows (CTR jobs) ------------------------------------------------ */
+
+/* n distinct keys pserver p owns, from a random place in its pool. */
+static const uint64_t *pick_keys(storm *s, int p, size_t n) {
+  size_t from = (size_t)rng_below(&s->r, (uint64_t)(s->pool_n - n + 1));
+  return s->pool + (size_t)p * s->pool_n + from;
+}
+
+/* Sets r's keys (and counts, 1..4 as a batch's repeats give) and sizes its
+ * values for them. */
+static void rows_set_keys(storm *s, storm_rows *r, const uint64_t *keys, size_t n) {
+  memcpy(r->keys, keys, n * sizeof *keys);
+  for (size_t i = 0; i < n; i++) r->counts[i] = 1 + (uint32_t)rng_below(&s->r, 4);
+  r->n = r->count_n = n;
+  r->value_count = r->table < (uint32_t)s->tables ? n * (size_t)s->dim[r->table] : n;
+}
+
+static storm_rows *rows_add(storm *s, unsigned field, uint32_t table, const uint64_t *keys,
+                            size_t n) {
+  storm_rows *r = &s->rows[s->row_count++];
+  r->field = field;
+  r->table = table;
+  r->has_values = field == WIRE_SPARSE_GRADS;
+  r->has_counts = field == WIRE_SPARSE_KEYS;
+  rows_set_keys(s, r, keys, n);
+  return r;
+}
+
+/* A random SparseRows of the request in `field` (0: any). */
+static storm_rows *rows_pick(storm *s, unsigned field) {
+  storm_rows *any[WIRE_MAX_SPARSE];
+  int n = 0;
+  for (int i = 0; i < s->row_count; i++) {
+    if (field == 0 || s->rows[i].field == field) any[n++] = &s->rows[i];
+  }
+  return n > 0 ? any[rng_below(&s->r, (uint64_t)n)] : NULL;
+}
+
+/* At least min keys in r (fresh ones of pserver p when it has fewer). */
+static void rows_at_least(storm *s, storm_rows *r, int p, size_t min) {
+  if (r->n < min) rows_set_keys(s, r, pick_keys(s, p, min), min);
+}
+
+/* A key of r repeated later in it. */
+static void duplicate_key(storm *s, storm_rows *r, int p) {
+  rows_at_least(s, r, p, 2);
+  size_t j = 1 + (size_t)rng_below(&s->r, r->n - 1);
+  r->keys[j] = r->keys[rng_below(&s->r, j)];
+}
+
+/* Mutates the valid SparseRows of a request to pserver p by kind (SMUT_*). */
+static void sparse_mutate(storm *s, int p, int kind) {
+  rng *g = &s->r;
+  storm_rows *r = rows_pick(s, kind == SMUT_VALUES_WIDTH ? WIRE_SPARSE_GRADS
+                               : kind == SMUT_COUNTS_WIDTH || kind == SMUT_COUNT_ZERO
+                                   ? WIRE_SPARSE_KEYS
+                                   : 0);
+  if (r == NULL) return; /* build() always writes the rows a kind needs */
+  const int pservers = s->job.pservers;
+  switch (kind) {
+  case SMUT_TOO_MANY: /* one more than a batch can hold */
+    rows_set_keys(s, r, pick_keys(s, p, s->max_keys + 1), s->max_keys + 1);
+    break;
+  case SMUT_FOREIGN_KEY:
+    if (pservers > 1) {
+      rows_at_least(s, r, p, 1);
+      int other = (p + 1 + (int)rng_below(g, (uint64_t)pservers - 1)) % pservers;
+      r->keys[rng_below(g, r->n)] = pick_keys(s, other, 1)[0];
+    } else { /* one pserver owns every key */
+      duplicate_key(s, r, p);
+    }
+    break;
+  case SMUT_DUPLICATE_KEY:
+    duplicate_key(s, r, p);
+    break;
+  case SMUT_VALUES_WIDTH: { /* a float more or less, a row more or less, or none */
+    size_t want = r->value_count, dim = (size_t)s->dim[r->table];
+    switch (rng_below(g, 4)) {
+    case 0: r->value_count = want + 1; break;
+    case 1: r->value_count = want > 0 ? want - 1 : want + dim; break;
+    case 2: r->value_count = want >= dim ? want - dim : want + dim; break;
+    default: r->value_count = want + dim * (1 + (size_t)rng_below(g, 4)); break;
+    }
+    if (rng_below(g, 8) == 0 && want > 0) r->value_count = 0;
+    break;
+  }
+  case SMUT_COUNTS_WIDTH: /* never 0 counts: a lookup may leave them out */
+    rows_at_least(s, r, p, 1);
+    r->count_n = r->n >= 2 && rng_below(g, 2) ? r->n - 1 : r->n + 1 + (size_t)rng_below(g, 3);
+    break;
+  case SMUT_COUNT_ZERO:
+    rows_at_least(s, r, p, 1);
+    r->counts[rng_below(g, r->n)] = 0;
+    break;
+  case SMUT_TABLE_RANGE:
+    r->table = rng_below(g, 2) ? (uint32_t)(s->tables + (int)rng_below(g, 4))
+                               : (uint32_t)rng_next(g) | 0x80000000u;
+    break;
+  case SMUT_TABLE_TWICE: {
+    /* Another of the field's rows renamed, or a copy of this one added. */
+    storm_rows *other = NULL;
+    for (int i = 0; i < s->row_count; i++) {
+      if (&s->rows[i] != r && s->rows[i].field == r->field) other = &s->rows[i];
+    }
+    if (other != NULL && (s->row_count == WIRE_MAX_SPARSE || rng_below(g, 2))) {
+      other->table = r->table;
+      rows_set_keys(s, other, pick_keys(s, p, r->n), r->n);
+    } else if (s->row_count < WIRE_MAX_SPARSE) {
+      storm_rows *copy = rows_add(s, r->field, r->table, r->keys, r->n);
+      memcpy(copy->counts, r->counts, r->n * sizeof *r->counts);
+    }
+    break;
+  }
+  case SMUT_WRONG_FIELD:
+    r->field = r->field == WIRE_SPARSE_GRADS ? WIRE_SPARSE_KEYS : WIRE_SPARSE_GRADS;
+    break;
+  default:
+    break;
+  }
+}
+
+static size_t put_varint(uint8_t *b, uint64_t v) {
+  size_t n = 0;
+  for (; v >= 0x80; v >>= 7) b[n++] = (uint8_t)(v | 0x80);
+  b[n++] = (uint8_t)v;
+  return n;
+}
+
+static size_t varint_size(uint64_t v) {
+  uint8_t b[10];
+  return put_varint(b, v);
+}
+
+/* A SparseRows whose counts do not match its keys, which wire_writer_sparse
+ * cannot write: encoded here, appended to out. */
+static void append_rows(buf *out, const storm_rows *r, const float *values) {
+  const void *data[3] = {r->keys, r->has_values ? values : NULL, r->has_counts ? r->counts : NULL};
+  size_t lens[3] = {r->n * 8, r->value_count * 4, r->count_n * 4};
+  size_t inner = 1 + varint_size(r->table);
+  for (int i = 0; i < 3; i++) {
+    if (data[i] != NULL) inner += 1 + varint_size(lens[i]) + lens[i];
+  }
+  buf_reserve(out, out->len + inner + 16);
+  uint8_t *b = out->data + out->len;
+  size_t n = 0;
+  b[n++] = (uint8_t)(r->field << 3 | 2);
+  n += put_varint(b + n, inner);
+  b[n++] = 1 << 3 | 0;
+  n += put_varint(b + n, r->table);
+  for (int i = 0; i < 3; i++) {
+    if (data[i] == NULL) continue;
+    b[n++] = (uint8_t)((2 + i) << 3 | 2);
+    n += put_varint(b + n, lens[i]);
+    if (lens[i] > 0) memcpy(b + n, data[i], lens[i]);
+    n += lens[i];
+  }
+  out->len += n;
+}
+
+/* --- the valid requests ---------------------------------------------------- */
+
+/* A push's (dense blocks) or a CTR pull's body, with the SparseRows in
+ * s->rows and, for a pull, its kind (kind < 0: none, a push). */
+static void write_blocks(storm *s, int p, const wire_key *k, uint64_t hash, int with_blocks,
+                         int kind, buf *out) {
+  wire_writer w = {0};
+  ps_error err;
+  if (wire_writer_begin(&w, with_blocks ? s->map.block_count : 0, &err) != PS_ERR_OK) {
+    die("sizing a request", &err);
+  }
+  wire_writer_push_header(&w, k, hash);
+  for (size_t i = 0; i < s->map.block_count && with_blocks; i++) {
+    const shard_block *b = &s->map.blocks[i];
+    if (b->pserver == p) wire_writer_block(&w, b->id, s->grads + b->offset, b->count, NULL);
+  }
+  for (int i = 0; i < s->row_count; i++) {
+    const storm_rows *r = &s->rows[i];
+    if (r->has_counts && r->count_n != r->n) continue; /* appended below */
+    wire_writer_sparse(&w, r->field, r->table, r->keys, r->n, r->has_values ? s->values : NULL,
+                       r->value_count, r->has_counts ? r->counts : NULL, NULL);
+  }
+  if (kind >= 0) wire_writer_pull_kind(&w, (uint32_t)kind);
+  if (wire_writer_check(&w, &err) != PS_ERR_OK) die("writing a request", &err);
+  size_t total = 0;
+  for (int i = 0; i < w.part_count; i++) total += w.parts[i].len;
+  buf_reserve(out, total + 1);
+  out->len = 0;
+  for (int i = 0; i < w.part_count; i++) {
+    memcpy(out->data + out->len, w.parts[i].data, w.parts[i].len);
+    out->len += w.parts[i].len;
+  }
+  wire_writer_free(&w);
+  for (int i = 0; i < s->row_count; i++) {
+    const storm_rows *r = &s->rows[i];
+    if (r->has_counts && r->count_n != r->n) append_rows(out, r, s->values);
+  }
+}
+
+/* Keys a trainer's batch might send pserver p: up to its share of a batch. */
+static size_t some_keys(storm *s) {
+  return (size_t)rng_below(&s->r, s->max_keys / (size_t)s->job.pservers + 1);
+}
+
+/* The valid request of method m to pserver p, with key fields as given; a
+ * PushPull or Pull of a CTR job then mutated by smut (SMUT_*, else none). */
+static void build(storm *s, int m, int p, uint32_t trainer, uint64_t step, uint64_t hash,
+                  int smut, buf *out) {
   Pstrain__RequestKey key = PSTRAIN__REQUEST_KEY__INIT;
   key.trainer_id = trainer;
   key.incarnation = s->incarnation;
   key.step = step;
+  wire_key k = {trainer, s->incarnation, step};
+  s->row_count = 0;
   if (m == M_REGISTER) {
     Pstrain__JobConfig jc;
     wire_job_parts oc;
@@ -99,6 +353,17 @@ static void build(const storm *s, int m, int p, uint32_t trainer, uint64_t step,
     req.job = &jc;
     req.pserver_id = (uint32_t)p;
     pack_into(&req.base, out);
+  } else if (m == M_PULL && s->tables > 0) {
+    /* A step's pull, a lookup, or every row (tables present, no keys). */
+    int kind = (int)rng_below(&s->r, 3);
+    if (smut == SMUT_COUNT_ZERO && kind == PSTRAIN__PULL_KIND__PULL_LOOKUP) {
+      kind = PSTRAIN__PULL_KIND__PULL_STEP; /* a lookup's counts are not used */
+    }
+    size_t n = kind == PSTRAIN__PULL_KIND__PULL_ALL ? 0 : some_keys(s);
+    const uint64_t *keys = pick_keys(s, p, n);
+    for (int t = 0; t < s->tables; t++) rows_add(s, WIRE_SPARSE_KEYS, (uint32_t)t, keys, n);
+    if (smut >= MUT_GENERIC) sparse_mutate(s, p, smut);
+    write_blocks(s, p, &k, hash, 0, kind, out);
   } else if (m == M_PULL) {
     Pstrain__PullRequest req = PSTRAIN__PULL_REQUEST__INIT;
     req.key = &key;
@@ -117,27 +382,19 @@ static void build(const storm *s, int m, int p, uint32_t trainer, uint64_t step,
     req.config_hash = hash;
     pack_into(&req.base, out);
   } else {
-    wire_writer w = {0};
-    ps_error err;
-    if (wire_writer_begin(&w, s->map.block_count, &err) != PS_ERR_OK) {
-      fprintf(stderr, "storm_client: %s\n", err.msg);
-      exit(1);
+    if (s->tables > 0) {
+      /* The gradients of the keys pulled for this step, the next step's keys. */
+      size_t n = some_keys(s), next = some_keys(s);
+      const uint64_t *grad_keys = pick_keys(s, p, n), *next_keys = pick_keys(s, p, next);
+      for (int t = 0; t < s->tables; t++) {
+        rows_add(s, WIRE_SPARSE_GRADS, (uint32_t)t, grad_keys, n);
+      }
+      for (int t = 0; t < s->tables; t++) {
+        rows_add(s, WIRE_SPARSE_KEYS, (uint32_t)t, next_keys, next);
+      }
+      if (smut >= MUT_GENERIC) sparse_mutate(s, p, smut);
     }
-    wire_key k = {trainer, s->incarnation, step};
-    wire_writer_push_header(&w, &k, hash);
-    for (size_t i = 0; i < s->map.block_count; i++) {
-      const shard_block *b = &s->map.blocks[i];
-      if (b->pserver == p) wire_writer_block(&w, b->id, s->grads + b->offset, b->count, NULL);
-    }
-    size_t total = 0;
-    for (int i = 0; i < w.part_count; i++) total += w.parts[i].len;
-    buf_reserve(out, total + 1);
-    out->len = 0;
-    for (int i = 0; i < w.part_count; i++) {
-      memcpy(out->data + out->len, w.parts[i].data, w.parts[i].len);
-      out->len += w.parts[i].len;
-    }
-    wire_writer_free(&w);
+    write_blocks(s, p, &k, hash, 1, -1, out);
   }
 }
 
@@ -152,7 +409,7 @@ static void make_request(storm *s, int m, int p, int kind, buf *out, buf *scratc
   }
   if (kind == MUT_STEP) step = rng_next(r) >> rng_below(r, 64);
   if (kind == MUT_HASH) hash ^= 1ull << rng_below(r, 64);
-  build(s, m, p, trainer, step, hash, out);
+  build(s, m, p, trainer, step, hash, kind, out);
   switch (kind) {
   case MUT_BITS: {
     int flips = 1 + (int)rng_below(r, 8);
@@ -198,7 +455,8 @@ static void make_request(storm *s, int m, int p, int kind, buf *out, buf *scratc
     out->len *= 2;
     break;
   case MUT_OTHER_METHOD:
-    build(s, (m + 1 + (int)rng_below(r, M_COUNT - 1)) % M_COUNT, p, trainer, step, hash, scratch);
+    build(s, (m + 1 + (int)rng_below(r, M_COUNT - 1)) % M_COUNT, p, trainer, step, hash,
+          MUT_NONE, scratch);
     buf_set(out, scratch->data, scratch->len);
     break;
   case MUT_RANDOM:
@@ -219,9 +477,84 @@ static void make_request(storm *s, int m, int p, int kind, buf *out, buf *scratc
   }
 }
 
+/* The job the trainers' settings give, as a trainer computes it: the step
+ * count from --train-samples (MLP) or from --data's lines (CTR models, as
+ * ctr_train.c and ctr_pserver.c do). */
+static ps_err job_of(storm *s, trainer_settings *ts, ps_error *err) {
+  const trainer_options *o = &ts->opt;
+  long per_epoch;
+  job_sparse sparse = {0};
+  s->tables = ctr_table_count(&ts->model);
+  if (s->tables > 0) {
+    long examples;
+    if (ctr_reader_count_lines(o->data, &examples, err) != PS_ERR_OK) return err->code;
+    if (o->train_samples > 0 && o->train_samples < examples) examples = o->train_samples;
+    long global = o->batch * o->trainers;
+    per_epoch = (examples + global - 1) / global;
+    sparse = job_sparse_of(&ts->sparse_opt, (int)o->admit_after, o->evict_after);
+  } else if (o->train_samples > 0) {
+    long samples = o->train_samples / o->trainers;
+    per_epoch = (samples + o->batch - 1) / o->batch;
+  } else {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                        "an MLP job needs --train-samples N: its step count depends on it");
+  }
+  long steps = per_epoch * o->epochs;
+  if (o->max_steps > 0 && o->max_steps < steps) steps = o->max_steps;
+  ts->optimizer.total_steps = per_epoch * o->epochs;
+  s->job = (job_config){.model = ts->model, .optimizer = ts->optimizer, .update = ts->update,
+                        .trainers = (int)o->trainers, .pservers = ts->pservers.count,
+                        .block_size = (size_t)o->block_size, .seed = (uint64_t)o->seed,
+                        .batch = o->batch, .steps = steps, .sparse = sparse};
+  return PS_ERR_OK;
+}
+
+/* Key pools and buffers for a CTR job's SparseRows. Each pserver's pool
+ * holds distinct real-looking keys (Criteo field, value) it owns, more than
+ * a batch can send. */
+static ps_err sparse_setup(storm *s, long batch) {
+  const int pservers = s->job.pservers;
+  s->dim[CTR_TABLE_WIDE] = 1;
+  s->dim[CTR_TABLE_EMBEDDING] = s->job.model.embed_dim;
+  int dim = s->dim[s->tables - 1] > 1 ? s->dim[s->tables - 1] : 1;
+  s->max_keys = (size_t)batch * CRITEO_CAT_FIELDS;
+  s->pool_n = 2 * s->max_keys + 2;
+  s->pool = malloc((size_t)pservers * s->pool_n * sizeof *s->pool);
+  /* the most sent: max_keys + 1 rows, or a width mutation's up to 4 rows more */
+  size_t values = STORM_ROWS_CAP(s->max_keys) * (size_t)dim;
+  s->values = malloc(values * sizeof *s->values);
+  int ok = s->pool != NULL && s->values != NULL;
+  for (int i = 0; i < WIRE_MAX_SPARSE && ok; i++) {
+    s->rows[i].keys = malloc(STORM_ROWS_CAP(s->max_keys) * sizeof *s->rows[i].keys);
+    s->rows[i].counts = malloc(STORM_ROWS_CAP(s->max_keys) * sizeof *s->rows[i].counts);
+    ok = s->rows[i].keys != NULL && s->rows[i].counts != NULL;
+  }
+  if (!ok) {
+    fprintf(stderr, "storm_client: out of memory for %zu keys a batch\n", s->max_keys);
+    return PS_ERR_NO_MEMORY;
+  }
+  for (size_t i = 0; i < values; i++) {
+    s->values[i] = (float)rng_below(&s->r, 2000) * 1e-4f - 0.1f;
+  }
+  size_t *filled = calloc((size_t)pservers, sizeof *filled);
+  if (filled == NULL) return PS_ERR_NO_MEMORY;
+  uint32_t base = (uint32_t)rng_next(&s->r);
+  /* distinct (field, value) give distinct keys: the key is a bijective mix */
+  for (uint64_t j = 0, full = 0; full < (uint64_t)pservers; j++) {
+    uint64_t key = criteo_feature_key((int)(j % CRITEO_CAT_FIELDS),
+                                      base + (uint32_t)(j / CRITEO_CAT_FIELDS), 0);
+    int p = shard_of_key(key, pservers);
+    if (filled[p] == s->pool_n) continue;
+    s->pool[(size_t)p * s->pool_n + filled[p]++] = key;
+    if (filled[p] == s->pool_n) full++;
+  }
+  free(filled);
+  return PS_ERR_OK;
+}
+
 int main(int argc, char **argv) {
   double seconds = 30;
-  long max_requests = 30000, seed = 1, inflight = 32;
+  long max_requests = 30000, seed = 1, inflight = 32, registered = 0;
   int rest = 1;
   while (rest + 1 < argc && strncmp(argv[rest], "--storm-", 8) == 0) {
     const char *name = argv[rest] + 8, *value = argv[rest + 1];
@@ -229,6 +562,7 @@ int main(int argc, char **argv) {
     else if (strcmp(name, "max") == 0) max_requests = atol(value);
     else if (strcmp(name, "seed") == 0) seed = atol(value);
     else if (strcmp(name, "inflight") == 0) inflight = atol(value);
+    else if (strcmp(name, "register") == 0) registered = atol(value);
     else {
       fprintf(stderr, "storm_client: unknown flag %s\n", argv[rest]);
       return 2;
@@ -247,24 +581,31 @@ int main(int argc, char **argv) {
   targv[0] = argv[0];
   for (int i = rest; i < argc; i++) targv[1 + i - rest] = argv[i];
   targv[argc - rest + 1] = NULL;
-  if (trainer_settings_load(&ts, argc - rest + 1, targv, &err) != OPTIONS_OK || !ts.pserver_mode ||
-      ts.opt.train_samples <= 0) {
-    fprintf(stderr, "storm_client: %s (needs --mode pserver and --train-samples N)\n",
-            err.msg);
+  if (trainer_settings_load(&ts, argc - rest + 1, targv, &err) != OPTIONS_OK) {
+    fprintf(stderr, "storm_client: %s\n", err.msg);
+    return 2;
+  }
+  if (!ts.pserver_mode) {
+    fprintf(stderr, "storm_client: the trainers' flags need --mode pserver\n");
     return 2;
   }
   log_set_level(LOG_LEVEL_ERROR);
   storm s;
   memset(&s, 0, sizeof s);
-  long samples = ts.opt.train_samples / ts.opt.trainers;
-  long per_epoch = (samples + ts.opt.batch - 1) / ts.opt.batch;
-  long steps = per_epoch * ts.opt.epochs;
-  if (ts.opt.max_steps > 0 && ts.opt.max_steps < steps) steps = ts.opt.max_steps;
-  ts.optimizer.total_steps = per_epoch * ts.opt.epochs;
-  s.job = (job_config){.model = ts.model, .optimizer = ts.optimizer, .update = ts.update,
-                       .trainers = (int)ts.opt.trainers, .pservers = ts.pservers.count,
-                       .block_size = (size_t)ts.opt.block_size, .seed = (uint64_t)ts.opt.seed,
-                       .batch = ts.opt.batch, .steps = steps};
+  if (job_of(&s, &ts, &err) != PS_ERR_OK) {
+    fprintf(stderr, "storm_client: %s\n", err.msg);
+    return 2;
+  }
+  if (s.job.trainers * s.job.pservers > inflight) { /* the first round registers each */
+    fprintf(stderr, "storm_client: --storm-inflight %ld: at least trainers x pservers (%d)\n",
+            inflight, s.job.trainers * s.job.pservers);
+    return 2;
+  }
+  if (registered && s.tables == 0) {
+    fprintf(stderr, "storm_client: --storm-register checks the sparse mutations: it needs a CTR "
+            "job (--model ctr:... or lr)\n");
+    return 2;
+  }
   s.hash = job_config_hash(&s.job);
   s.incarnation = process_random_u64();
   rng_seed(&s.r, (uint64_t)seed, 0);
@@ -277,6 +618,7 @@ int main(int argc, char **argv) {
   s.grads = malloc(s.layout.total * sizeof *s.grads);
   if (s.grads == NULL) return 1;
   for (size_t i = 0; i < s.layout.total; i++) s.grads[i] = (float)rng_below(&s.r, 1000) * 1e-3f;
+  if (s.tables > 0 && sparse_setup(&s, ts.opt.batch) != PS_ERR_OK) return 1;
 
   rpc_global_init();
   rpc_client *client;
@@ -300,25 +642,37 @@ int main(int argc, char **argv) {
   buf scratch = {0};
 
   /* First the exact registration of each trainer id: its refusal shows the
-   * storm's job is the trainers' (a different job would be named as such). */
+   * storm's job is the trainers' (a different job would be named as such).
+   * With --storm-register it is accepted, and the storm's own requests pass
+   * the sender checks, so the sparse checks must refuse each mutation. */
   long by_status[PS_ERR_COUNT] = {0}, by_method[M_COUNT][PS_ERR_COUNT] = {{0}};
-  long by_mutation_ok[MUT_COUNT] = {0}, sent = 0;
+  long by_mutation[MUT_COUNT][PS_ERR_COUNT] = {{0}}, sent = 0, unexpected = 0;
+  static char sample[MUT_COUNT][200]; /* --storm-register: a refusal of each mutation */
   int ended = 0; /* a pserver went away: the job ended, or it crashed */
   char end_note[512] = "";
   double start = now_s();
   for (long round = 0; !ended && sent < max_requests && now_s() - start < seconds; round++) {
     int n = (int)(max_requests - sent < inflight ? max_requests - sent : inflight);
+    if (registered && round == 0) n = s.job.trainers * s.job.pservers; /* registered first */
     int kinds[256];
     for (int i = 0; i < n; i++) {
       int p = (int)((sent + i) % s.job.pservers);
       int m = (int)rng_below(&s.r, M_COUNT);
-      int kind = (int)rng_below(&s.r, MUT_COUNT);
+      int kind = (int)rng_below(&s.r, s.tables > 0 ? MUT_COUNT : MUT_GENERIC);
       if (kind == MUT_OVERSIZE && rng_below(&s.r, 8) != 0) kind = MUT_BITS; /* keep big ones rare */
+      if (registered) { /* unmutated or sparse-mutated pushes and pulls only */
+        kind = (int)rng_below(&s.r, MUT_COUNT - MUT_GENERIC + 1);
+        kind = kind == 0 ? MUT_NONE : MUT_GENERIC + kind - 1;
+        m = rng_below(&s.r, 2) ? M_PUSH : M_PULL;
+      }
+      if (kind >= MUT_GENERIC) { /* sparse rows ride on pushes and pulls; values on pushes */
+        m = kind == SMUT_VALUES_WIDTH || rng_below(&s.r, 2) ? M_PUSH : M_PULL;
+      }
       if (round == 0 && i < s.job.trainers * s.job.pservers) { /* the exact registrations */
         m = M_REGISTER;
         kind = MUT_NONE;
         p = i % s.job.pservers;
-        build(&s, M_REGISTER, p, (uint32_t)(i / s.job.pservers), 0, s.hash, &bodies[i]);
+        build(&s, M_REGISTER, p, (uint32_t)(i / s.job.pservers), 0, s.hash, MUT_NONE, &bodies[i]);
       } else {
         make_request(&s, m, p, kind, &bodies[i], &scratch);
       }
@@ -331,7 +685,13 @@ int main(int argc, char **argv) {
     rpc_client_call_all(client, ops, n, &err); /* each op has its own result */
     for (int i = 0; i < n; i++) {
       ps_err code = ops[i].code;
-      if (round == 0 && i < s.job.trainers * s.job.pservers &&
+      if (round == 0 && i < s.job.trainers * s.job.pservers && registered && code != PS_ERR_OK) {
+        fprintf(stderr, "storm_client: registering as trainer %d got %s: %s (--storm-register "
+                "needs pservers no trainer uses)\n", i / s.job.pservers, ps_err_name(code),
+                ops[i].message);
+        return 1;
+      }
+      if (round == 0 && i < s.job.trainers * s.job.pservers && !registered &&
           (code != PS_ERR_RESOURCE_EXHAUSTED || strstr(ops[i].message, "--max-registrations") == NULL)) {
         fprintf(stderr, "storm_client: the exact registration of trainer %d got %s: %s "
                 "(expected RESOURCE_EXHAUSTED: run the pservers with --max-registrations 1 and "
@@ -341,7 +701,17 @@ int main(int argc, char **argv) {
       }
       by_status[code]++;
       by_method[op_method[i]][code]++;
-      if (code == PS_ERR_OK) by_mutation_ok[kinds[i]]++;
+      by_mutation[kinds[i]][code]++;
+      if (registered && !(round == 0 && i < s.job.trainers * s.job.pservers)) {
+        ps_err want = kinds[i] == MUT_NONE ? PS_ERR_OK : PS_ERR_INVALID_ARGUMENT;
+        if (code != want && unexpected++ < 8) {
+          printf("storm: UNEXPECTED: %s with %s got %s: %.300s\n", method_name[op_method[i]],
+                 mutation_name[kinds[i]], ps_err_name(code), ops[i].message);
+        }
+        if (code != PS_ERR_OK && sample[kinds[i]][0] == '\0') {
+          snprintf(sample[kinds[i]], sizeof sample[0], "%s", ops[i].message);
+        }
+      }
       if ((code == PS_ERR_UNAVAILABLE || code == PS_ERR_CANCELLED) && !ended) {
         ended = 1;
         snprintf(end_note, sizeof end_note, "%s %s: %.300s", rpc_channel_target(ops[i].channel),
@@ -367,9 +737,21 @@ int main(int argc, char **argv) {
     }
     printf("\n");
   }
+  for (int k = 0; k < MUT_COUNT; k++) {
+    long total = 0;
+    for (int c = 0; c < PS_ERR_COUNT; c++) total += by_mutation[k][c];
+    if (total == 0) continue;
+    printf("storm:   mutation %s:", mutation_name[k]);
+    for (int c = 0; c < PS_ERR_COUNT; c++) {
+      if (by_mutation[k][c] > 0) printf(" %s %ld", ps_err_name((ps_err)c), by_mutation[k][c]);
+    }
+    if (sample[k][0] != '\0') printf(" (\"%s\")", sample[k]);
+    printf("\n");
+  }
   printf("storm: accepted (valid by chance): %ld", by_status[PS_ERR_OK]);
   for (int k = 0; k < MUT_COUNT; k++) {
-    if (by_mutation_ok[k] > 0) printf(" [%s: %ld]", mutation_name[k], by_mutation_ok[k]);
+    long ok = by_mutation[k][PS_ERR_OK];
+    if (ok > 0) printf(" [%s: %ld]", mutation_name[k], ok);
   }
   printf("\n");
   if (ended) printf("storm: stopped: a pserver went away (%s)\n", end_note);
@@ -392,9 +774,20 @@ int main(int argc, char **argv) {
   free(op_method);
   free(targv);
   free(s.grads);
+  free(s.pool);
+  free(s.values);
+  for (int i = 0; i < WIRE_MAX_SPARSE; i++) {
+    free(s.rows[i].keys);
+    free(s.rows[i].counts);
+  }
   shard_map_free(&s.map);
   tensor_layout_free(&s.layout);
   rpc_client_destroy(client);
   rpc_global_shutdown();
+  if (registered) {
+    printf("storm-check sent=%ld unexpected=%ld timeout=%ld\n", sent, unexpected,
+           by_status[PS_ERR_TIMEOUT]);
+    return unexpected == 0 && by_status[PS_ERR_TIMEOUT] == 0 ? 0 : 1;
+  }
   return by_status[PS_ERR_OK] == 0 && by_status[PS_ERR_TIMEOUT] == 0 ? 0 : 1;
 }
