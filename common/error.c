@@ -3,6 +3,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 static const char *const err_names[] = {
 #define PS_ERR_NAME(name, text) #name,
@@ -29,10 +30,15 @@ const char *ps_err_text(ps_err code) {
 ps_err ps_error_set(ps_error *err, ps_err code, const char *fmt, ...) {
   if (err == NULL) return code;
   err->code = code;
+  /* Callers prefix what they were doing to err->msg itself ("...: %s",
+   * err->msg): format aside, then copy, as vsnprintf's source and
+   * destination must not overlap. */
+  char msg[sizeof err->msg];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+  vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  memcpy(err->msg, msg, sizeof msg);
   return code;
 }
 

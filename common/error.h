@@ -45,7 +45,8 @@ typedef struct ps_error {
 } ps_error;
 
 /* Records code and a printf-style message in err (which may be NULL) and
- * returns code, so callers can write `return ps_error_set(err, ...)`. */
+ * returns code, so callers can write `return ps_error_set(err, ...)`. The
+ * arguments may include err->msg (to say what was being done). */
 ps_err ps_error_set(ps_error *err, ps_err code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

@@ -463,6 +463,7 @@ static void apply_rollback(pserver *ps, const pserver_rollback *r, rollback_read
     ps->sparse[i] = rr->tables[i];
     rr->tables[i] = old;
   }
+  if (ps->sp != NULL) ps->sp->pulled_step = -1; /* new tables: the next pull is merged again */
   ps->version = r->step;
   char why[128];
   snprintf(why, sizeof why, "pserver %d rolled back to step %ld", ps->cfg.id, r->step);

@@ -67,6 +67,8 @@ typedef struct pserver_sparse {
   sparse_trainer *trainers; /* (trainers) */
   size_t max_keys;          /* per table per request: batch * CTR_CAT_FIELDS */
   int pulled_count;         /* sync: trainers at the pull barrier */
+  long pulled_step;         /* sync: the step of the last merged pull (-1: none since the
+                             * tables were loaded): every active trainer's keys of it are in */
   double pull_started;      /* when the first of them arrived */
   /* The request being handled, copied out of its message by the check. */
   sparse_rows req[SPARSE_FIELDS][CTR_TABLES_MAX];
@@ -112,7 +114,8 @@ void pserver_sparse_reply_async(pserver *ps, rpc_call *call);
 /* A resend: the parameters and read-only rows of the checked keys. */
 void pserver_sparse_reply_lookup(pserver *ps, rpc_call *call);
 
-/* A checked Pull (sender and SparseRows): by kind, at once or at the barrier. */
+/* A checked Pull (sender and SparseRows): by kind, at once or at the barrier
+ * (a restarted trainer's PULL_STEP of a step already pulled: read-only rows). */
 void pserver_sparse_pull(pserver *ps, rpc_call *call, const wire_blocks_msg *m);
 /* Sync pull barrier: whether trainer waits there; whether the barrier has
  * waited past --step-timeout; complete it when every active trainer waits. */
@@ -121,9 +124,6 @@ int pserver_sparse_pull_late(const pserver *ps, double now);
 void pserver_sparse_pull_try_complete(pserver *ps);
 /* Answers trainer's waiting pull (or every one: trainer -1) with code. */
 void pserver_sparse_drop_pull(pserver *ps, int trainer, ps_err code, const char *why);
-
-/* The statistics line's tables part: per table rows, MiB, bytes/row, ... */
-void pserver_sparse_log_stats(const pserver *ps, long step);
 
 /* --- pserver_disk.c: checkpoints and rollback ---------------------------------- */
 

@@ -74,6 +74,7 @@ ps_err pserver_sparse_configure(pserver *ps, ps_error *err) {
   }
   sparse_dedup_init(&sp->dedup);
   sp->max_keys = (size_t)ps->job.batch * CTR_CAT_FIELDS;
+  sp->pulled_step = -1;
   ps->sp = sp;
   return PS_ERR_OK;
 }
@@ -385,6 +386,7 @@ static void pull_and_reply(pserver *ps, sparse_rows *(*which)[CTR_TABLES_MAX],
     }
     keep_slots(ps->sp, rows, count);
   }
+  if (ps->job.update == UPDATE_SYNC) ps->sp->pulled_step = step;
   merged_reply mr = {.rows = which};
   pserver_reply_params_rows(ps, calls, count, add_merged_rows, &mr);
 }
@@ -543,6 +545,12 @@ static void pull_step(pserver *ps, rpc_call *call, const wire_blocks_msg *m) {
                    (unsigned long long)m->key.step, ps->version);
     return;
   }
+  if (sp->pulled_step == ps->version) {
+    /* A restarted trainer: its old incarnation's keys of this step were in the merged pull
+     * (admission counted them) and the others wait at their pushes: read-only rows. */
+    pserver_sparse_reply_lookup(ps, call);
+    return;
+  }
   sparse_trainer *tr = &sp->trainers[id];
   if (tr->pull_call != NULL) {
     /* A resend while the barrier waits: keep the newer call and its keys. */
@@ -579,18 +587,4 @@ ps_err pserver_sparse_store_push(pserver *ps, rpc_call *call, int id) {
   take_keys(sp, SPARSE_FIELD_KEYS, tr->next);
   (void)call;
   return PS_ERR_OK;
-}
-
-/* --- statistics ------------------------------------------------------------------- */
-
-void pserver_sparse_log_stats(const pserver *ps, long step) {
-  for (int t = 0; t < ps->sparse_count; t++) {
-    sparse_table_stats st;
-    sparse_table_stats_get(ps->sparse[t], &st);
-    LOG_INFO("step %ld: table %s: %zu rows, %.1f MiB (%.1f bytes per row), %llu admitted, "
-             "%llu refused, %llu evicted", step, sparse_table_config_of(ps->sparse[t])->name,
-             st.rows, (double)st.bytes / 1048576.0, st.bytes_per_row,
-             (unsigned long long)st.admitted, (unsigned long long)st.refused,
-             (unsigned long long)st.evicted);
-  }
 }

@@ -186,6 +186,19 @@ void pserver_reply_params_rows(pserver *ps, rpc_call *const *calls, int count,
 
 /* --- statistics and checkpoints after a step ------------------------------------ */
 
+/* The statistics line's tables part: per table rows, MiB, bytes/row, ... */
+static void log_table_stats(const pserver *ps, long step) {
+  for (int t = 0; t < ps->sparse_count; t++) {
+    sparse_table_stats st;
+    sparse_table_stats_get(ps->sparse[t], &st);
+    LOG_INFO("step %ld: table %s: %zu rows, %.1f MiB (%.1f bytes per row), %llu admitted, "
+             "%llu refused, %llu evicted", step, sparse_table_config_of(ps->sparse[t])->name,
+             st.rows, (double)st.bytes / 1048576.0, st.bytes_per_row,
+             (unsigned long long)st.admitted, (unsigned long long)st.refused,
+             (unsigned long long)st.evicted);
+  }
+}
+
 /* One line per --log-every steps: called once when a step completes, so a
  * step is never logged twice (a second line would cover no time). */
 static void log_stats(pserver *ps, long step) {
@@ -199,7 +212,7 @@ static void log_stats(pserver *ps, long step) {
   ps->stats_since = now;
   ps->stats_pushes = 0;
   ps->stats_in = ps->stats_out = 0;
-  pserver_sparse_log_stats(ps, step);
+  log_table_stats(ps, step);
 }
 
 /* A checkpoint every cfg.checkpoint_every steps: the state is copied here

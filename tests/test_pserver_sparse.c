@@ -8,6 +8,8 @@
  * - async applies each push at once;
  * - the pull barrier waits for every trainer, refuses another step, and
  *   its --step-timeout stops the job or drops the missing trainer;
+ * - a PULL_STEP of a step already pulled (a restarted trainer's) is
+ *   answered at once with read-only rows;
  * - PULL_LOOKUP changes nothing; PULL_ALL returns every row once in key order;
  * - every refusal of a bad request leaves the tables and the shard unchanged;
  * - --max-table-mb fails every waiting pull naming the table. */
@@ -700,6 +702,34 @@ static void start_pulled(pserver *ps, const pserver_config *cfg) {
   reply_free(&got);
 }
 
+/* A PULL_STEP of the step whose merged pull is done (a restarted trainer's):
+ * answered at once, read-only, without waiting for the other trainer. */
+static void test_pull_after_barrier(void) {
+  make_job(UPDATE_SYNC, 0);
+  pserver ps;
+  pserver_config cfg = make_config();
+  start_pulled(&ps, &cfg);
+  snapshot before;
+  snap_take(&ps, &before);
+  static rows keys[2];
+  batch_keys(1, 0, keys);
+  rpc_call *call = pull(&ps, 1, 0, PSTRAIN__PULL_KIND__PULL_STEP, keys);
+  CHECK(answered(call));
+  reply got;
+  result(call, &got);
+  CHECK_EQ_INT(got.code, PS_ERR_OK);
+  for (int t = 0; t < 2 && got.code == PS_ERR_OK; t++) {
+    float want[MAXK * DIM];
+    sparse_table_lookup(ps.sparse[t], keys[t].keys, keys[t].n, want);
+    CHECK_EQ_INT((long)got.n[t], (long)(keys[t].n * (size_t)dim_of(t)));
+    CHECK(memcmp(got.values[t], want, got.n[t] * sizeof(float)) == 0);
+  }
+  reply_free(&got);
+  CHECK(snap_same(&ps, &before)); /* no second pull: admission counts stay */
+  snap_free(&before);
+  stop(&ps);
+}
+
 static void test_lookup_and_all(void) {
   make_job(UPDATE_SYNC, 0);
   pserver ps;
@@ -918,6 +948,7 @@ int main(void) {
   test_async();
   test_pull_barrier();
   test_lookup_and_all();
+  test_pull_after_barrier();
   test_refusals();
   test_max_table();
   shard_map_free(&map);
