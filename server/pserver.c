@@ -458,7 +458,7 @@ void pserver_handle(void *ctx, rpc_call *call, int method, const rpc_message *re
 
 void pserver_log_tables(pserver *ps) {
   pthread_mutex_lock(&ps->lock);
-  if (ps->configured) pserver_sparse_log_stats(ps, ps->version);
+  if (ps->configured) pserver_log_table_stats(ps, ps->version);
   pthread_mutex_unlock(&ps->lock);
 }
 

@@ -40,6 +40,9 @@ void pserver_push_sync(pserver *ps, rpc_call *call, const rpc_message *msg,
 void pserver_push_async(pserver *ps, rpc_call *call, const rpc_message *msg,
                         const wire_blocks_msg *m);
 
+/* Logs each sparse table's rows, bytes and admission counts at `step`. */
+void pserver_log_table_stats(const pserver *ps, long step);
+
 /* Sync: every active trainer has pushed: apply and answer them. */
 void pserver_complete_step(pserver *ps);
 

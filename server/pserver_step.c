@@ -187,7 +187,7 @@ void pserver_reply_params_rows(pserver *ps, rpc_call *const *calls, int count,
 /* --- statistics and checkpoints after a step ------------------------------------ */
 
 /* The statistics line's tables part: per table rows, MiB, bytes/row, ... */
-static void log_table_stats(const pserver *ps, long step) {
+void pserver_log_table_stats(const pserver *ps, long step) {
   for (int t = 0; t < ps->sparse_count; t++) {
     sparse_table_stats st;
     sparse_table_stats_get(ps->sparse[t], &st);
@@ -212,7 +212,7 @@ static void log_stats(pserver *ps, long step) {
   ps->stats_since = now;
   ps->stats_pushes = 0;
   ps->stats_in = ps->stats_out = 0;
-  log_table_stats(ps, step);
+  pserver_log_table_stats(ps, step);
 }
 
 /* A checkpoint every cfg.checkpoint_every steps: the state is copied here
