@@ -709,7 +709,7 @@ int main(int argc, char **argv) {
                  mutation_name[kinds[i]], ps_err_name(code), ops[i].message);
         }
         if (code != PS_ERR_OK && sample[kinds[i]][0] == '\0') {
-          snprintf(sample[kinds[i]], sizeof sample[0], "%s", ops[i].message);
+          snprintf(sample[kinds[i]], sizeof sample[0], "%.199s", ops[i].message);
         }
       }
       if ((code == PS_ERR_UNAVAILABLE || code == PS_ERR_CANCELLED) && !ended) {
