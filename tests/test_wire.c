@@ -524,6 +524,7 @@ int main(void) {
     }
     CHECK_EQ_INT(wire_writer_check(&w, &err), PS_ERR_OUT_OF_RANGE);
     CHECK_CONTAINS(err.msg, "WIRE_MAX_SPARSE");
+    wire_writer_free(&w);
   }
 
   /* Job descriptions: to the message and back, hash, difference. */
