@@ -628,6 +628,45 @@ static void test_dump_load(void) {
   sparse_table_destroy(b);
 }
 
+/* A dump is in ascending key order with each key's own row, for keys that
+ * differ in any 11-bit digit (the radix sort's) or only in the top bits,
+ * and for a table whose keys share all digits but one. */
+static void test_dump_order(void) {
+  sparse_table_config c = config(SPARSE_OPT_SGD, 2);
+  c.init_scale = 0.5f;
+  sparse_table *t = make(&c);
+  enum { N = 5000 };
+  static uint64_t keys[N];
+  static float out[2 * N];
+  for (int i = 0; i < N; i++) {
+    uint64_t k = rng_mix64((uint64_t)i + 1);
+    if (i % 5 == 1) k = (uint64_t)i << 55; /* top bits only */
+    if (i % 5 == 2) k = (uint64_t)i;       /* low bits only */
+    if (i % 5 == 3) k = 0xabcdef0123456789ULL ^ ((uint64_t)i << 22);
+    keys[i] = k;
+  }
+  sparse_dedup d;
+  sparse_dedup_init(&d);
+  static uint32_t slot[N];
+  ps_error err;
+  REQUIRE(sparse_dedup_run(&d, keys, N, slot, &err) == PS_ERR_OK);
+  pull_ok(t, d.unique, d.n_unique, NULL, 0, out);
+  snap s = take(t);
+  CHECK_EQ_INT(s.n, d.n_unique);
+  int ordered = 1, rows_match = 1;
+  float row[2];
+  for (size_t i = 0; i < s.n; i++) {
+    if (i > 0 && s.keys[i] <= s.keys[i - 1]) ordered = 0;
+    sparse_table_lookup(t, &s.keys[i], 1, row);
+    if (memcmp(row, s.values + 2 * i, sizeof row) != 0) rows_match = 0;
+  }
+  CHECK(ordered);
+  CHECK(rows_match);
+  snap_free(&s);
+  sparse_dedup_free(&d);
+  sparse_table_destroy(t);
+}
+
 static void test_stats_and_config(void) {
   sparse_table_config c = config(SPARSE_OPT_ADAGRAD, 16);
   sparse_table *t = make(&c);
@@ -693,6 +732,7 @@ int main(void) {
   test_admission();
   test_limit();
   test_dump_load();
+  test_dump_order();
   test_stats_and_config();
   return check_report("test_sparse_table");
 }
