@@ -45,6 +45,8 @@ typedef struct pserver_options {
   bool resume;
   bool resume_if_present;
   long resume_step;
+  const char *timeline;
+  const char *timeline_steps;
   const char *log_level;
   bool check_config;
 } pserver_options;
@@ -126,6 +128,13 @@ static const option_def pserver_option_table[] = {
     {"resume-step", NULL, OPT_INT, OFF(resume_step), "-1",
      "with --resume: the checkpoint of this step (-1: the newest); every pserver of a sync job "
      "must resume at the same step", NULL, .min = -1, .max = 1e15},
+    {"timeline", NULL, OPT_STRING, OFF(timeline), "",
+     "write Chrome trace events of each step (push arrivals, the wait for the last trainer, "
+     "apply, reply, checkpoint writes) to this file, for Perfetto or chrome://tracing", NULL,
+     .min = 1, .max = 0},
+    {"timeline-steps", NULL, OPT_STRING, OFF(timeline_steps), TIMELINE_ALL_STEPS,
+     "with --timeline: only steps A:B (zero-based, both included; A: or :B open-ended; "
+     "default: all)", NULL, .min = 1, .max = 0},
     {"log-level", NULL, OPT_CHOICE, OFF(log_level), "info", "logging detail",
      "error|warn|info|debug", .min = 1, .max = 0},
     {"check-config", NULL, OPT_BOOL, OFF(check_config), "false",
@@ -206,6 +215,8 @@ typedef struct pserver_start {
   char token[TOKEN_MAX];
   tls_config tls;
   char effective[2048];
+  long timeline_first, timeline_last; /* --timeline-steps */
+  timeline *timeline;
 } pserver_start;
 
 /* Options and log level; returns -1 to go on, else the exit status. */
@@ -316,6 +327,12 @@ static int start_service(pserver_start *st, pserver *ps) {
     LOG_ERROR("%s", err.msg);
     return 2;
   }
+  if (timeline_open(&st->timeline, o->timeline, "pserver", st->id, st->timeline_first,
+                    st->timeline_last, &err) != PS_ERR_OK) {
+    LOG_ERROR("%s", err.msg);
+    return 2;
+  }
+  cfg.timeline = st->timeline;
   if (pserver_init(ps, &cfg, &err) != PS_ERR_OK) {
     LOG_ERROR("%s", err.msg);
     return 1;
@@ -411,6 +428,10 @@ int main(int argc, char **argv) {
   if (resolve_id(&st, &err) != PS_ERR_OK) goto refused;
   listen_address(&st);
   if (check_security(&st, &err) != PS_ERR_OK) goto refused;
+  if (timeline_parse_steps(st.opt.timeline_steps, &st.timeline_first, &st.timeline_last, &err) !=
+      PS_ERR_OK) {
+    goto refused;
+  }
   options_format(pserver_option_table, PSERVER_OPTION_COUNT, &st.opt, st.effective,
                  sizeof st.effective);
   if (st.opt.check_config) {
@@ -440,6 +461,7 @@ int main(int argc, char **argv) {
     pserver_destroy(&ps);
     LOG_INFO("exiting with status %d: peak RSS %ld KiB", status, process_peak_rss_kib());
   }
+  timeline_close(st.timeline); /* after the disk thread's last checkpoint */
   rpc_global_shutdown();
   return status;
 

@@ -21,6 +21,7 @@
 #include "common/job.h"
 #include "common/ctr_tables.h"
 #include "common/rpc.h"
+#include "common/timeline.h"
 #include "common/sparse_table.h"
 #include "common/wire.h"
 #include "server/table.h"
@@ -41,6 +42,7 @@ typedef struct pserver_config {
   long max_registrations;     /* incarnations each trainer id may register (0: no limit) */
   int authenticated;          /* every caller proved itself (token or client certificate):
                                  refusals may name values */
+  timeline *timeline;         /* --timeline (NULL: none); main closes it after pserver_destroy */
 } pserver_config;
 
 typedef struct trainer_state {

@@ -239,6 +239,8 @@ void pserver_complete_step(pserver *ps) {
     ps->trainers[i].waiting = NULL;
   }
   ps->pushed_count = 0;
+  long step = ps->version;
+  double t0 = now_s();
   ps_error err;
   if (ps->sp != NULL && pserver_sparse_apply_step(ps, slots, count, &err) != PS_ERR_OK) {
     /* Out of memory merging: the step is not taken; the trainers resend. */
@@ -248,10 +250,13 @@ void pserver_complete_step(pserver *ps) {
   /* Sum in trainer-id order, average, apply. */
   table_apply_sum(&ps->table, &ps->job.optimizer, slots, count, 1.0f / (float)count, ps->version);
   ps->version++;
+  t0 = timeline_span(ps->cfg.timeline, "apply", step, t0);
   if (ps->sp != NULL) pserver_sparse_reply_step(ps, slots, calls, count);
   else pserver_reply_params(ps, calls, count);
+  timeline_span(ps->cfg.timeline, "reply", step, t0);
   maybe_checkpoint(ps, ps->version);
   log_stats(ps, ps->version);
+  timeline_flush(ps->cfg.timeline);
 }
 
 void pserver_push_sync(pserver *ps, rpc_call *call, const rpc_message *msg,
@@ -259,6 +264,7 @@ void pserver_push_sync(pserver *ps, rpc_call *call, const rpc_message *msg,
   uint32_t id = m->key.trainer_id;
   trainer_state *tr = &ps->trainers[id];
   long step = (long)m->key.step;
+  double arrived = now_s();
   if (tr->lost) {
     pserver_refuse(call, "PushPull", PS_ERR_FAILED_PRECONDITION,
                    "trainer %u was dropped for missing a step (--on-trainer-loss continue)", id);
@@ -293,8 +299,12 @@ void pserver_push_sync(pserver *ps, rpc_call *call, const rpc_message *msg,
   }
   tr->pushed = 1;
   tr->waiting = call;
-  if (ps->pushed_count++ == 0) ps->step_started = now_s();
-  if (ps->pushed_count == ps->active) pserver_complete_step(ps);
+  double stored = timeline_span_arg(ps->cfg.timeline, "push", step, arrived, "trainer", id);
+  if (ps->pushed_count++ == 0) ps->step_started = stored;
+  if (ps->pushed_count == ps->active) {
+    timeline_span_arg(ps->cfg.timeline, "wait-for-last", step, ps->step_started, "trainer", id);
+    pserver_complete_step(ps);
+  }
 }
 
 /* --- async -------------------------------------------------------------------- */
@@ -319,12 +329,15 @@ void pserver_push_async(pserver *ps, rpc_call *call, const rpc_message *msg,
       wire_copy_block(msg, &m->blocks[i], slot + b->shard_offset);
     }
     const int slot0 = 0;
+    double t0 = now_s();
     table_apply_sum(&ps->table, &ps->job.optimizer, &slot0, 1, 1.0f / (float)n, ps->version / n);
+    timeline_span_arg(ps->cfg.timeline, "apply", ps->version / n, t0, "trainer", tr - ps->trainers);
     ps->version++;
     tr->last_step = step;
     if (ps->version % n == 0) {
       maybe_checkpoint(ps, ps->version / n);
       log_stats(ps, ps->version / n);
+      timeline_flush(ps->cfg.timeline);
     }
     if (ps->sp != NULL) {
       pserver_sparse_reply_async(ps, call);

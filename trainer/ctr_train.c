@@ -110,6 +110,10 @@ ps_err ctr_trainer_init(ctr_trainer *t, const trainer_settings *settings, ps_err
                  strerror(errno));
     goto fail;
   }
+  if (timeline_open(&t->tl, o->timeline, "trainer", t->rank, settings->timeline_first,
+                    settings->timeline_last, err) != PS_ERR_OK) {
+    goto fail;
+  }
   if (backend_open(&t->be, o->device, (int)o->threads, (int)o->gpu, err) != PS_ERR_OK) goto fail;
   int max_batch = o->batch > EVAL_BATCH ? (int)o->batch : EVAL_BATCH;
   if (ctr_model_create(&t->model, m, t->be, max_batch, (uint64_t)o->seed, err) != PS_ERR_OK ||
@@ -151,6 +155,7 @@ void ctr_trainer_free(ctr_trainer *t) {
   ctr_collective_stop(t);
 #endif
   ctr_pserver_stop(t);
+  timeline_close(t->tl);
   if (t->train != NULL) ctr_reader_close(t->train);
   sparse_table_destroy(t->wide);
   sparse_table_destroy(t->deep);
@@ -398,8 +403,9 @@ static ps_err train_epoch(ctr_trainer *t, ctr_prefetch *pf, long epoch, long *gl
     if (*global_step + 1 < total_steps) {
       ctr_prefetch_ask(pf, (int)o->batch, step + 1 == t->steps_per_epoch);
     }
-    double batch_loss = 0.0;
+    double batch_loss = 0.0, t0 = now_s();
     FAIL(train_step(t, count, *global_step, &batch_loss, err));
+    timeline_span(t->tl, "step", *global_step, t0); /* CTR: pull, forward, backward, push */
     if (t->rewind_to >= 0) return PS_ERR_OK; /* the job went back: ctr_trainer_run goes there */
     if (!isfinite(batch_loss)) {
       FAIL(ps_error_set(err, PS_ERR_FAILED_PRECONDITION,
@@ -412,13 +418,19 @@ static ps_err train_epoch(ctr_trainer *t, ctr_prefetch *pf, long epoch, long *gl
     seen += count;
     seen_since_report += count;
     (*global_step)++;
-    if (ctr_checkpoint_due(t, *global_step, 0)) FAIL(ctr_checkpoint_write(t, *global_step, err));
+    if (ctr_checkpoint_due(t, *global_step, 0)) {
+      t0 = now_s();
+      FAIL(ctr_checkpoint_write(t, *global_step, err));
+      timeline_span(t->tl, "checkpoint", *global_step - 1, t0);
+    }
+    timeline_flush(t->tl);
     double now = now_s();
     if (o->eval_every > 0 && *global_step % o->eval_every == 0 && *global_step < total_steps) {
       progress p = {epoch + 1, *global_step, loss_since_report / (double)seen_since_report,
                     (double)seen / (now - start - eval_s), now - run_start};
       double auc, logloss;
       FAIL(report(t, &p, &auc, &logloss, err));
+      timeline_span(t->tl, "evaluation", *global_step - 1, now);
       eval_s += now_s() - now;
       loss_since_report = 0.0;
       seen_since_report = 0;

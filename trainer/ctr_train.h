@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "common/job.h"
 #include "common/sparse_table.h"
+#include "common/timeline.h"
 #include "trainer/backend.h"
 #include "trainer/ctr_model.h"
 #include "trainer/ctr_reader.h"
@@ -31,6 +32,7 @@ typedef struct ctr_trainer {
   struct ctr_pserver *ps;    /* pserver mode's step (ctr_pserver.c); NULL: not */
   struct ctr_prefetch *prefetch; /* the next batch's reader while training runs */
   long rewind_to;            /* pserver mode: the step the job went back to; -1: none */
+  timeline *tl;              /* --timeline; NULL without */
   /* one step's buffers */
   sparse_dedup dedup;
   ctr_example *examples;     /* (batch) */

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/checkpoint.h"
+#include "common/clock.h"
 #include "common/log.h"
 
 #define MODEL_FORMAT "pstrain-model-1"
@@ -34,6 +35,7 @@ int model_checkpoint_due(const trainer *t, long step, int final) {
 }
 
 ps_err model_checkpoint_write(trainer *t, long step, ps_error *err) {
+  double t0 = now_s();
   size_t n = t->model->layout.total;
   tensor_layout layout;
   if (build_layout(t, &layout, err) != PS_ERR_OK) return err->code;
@@ -55,6 +57,7 @@ ps_err model_checkpoint_write(trainer *t, long step, ps_error *err) {
   }
   free(data);
   tensor_layout_free(&layout);
+  timeline_span(t->tl, "checkpoint", step - 1, t0); /* after the step it saves */
   return rc;
 }
 

@@ -65,6 +65,10 @@ ps_err trainer_init(trainer *t, const trainer_settings *settings, ps_error *err)
   /* The way replicas stay in step decides this trainer's share of the data. */
   if (updater_create(t, &t->up, err) != PS_ERR_OK) goto fail;
   t->evaluates = t->id == 0;
+  if (timeline_open(&t->tl, o->timeline, "trainer", t->id, settings->timeline_first,
+                    settings->timeline_last, err) != PS_ERR_OK) {
+    goto fail;
+  }
   if (t->train.count < t->trainers) {
     ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "%ld training samples cannot be shared by %d trainers",
                  t->train.count, t->trainers);
@@ -123,6 +127,7 @@ fail:
 
 void trainer_free(trainer *t) {
   updater_destroy(t->up);
+  timeline_close(t->tl);
   if (t->staged) {
     if (t->host_params != NULL) t->be->ops->host_free(t->be, t->host_params);
     if (t->host_grads != NULL) t->be->ops->host_free(t->be, t->host_grads);
@@ -203,12 +208,15 @@ static ps_err train_epoch(trainer *t, long epoch, long *global_step, double *mea
                    mlp_host_labels(t->model));
     double batch_loss = 0.0;
     long next = 0;
+    double t0 = now_s();
     if (mlp_load_batch(t->model, count, err) != PS_ERR_OK ||
-        mlp_forward(t->model, count, 1, &batch_loss, &correct, err) != PS_ERR_OK ||
-        mlp_backward(t->model, count, err) != PS_ERR_OK ||
-        updater_apply(t->up, *global_step, &next, err) != PS_ERR_OK) {
+        mlp_forward(t->model, count, 1, &batch_loss, &correct, err) != PS_ERR_OK) {
       return err->code;
     }
+    t0 = timeline_span(t->tl, "forward", *global_step, t0);
+    if (mlp_backward(t->model, count, err) != PS_ERR_OK) return err->code;
+    timeline_span(t->tl, "backward", *global_step, t0);
+    if (updater_apply(t->up, *global_step, &next, err) != PS_ERR_OK) return err->code;
     if (next <= *global_step) {
       t->rewind_to = next; /* the job went back: trainer_run takes the steps again */
       return PS_ERR_OK;
@@ -226,6 +234,7 @@ static ps_err train_epoch(trainer *t, long epoch, long *global_step, double *mea
         model_checkpoint_write(t, *global_step, err) != PS_ERR_OK) {
       return err->code;
     }
+    timeline_flush(t->tl); /* the step's events, checkpoint included */
 
     if (o->progress_interval > 0) {
       double now = now_s();
@@ -285,7 +294,10 @@ ps_err trainer_run(trainer *t, train_summary *summary, ps_error *err) {
     }
     double wall = now_s() - run_start;
     if (t->evaluates) {
+      double t0 = now_s();
       if (trainer_evaluate(t, &accuracy, &test_loss, err) != PS_ERR_OK) return err->code;
+      timeline_span(t->tl, "evaluation", global_step - 1, t0);
+      timeline_flush(t->tl);
       wall = now_s() - run_start;
       LOG_INFO("epoch %ld/%ld done: train loss %.4f, test loss %.4f, test accuracy %.4f, %.0f "
                "samples/s, %.1fs elapsed",

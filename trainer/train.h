@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "common/error.h"
+#include "common/timeline.h"
 #include "trainer/backend.h"
 #include "trainer/idx.h"
 #include "trainer/mlp.h"
@@ -33,6 +34,7 @@ typedef struct trainer {
   float *host_params;  /* the model's parameters and gradients as host memory: */
   float *host_grads;   /* the backend's own, or staging copies */
   int staged;
+  timeline *tl;        /* --timeline; NULL without */
 } trainer;
 
 typedef struct train_summary {

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/timeline.h"
 #include "common/token.h"
 #include "trainer/ctr_reader.h"
 
@@ -134,6 +135,12 @@ static const option_def trainer_option_table[] = {
      "else 0; CUDA_VISIBLE_DEVICES also applies)", NULL, NUM(-1, 1023)},
     {"metrics", NULL, OPT_STRING, OFF(metrics), "",
      "append one JSON object per epoch to this file", NULL, ANY},
+    {"timeline", NULL, OPT_STRING, OFF(timeline), "",
+     "write Chrome trace events of each step (forward, backward, push, apply, checkpoint, "
+     "evaluation) to this file, for Perfetto or chrome://tracing", NULL, ANY},
+    {"timeline-steps", NULL, OPT_STRING, OFF(timeline_steps), TIMELINE_ALL_STEPS,
+     "with --timeline: only steps A:B (zero-based, both included; A: or :B open-ended; "
+     "default: all)", NULL, ANY},
     {"train-samples", NULL, OPT_INT, OFF(train_samples), "0",
      "use only the first N training samples (0: all)", NULL, NUM(0, 1e12)},
     {"test-samples", NULL, OPT_INT, OFF(test_samples), "0",
@@ -247,6 +254,10 @@ options_result trainer_settings_load(trainer_settings *s, int argc, char **argv,
   }
   if (log_level_parse(o->log_level, &s->level) != 0) {
     ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "--log-level '%s' is unknown", o->log_level);
+    return OPTIONS_ERROR;
+  }
+  if (timeline_parse_steps(o->timeline_steps, &s->timeline_first, &s->timeline_last, err) !=
+      PS_ERR_OK) {
     return OPTIONS_ERROR;
   }
   optimizer_config *c = &s->optimizer;

@@ -63,6 +63,8 @@ typedef struct trainer_options {
   const char *device;
   long gpu;
   const char *metrics;
+  const char *timeline;
+  const char *timeline_steps;
   long train_samples;
   long test_samples;
   double progress_interval;
@@ -84,6 +86,7 @@ typedef struct trainer_settings {
   int criteo;                 /* --data is a Criteo TSV file (the CTR models' data) */
   sparse_optimizer_config sparse_opt; /* the CTR models' tables */
   log_level level;
+  long timeline_first, timeline_last; /* --timeline-steps, both included */
 } trainer_settings;
 
 /* Fills settings from defaults, environment and argv, and checks them. On

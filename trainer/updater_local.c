@@ -1,14 +1,18 @@
 /* Local mode: one trainer applies its optimizer in-process; nothing is sent. */
 #include <stdlib.h>
 
+#include "common/clock.h"
+
 #include "trainer/train.h"
 #include "trainer/updater.h"
 
 static ps_err local_apply(updater *u, long step, long *next, ps_error *err) {
   trainer *t = u->t;
+  double t0 = now_s();
   if (mlp_apply_optimizer(t->model, &t->settings.optimizer, step, err) != PS_ERR_OK) {
     return err->code;
   }
+  timeline_span(t->tl, "apply", step, t0);
   *next = step + 1;
   return PS_ERR_OK;
 }

@@ -60,11 +60,13 @@ static ps_err mpi_apply(updater *u, long step, long *next, ps_error *err) {
   double start = now_s();
   if (collective_allreduce_mean(&c->coll, t->host_grads, n, err) != PS_ERR_OK) return err->code;
   u->comm_seconds += now_s() - start;
+  start = timeline_span(t->tl, "allreduce", step, start);
   u->comm_bytes += updater_ring_bytes(t->trainers, n);
   if (t->staged && mlp_set_grads(t->model, t->host_grads, err) != PS_ERR_OK) return err->code;
   if (mlp_apply_optimizer(t->model, &t->settings.optimizer, step, err) != PS_ERR_OK) {
     return err->code;
   }
+  timeline_span(t->tl, "apply", step, start);
   *next = step + 1;
   return PS_ERR_OK;
 }

@@ -63,6 +63,7 @@ static ps_err pserver_apply(updater *u, long step, long *next, ps_error *err) {
       return PS_ERR_OK;
     }
   }
+  timeline_span(t->tl, "push", step, start); /* push-pull, the pserver's wait included */
   u->comm_seconds += now_s() - start;
   u->comm_bytes += (double)(p->ps.bytes_sent + p->ps.bytes_received - before);
   *next = step + 1;
