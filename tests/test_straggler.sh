@@ -2,8 +2,8 @@
 # The straggler report and the job's ETA: a 2+2 sync job where trainer 1 is
 # slowed (SIGSTOP/SIGCONT in slices: stopped 20 ms, running 2 ms) names trainer 1
 # on each pserver's straggler line (in most intervals; it is last in most
-# steps), once per --log-every interval beside a single statistics line; trainer 0's progress line carries the job's steps
-# and ETA.
+# steps), once per --log-every interval beside a single statistics line;
+# trainer 0's progress line carries the job's steps and ETA.
 . "$(dirname "$0")/lib.sh"
 require_data
 FLAGS=(--mode pserver --trainers 2 --epochs 2 --train-samples 12800 --test-samples 500 --batch 32
