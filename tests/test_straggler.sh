@@ -55,7 +55,7 @@ print(f"{sys.argv[1].rsplit('/', 1)[-1]}: straggler trainer 1 in {named[1]} of {
       f"intervals, last in {last} of {50 * len(strag)} steps, mean wait {sum(waits) / len(waits):.1f} ms")
 PY
 done
-grep -h "straggler" "$SCRATCH/s-s0.log" | head -2 >&2
+grep -h "pushes/s\|straggler" "$SCRATCH/s-s0.log" | head -2 >&2
 
 # The progress line: the job's steps (2 epochs of 200) and its ETA.
 line=$(grep "job step" "$SCRATCH/t0.log" | tail -1)
