@@ -54,6 +54,7 @@ typedef struct trainer_state {
   long last_step;      /* async: last step applied, -1 before any */
   int lost;            /* dropped after missing a step (--on-trainer-loss continue) */
   long registrations;  /* incarnations accepted so far (--max-registrations) */
+  long stats_last;     /* sync: steps since the statistics line it pushed last in */
 } trainer_state;
 
 typedef enum { PSERVER_RUNNING, PSERVER_FINISHED, PSERVER_FAILED } pserver_status;
@@ -149,6 +150,8 @@ typedef struct pserver {
   long stats_logged;   /* the step of the last line (-1: none yet) */
   long stats_pushes;
   uint64_t stats_in, stats_out;
+  long stats_steps;       /* sync steps completed by a last push (pserver_straggler.c) */
+  double stats_wait_s;    /* their summed wait from first push to last */
   pserver_disk disk;
 } pserver;
 

@@ -10,6 +10,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "server/pserver_straggler.h"
 
 /* --- the job's table ----------------------------------------------------------- */
 
@@ -212,6 +213,7 @@ static void log_stats(pserver *ps, long step) {
   ps->stats_since = now;
   ps->stats_pushes = 0;
   ps->stats_in = ps->stats_out = 0;
+  pserver_straggler_log(ps, step);
   pserver_log_table_stats(ps, step);
 }
 
@@ -303,6 +305,7 @@ void pserver_push_sync(pserver *ps, rpc_call *call, const rpc_message *msg,
   if (ps->pushed_count++ == 0) ps->step_started = stored;
   if (ps->pushed_count == ps->active) {
     timeline_span_arg(ps->cfg.timeline, "wait-for-last", step, ps->step_started, "trainer", id);
+    pserver_straggler_note(ps, (int)id, now_s());
     pserver_complete_step(ps);
   }
 }

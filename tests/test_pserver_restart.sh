@@ -5,7 +5,8 @@
 # register again, every pserver rolls back to that checkpoint's step, and
 # the job ends with parameters bitwise equal to an uninterrupted run's (sync
 # mode sums in trainer order and every state a step needs is in the
-# checkpoints, so all parameters must match, not only the accuracy). Prints
+# checkpoints, so all parameters must match, not only the accuracy); the
+# metrics rows of epochs taken again carry "repeat":true. Prints
 # the kill step and the time from the restarted pserver's "ready" to the
 # trainers' recovery.
 . "$(dirname "$0")/lib.sh"
@@ -15,14 +16,14 @@ COMMON=(--train-samples 12800 --test-samples 1000 --max-steps 1500 --optimizer a
         --seed 11 --batch 32 --progress-interval 0)
 
 timeout 400 "$LAUNCH" --bin "$BIN" --pservers 2 --trainers 2 --quiet --log-dir "$SCRATCH/a" \
-  -- "${COMMON[@]}" --export "$SCRATCH/a.safetensors" >"$SCRATCH/a.log" 2>&1 ||
+  -- "${COMMON[@]}" --export "$SCRATCH/a.safetensors" --metrics "$SCRATCH/a.jsonl" >"$SCRATCH/a.log" 2>&1 ||
   { fail "uninterrupted run failed: $(tail -5 "$SCRATCH/a.log")"; finish; }
 
 CK="$SCRATCH/ck"
 kill_at=$((100 + RANDOM % 1000))
 timeout 400 "$LAUNCH" --bin "$BIN" --pservers 2 --trainers 2 --quiet --log-dir "$SCRATCH/b" \
   --restart-pservers 2 --restart-delay 2 --pserver-args "--checkpoint-dir $CK --checkpoint-every 100 --log-every 10" \
-  -- "${COMMON[@]}" --export "$SCRATCH/b.safetensors" >"$SCRATCH/b.log" 2>&1 &
+  -- "${COMMON[@]}" --export "$SCRATCH/b.safetensors" --metrics "$SCRATCH/b.jsonl" >"$SCRATCH/b.log" 2>&1 &
 launcher=$!
 PIDS+=("$launcher")
 victim=""
@@ -64,6 +65,25 @@ done
 grep -h "recovered in\|rolled back from" "$SCRATCH/b/trainer0.log" "$SCRATCH/b/pserver0.log" >&2
 cmp -s "$SCRATCH/a.safetensors" "$SCRATCH/b.safetensors" ||
   fail "the parameters after the restart differ from the uninterrupted run's"
+# Metrics rows: epochs the rollback took again are written again with
+# "repeat":true; without the repeats each epoch appears once, in order, and
+# each epoch's last row (the state the job went on from) has the accuracy of
+# the uninterrupted run's (the parameters are equal at every step).
+$PY - "$SCRATCH/a.jsonl" "$SCRATCH/b.jsonl" <<'PYEOF' >&2 || fail "metrics rows after the restart"
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+assert not any("repeat" in r for r in a), "a repeat row without a restart"
+first = [r["epoch"] for r in b if not r.get("repeat")]
+assert first == [r["epoch"] for r in a], (first, [r["epoch"] for r in a])
+seen = set()
+for r in b:
+    assert r.get("repeat", False) == (r["epoch"] in seen), r
+    seen.add(r["epoch"])
+last = {r["epoch"]: r["test_accuracy"] for r in b}
+assert last == {r["epoch"]: r["test_accuracy"] for r in a}, (last, a)
+print(f"metrics: {len(b)} rows for {len(a)} epochs, {len(b) - len(a)} marked repeat")
+PYEOF
 acc() { grep -o "test accuracy [0-9.]*" "$1" | tail -1 | grep -o "[0-9.]*$"; }
 echo "test accuracy: uninterrupted $(acc "$SCRATCH/a/trainer0.log"), with the restart $(acc "$SCRATCH/b/trainer0.log")" >&2
 

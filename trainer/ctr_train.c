@@ -15,6 +15,8 @@
 #include "common/process.h"
 #include "trainer/auc.h"
 #include "trainer/ctr_checkpoint.h"
+#include "trainer/job_progress.h"
+#include "trainer/metrics_repeat.h"
 #include "trainer/ctr_prefetch.h"
 #include "trainer/ctr_pserver.h"
 #ifdef PSTRAIN_HAVE_MPI
@@ -343,10 +345,10 @@ static ps_err report(ctr_trainer *t, const progress *p, double *auc, double *log
   if (n > 0) snprintf(eval, sizeof eval, ",\"auc\":%.6f,\"logloss\":%.6f", *auc, *logloss);
   if (fprintf(t->metrics,
               "{\"epoch\":%ld,\"step\":%ld,\"train_logloss\":%.6f%s,\"examples_per_s\":%.1f,"
-              "\"wall_s\":%.3f,\"mode\":\"%s\",\"model\":\"%s\",\"trainers\":%d%s}\n",
+              "\"wall_s\":%.3f,\"mode\":\"%s\",\"model\":\"%s\",\"trainers\":%d%s%s}\n",
               p->epoch, p->step, p->train_logloss, eval, p->examples_per_s, p->wall_s,
               t->ps != NULL ? "pserver" : t->exchange != NULL ? "collective" : "local", o->model,
-              t->ranks, tables) < 0 ||
+              t->ranks, tables, metrics_repeat_field(t->replay_until, p->step)) < 0 ||
       fflush(t->metrics) != 0) {
     return ps_error_set(err, PS_ERR_IO, "writing --metrics %s: %s", o->metrics, strerror(errno));
   }
@@ -368,8 +370,7 @@ static ps_err train_epoch(ctr_trainer *t, ctr_prefetch *pf, long epoch, long *gl
                           int *reader_fresh, double run_start, ctr_summary *summary,
                           ps_error *err) {
   const trainer_options *o = &t->settings.opt;
-  long total_steps = t->steps_per_epoch * o->epochs;
-  if (o->max_steps > 0 && o->max_steps < total_steps) total_steps = o->max_steps;
+  long total_steps = job_total_steps(t->steps_per_epoch, o->epochs, o->max_steps);
   long first = *global_step - epoch * t->steps_per_epoch;
   /* The last epoch's last step asked for this epoch's first batch already,
    * unless the loop stopped early, starts here or went back. */
@@ -438,8 +439,10 @@ static ps_err train_epoch(ctr_trainer *t, ctr_prefetch *pf, long epoch, long *gl
     }
     if (o->progress_interval > 0 && now >= next_progress) {
       double rate = (double)seen / (now - start - eval_s);
-      double eta = (double)(total_steps - *global_step) * (double)o->batch / rate;
-      LOG_INFO("epoch %ld/%ld step %ld/%ld (job %ld/%ld) logloss %.4f %.0f examples/s ETA %.0fs",
+      double eta = job_eta_s(*global_step, total_steps, (double)(step + 1 - first) /
+                                                         (now - start - eval_s));
+      LOG_INFO("epoch %ld/%ld step %ld/%ld job step %ld/%ld logloss %.4f %.0f examples/s ETA %.0fs "
+               "(job)",
                epoch + 1, o->epochs, step + 1, t->steps_per_epoch, *global_step, total_steps,
                loss_sum / (double)seen, rate, eta);
       next_progress = now + o->progress_interval;
@@ -473,6 +476,7 @@ ps_err ctr_trainer_run(ctr_trainer *t, ctr_summary *summary, ps_error *err) {
     rc = train_epoch(t, &pf, epoch, &global_step, &reader_fresh, run_start, summary, err);
     if (rc == PS_ERR_OK && t->rewind_to >= 0) {
       /* The data position follows from the step, as when resuming. */
+      metrics_repeat_note(&t->replay_until, global_step);
       global_step = t->rewind_to;
       t->rewind_to = -1;
       epoch = global_step / t->steps_per_epoch - 1;

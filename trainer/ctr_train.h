@@ -33,6 +33,7 @@ typedef struct ctr_trainer {
   struct ctr_prefetch *prefetch; /* the next batch's reader while training runs */
   long rewind_to;            /* pserver mode: the step the job went back to; -1: none */
   timeline *tl;              /* --timeline; NULL without */
+  long replay_until;         /* highest step taken before the job went back (metrics_repeat.h) */
   /* one step's buffers */
   sparse_dedup dedup;
   ctr_example *examples;     /* (batch) */

@@ -12,6 +12,8 @@
 #include "common/log.h"
 #include "common/process.h"
 #include "common/safetensors.h"
+#include "trainer/job_progress.h"
+#include "trainer/metrics_repeat.h"
 #include "trainer/model_checkpoint.h"
 
 /* Evaluation batches are larger than training ones: no backward pass. */
@@ -167,16 +169,16 @@ typedef struct epoch_comm {
   double bytes_per_step; /* sent + received by this trainer */
 } epoch_comm;
 
-static ps_err write_metrics(trainer *t, long epoch, double train_loss, double accuracy,
-                            double samples_per_s, double wall_s, const epoch_comm *comm,
-                            ps_error *err) {
+static ps_err write_metrics(trainer *t, long epoch, long step, double train_loss,
+                            double accuracy, double samples_per_s, double wall_s,
+                            const epoch_comm *comm, ps_error *err) {
   if (t->metrics == NULL) return PS_ERR_OK;
   if (fprintf(t->metrics,
               "{\"epoch\":%ld,\"train_loss\":%.6f,\"test_accuracy\":%.6f,\"samples_per_s\":%.1f,"
               "\"wall_s\":%.3f,\"mode\":\"%s\",\"trainers\":%d,\"comm_share\":%.4f,"
-              "\"bytes_per_step\":%.0f}\n",
+              "\"bytes_per_step\":%.0f%s}\n",
               epoch, train_loss, accuracy, samples_per_s, wall_s, t->mode_label, t->trainers,
-              comm->share, comm->bytes_per_step) < 0 ||
+              comm->share, comm->bytes_per_step, metrics_repeat_field(t->replay_until, step)) < 0 ||
       fflush(t->metrics) != 0) {
     return ps_error_set(err, PS_ERR_IO, "writing --metrics %s: %s", t->settings.opt.metrics,
                         strerror(errno));
@@ -240,9 +242,11 @@ static ps_err train_epoch(trainer *t, long epoch, long *global_step, double *mea
       double now = now_s();
       if (now >= next_progress) {
         double rate = (double)seen / (now - start);
-        double eta = (double)(t->samples_per_epoch - seen) / rate;
-        LOG_INFO("epoch %ld/%ld step %ld/%ld loss %.4f %.0f samples/s ETA %.0fs", epoch + 1,
-                 o->epochs, step + 1, t->steps_per_epoch, loss_sum / (double)seen, rate, eta);
+        long total = job_total_steps(t->steps_per_epoch, o->epochs, o->max_steps);
+        double eta = job_eta_s(*global_step, total, (double)(*global_step - step0) / (now - start));
+        LOG_INFO("epoch %ld/%ld step %ld/%ld job step %ld/%ld loss %.4f %.0f samples/s ETA %.0fs "
+                 "(job)", epoch + 1, o->epochs, step + 1, t->steps_per_epoch, *global_step, total,
+                 loss_sum / (double)seen, rate, eta);
         next_progress = now + o->progress_interval;
       }
     }
@@ -287,6 +291,7 @@ ps_err trainer_run(trainer *t, train_summary *summary, ps_error *err) {
     }
     if (t->rewind_to >= 0) {
       /* The data position follows from the step, as when resuming. */
+      metrics_repeat_note(&t->replay_until, global_step);
       global_step = t->rewind_to;
       t->rewind_to = -1;
       epoch = global_step / t->steps_per_epoch - 1;
@@ -302,7 +307,8 @@ ps_err trainer_run(trainer *t, train_summary *summary, ps_error *err) {
       LOG_INFO("epoch %ld/%ld done: train loss %.4f, test loss %.4f, test accuracy %.4f, %.0f "
                "samples/s, %.1fs elapsed",
                epoch + 1, o->epochs, mean_loss, test_loss, accuracy, rate, wall);
-      if (write_metrics(t, epoch + 1, mean_loss, accuracy, rate, wall, &comm, err) != PS_ERR_OK) {
+      if (write_metrics(t, epoch + 1, global_step, mean_loss, accuracy, rate, wall, &comm,
+                        err) != PS_ERR_OK) {
         return err->code;
       }
     } else {

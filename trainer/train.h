@@ -27,6 +27,7 @@ typedef struct trainer {
   long steps_per_epoch;
   long start_step;     /* where training resumes (a checkpoint's or the pservers' step), else 0 */
   long rewind_to;      /* >= 0: the pservers went back to this step; take it again */
+  long replay_until;   /* the highest step taken before the job went back (metrics_repeat.h) */
   int id, trainers;
   int evaluates;       /* trainer 0 evaluates and writes metrics */
   FILE *metrics;       /* NULL without --metrics */
