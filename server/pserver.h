@@ -41,6 +41,7 @@ typedef struct pserver_config {
   long max_registrations;     /* incarnations each trainer id may register (0: no limit) */
   int authenticated;          /* every caller proved itself (token or client certificate):
                                  refusals may name values */
+  struct pserver_metrics *metrics; /* --metrics-listen's hooks; NULL without */
 } pserver_config;
 
 typedef struct trainer_state {

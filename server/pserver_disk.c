@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "common/checkpoint.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/safetensors.h"
 #include "server/pserver_reshard.h"
@@ -76,7 +77,9 @@ static void write_pending(pserver *ps) {
   pthread_cond_broadcast(&d->done); /* the pending slot is free */
   pthread_mutex_unlock(&d->lock);
   ps_error err;
+  double started = now_s();
   ps_err rc = write_checkpoint(ps, step, d->writing, d->writing_rows, tables, &err);
+  pserver_metrics_checkpoint(ps->cfg.metrics, now_s() - started, rc == PS_ERR_OK);
   if (rc != PS_ERR_OK) LOG_ERROR("checkpoint at step %ld: %s", step, err.msg);
   /* The tables' copy goes at once (the dense one is kept for the next):
    * between checkpoints a pserver holds its rows once. */

@@ -252,6 +252,7 @@ void pserver_complete_step(pserver *ps) {
   else pserver_reply_params(ps, calls, count);
   maybe_checkpoint(ps, ps->version);
   log_stats(ps, ps->version);
+  pserver_metrics_after_step(ps->cfg.metrics, ps, slots, count, ps->version);
 }
 
 void pserver_push_sync(pserver *ps, rpc_call *call, const rpc_message *msg,
@@ -294,7 +295,10 @@ void pserver_push_sync(pserver *ps, rpc_call *call, const rpc_message *msg,
   tr->pushed = 1;
   tr->waiting = call;
   if (ps->pushed_count++ == 0) ps->step_started = now_s();
-  if (ps->pushed_count == ps->active) pserver_complete_step(ps);
+  if (ps->pushed_count == ps->active) {
+    pserver_metrics_sync_wait(ps->cfg.metrics, now_s() - ps->step_started, id);
+    pserver_complete_step(ps);
+  }
 }
 
 /* --- async -------------------------------------------------------------------- */
@@ -322,6 +326,8 @@ void pserver_push_async(pserver *ps, rpc_call *call, const rpc_message *msg,
     table_apply_sum(&ps->table, &ps->job.optimizer, &slot0, 1, 1.0f / (float)n, ps->version / n);
     ps->version++;
     tr->last_step = step;
+    pserver_metrics_after_step(ps->cfg.metrics, ps, (const int[]){(int)m->key.trainer_id}, 1,
+                               ps->version / n);
     if (ps->version % n == 0) {
       maybe_checkpoint(ps, ps->version / n);
       log_stats(ps, ps->version / n);

@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "common/process.h"
 #include "trainer/auc.h"
+#include "trainer/trainer_metrics.h"
 #include "trainer/ctr_checkpoint.h"
 #include "trainer/ctr_prefetch.h"
 #include "trainer/ctr_pserver.h"
@@ -412,6 +413,7 @@ static ps_err train_epoch(ctr_trainer *t, ctr_prefetch *pf, long epoch, long *gl
     seen += count;
     seen_since_report += count;
     (*global_step)++;
+    trainer_metrics_step(t->prom, *global_step, count, batch_loss, NAN, NAN);
     if (ctr_checkpoint_due(t, *global_step, 0)) FAIL(ctr_checkpoint_write(t, *global_step, err));
     double now = now_s();
     if (o->eval_every > 0 && *global_step % o->eval_every == 0 && *global_step < total_steps) {

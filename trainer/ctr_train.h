@@ -31,6 +31,7 @@ typedef struct ctr_trainer {
   struct ctr_pserver *ps;    /* pserver mode's step (ctr_pserver.c); NULL: not */
   struct ctr_prefetch *prefetch; /* the next batch's reader while training runs */
   long rewind_to;            /* pserver mode: the step the job went back to; -1: none */
+  struct trainer_metrics *prom; /* --metrics-listen's step hook; NULL without */
   /* one step's buffers */
   sparse_dedup dedup;
   ctr_example *examples;     /* (batch) */

@@ -33,6 +33,7 @@ typedef struct trainer {
   float *host_params;  /* the model's parameters and gradients as host memory: */
   float *host_grads;   /* the backend's own, or staging copies */
   int staged;
+  struct trainer_metrics *prom; /* --metrics-listen's step hook; NULL without */
 } trainer;
 
 typedef struct train_summary {

@@ -66,6 +66,7 @@ typedef struct trainer_options {
   long train_samples;
   long test_samples;
   double progress_interval;
+  const char *metrics_listen;
   const char *log_level;
   bool check_config;
 } trainer_options;
@@ -84,6 +85,7 @@ typedef struct trainer_settings {
   int criteo;                 /* --data is a Criteo TSV file (the CTR models' data) */
   sparse_optimizer_config sparse_opt; /* the CTR models' tables */
   log_level level;
+  char metrics_addr[300];     /* --metrics-listen as HOST:PORT; "" when off */
 } trainer_settings;
 
 /* Fills settings from defaults, environment and argv, and checks them. On
