@@ -14,12 +14,14 @@
 
 #include "common/endpoints.h"
 #include "common/log.h"
+#include "common/metrics_http.h"
 #include "common/options.h"
 #include "common/process.h"
 #include "common/rpc.h"
 #include "common/tls.h"
 #include "common/token.h"
 #include "server/pserver.h"
+#include "server/pserver_metrics.h"
 
 typedef struct pserver_options {
   long id;
@@ -47,6 +49,7 @@ typedef struct pserver_options {
   long resume_step;
   const char *timeline;
   const char *timeline_steps;
+  const char *metrics_listen;
   const char *log_level;
   bool check_config;
 } pserver_options;
@@ -135,6 +138,10 @@ static const option_def pserver_option_table[] = {
     {"timeline-steps", NULL, OPT_STRING, OFF(timeline_steps), TIMELINE_ALL_STEPS,
      "with --timeline: only steps A:B (zero-based, both included; A: or :B open-ended; "
      "default: all)", NULL, .min = 1, .max = 0},
+    {"metrics-listen", NULL, OPT_STRING, OFF(metrics_listen), "",
+     "serve Prometheus metrics at http://HOST:PORT/metrics (a bare PORT: 127.0.0.1; every "
+     "interface, 0.0.0.0 or ::, needs --insecure; empty: off); no parameters are shown",
+     NULL, .min = 1, .max = 0},
     {"log-level", NULL, OPT_CHOICE, OFF(log_level), "info", "logging detail",
      "error|warn|info|debug", .min = 1, .max = 0},
     {"check-config", NULL, OPT_BOOL, OFF(check_config), "false",
@@ -217,6 +224,10 @@ typedef struct pserver_start {
   char effective[2048];
   long timeline_first, timeline_last; /* --timeline-steps */
   timeline *timeline;
+  char metrics_addr[300];     /* --metrics-listen as HOST:PORT; "" when off */
+  metrics_registry *metrics;  /* with its families and endpoint, NULL when off */
+  pserver_metrics *pm;
+  metrics_http *http;
 } pserver_start;
 
 /* Options and log level; returns -1 to go on, else the exit status. */
@@ -295,6 +306,12 @@ static ps_err check_security(pserver_start *st, ps_error *err) {
     LOG_WARN("listening on %s with neither a token nor TLS (--insecure): anyone who reaches it "
              "can change the model", st->listen);
   }
+  st->metrics_addr[0] = '\0';
+  if (o->metrics_listen[0] != '\0' &&
+      metrics_listen_check(o->metrics_listen, o->insecure, " (--insecure to do it anyway)",
+                           st->metrics_addr, sizeof st->metrics_addr, err) != PS_ERR_OK) {
+    return err->code;
+  }
   if ((o->resume || o->resume_if_present) && o->checkpoint_dir[0] == '\0') {
     return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "--resume%s needs --checkpoint-dir",
                         o->resume ? "" : "-if-present");
@@ -314,7 +331,8 @@ static pserver_config service_config(const pserver_start *st) {
                           .check_trainer_identity = o->tls_ca[0] != '\0' && o->tls_check_trainer_id,
                           .max_blocks_per_request = o->max_blocks,
                           .max_registrations = o->max_registrations,
-                          .authenticated = st->token[0] != '\0' || o->tls_ca[0] != '\0'};
+                          .authenticated = st->token[0] != '\0' || o->tls_ca[0] != '\0',
+                          .metrics = st->pm};
 }
 
 /* The service, from a checkpoint when asked; returns the exit status on failure, else -1. */
@@ -386,6 +404,27 @@ static int serve(pserver *ps) {
   }
 }
 
+/* --metrics-listen: the registry and the pserver's families (before the
+ * service, which holds them), then the endpoint. */
+static ps_err metrics_prepare(pserver_start *st, ps_error *err) {
+  if (st->metrics_addr[0] == '\0') return PS_ERR_OK;
+  if (metrics_create(&st->metrics, err) != PS_ERR_OK) return err->code;
+  return pserver_metrics_create(&st->pm, st->metrics, err);
+}
+
+static ps_err metrics_serve(pserver_start *st, ps_error *err) {
+  if (st->metrics == NULL) return PS_ERR_OK;
+  int port;
+  if (metrics_http_start(&st->http, st->metrics, st->metrics_addr, &port, err) != PS_ERR_OK) {
+    return err->code;
+  }
+  LOG_INFO("metrics: http://%s/metrics (port %d)%s", st->metrics_addr, port,
+           token_is_loopback(st->metrics_addr) ? ""
+                                               : ", beyond loopback: anyone who reaches it can "
+                                                 "read the job's metrics (never its parameters)");
+  return PS_ERR_OK;
+}
+
 /* Listens, takes the signals on this thread only, says "ready" and serves. */
 static int listen_and_serve(pserver_start *st, pserver *ps, const sigset_t *signals) {
   ps_error err;
@@ -398,6 +437,11 @@ static int listen_and_serve(pserver_start *st, pserver *ps, const sigset_t *sign
                             .token = st->token, .tls = &st->tls};
   if (rpc_server_start(&server, &rcfg, &port, &err) != PS_ERR_OK) {
     LOG_ERROR("%s", err.msg);
+    return 2;
+  }
+  if (metrics_serve(st, &err) != PS_ERR_OK) {
+    LOG_ERROR("%s", err.msg);
+    rpc_server_stop(server);
     return 2;
   }
   /* Only this thread takes the signals, and only as a flag. */
@@ -415,6 +459,7 @@ static int listen_and_serve(pserver_start *st, pserver *ps, const sigset_t *sign
            ps->cfg.check_trainer_identity ? " naming the trainer id" : "",
            st->token[0] != '\0' ? ", token" : "", st->opt.trainers);
   int status = serve(ps);
+  metrics_http_stop(st->http);
   rpc_server_stop(server);
   return status;
 }
@@ -455,6 +500,11 @@ int main(int argc, char **argv) {
   rpc_global_init();
   process_tune_malloc();
   static pserver ps;
+  if (metrics_prepare(&st, &err) != PS_ERR_OK) {
+    LOG_ERROR("%s", err.msg);
+    rpc_global_shutdown();
+    return 1;
+  }
   status = start_service(&st, &ps);
   if (status < 0) {
     status = listen_and_serve(&st, &ps, &signals);
@@ -462,6 +512,8 @@ int main(int argc, char **argv) {
     LOG_INFO("exiting with status %d: peak RSS %ld KiB", status, process_peak_rss_kib());
   }
   timeline_close(st.timeline); /* after the disk thread's last checkpoint */
+  pserver_metrics_destroy(st.pm);
+  metrics_destroy(st.metrics);
   rpc_global_shutdown();
   return status;
 

@@ -337,6 +337,7 @@ static void handle_push(pserver *ps, rpc_call *call, const rpc_message *msg) {
              pserver_sparse_check(ps, call, "PushPull", msg, &m, 0) == PS_ERR_OK) {
     ps->stats_pushes++;
     ps->stats_in += msg->total;
+    pserver_metrics_push(ps->cfg.metrics, m.key.trainer_id, msg->total);
     if (ps->job.update == UPDATE_SYNC) pserver_push_sync(ps, call, msg, &m);
     else pserver_push_async(ps, call, msg, &m);
   }
@@ -440,6 +441,7 @@ static void handle_rollback(pserver *ps, rpc_call *call, const rpc_message *msg)
 
 void pserver_handle(void *ctx, rpc_call *call, int method, const rpc_message *request) {
   pserver *ps = ctx;
+  double started = now_s();
   if (method != METHOD_PUSH_PULL && method != METHOD_PULL && request->total > SMALL_REQUEST_MAX) {
     pserver_refuse(call, pserver_methods[method], PS_ERR_OUT_OF_RANGE,
            "a request of %zu bytes is larger than this method's limit of %d", request->total,
@@ -454,6 +456,7 @@ void pserver_handle(void *ctx, rpc_call *call, int method, const rpc_message *re
   case METHOD_ROLLBACK: handle_rollback(ps, call, request); break;
   default: rpc_call_reply(call, PS_ERR_UNSUPPORTED, "unknown method", NULL, 0); break;
   }
+  pserver_metrics_rpc(ps->cfg.metrics, method, now_s() - started);
 }
 
 void pserver_log_tables(pserver *ps) {

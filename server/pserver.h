@@ -43,6 +43,7 @@ typedef struct pserver_config {
   int authenticated;          /* every caller proved itself (token or client certificate):
                                  refusals may name values */
   timeline *timeline;         /* --timeline (NULL: none); main closes it after pserver_destroy */
+  struct pserver_metrics *metrics; /* --metrics-listen's hooks; NULL without */
 } pserver_config;
 
 typedef struct trainer_state {

@@ -77,10 +77,11 @@ static void write_pending(pserver *ps) {
   pthread_cond_broadcast(&d->done); /* the pending slot is free */
   pthread_mutex_unlock(&d->lock);
   ps_error err;
-  double t0 = now_s();
+  double started = now_s();
   ps_err rc = write_checkpoint(ps, step, d->writing, d->writing_rows, tables, &err);
+  pserver_metrics_checkpoint(ps->cfg.metrics, now_s() - started, rc == PS_ERR_OK);
   if (rc != PS_ERR_OK) LOG_ERROR("checkpoint at step %ld: %s", step, err.msg);
-  timeline_span(ps->cfg.timeline, "checkpoint-write", step - 1, t0); /* after the step it saves */
+  timeline_span(ps->cfg.timeline, "checkpoint-write", step - 1, started); /* after the step it saves */
   /* The tables' copy goes at once (the dense one is kept for the next):
    * between checkpoints a pserver holds its rows once. */
   for (int i = 0; i < tables; i++) pserver_rows_free(&d->writing_rows[i]);

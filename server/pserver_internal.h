@@ -4,6 +4,7 @@
 #define PSTRAIN_SERVER_PSERVER_INTERNAL_H
 
 #include "server/pserver.h"
+#include "server/pserver_metrics.h"
 
 /* --- pserver.c --------------------------------------------------------------- */
 

@@ -259,6 +259,7 @@ void pserver_complete_step(pserver *ps) {
   maybe_checkpoint(ps, ps->version);
   log_stats(ps, ps->version);
   timeline_flush(ps->cfg.timeline);
+  pserver_metrics_after_step(ps->cfg.metrics, ps, slots, count, ps->version);
 }
 
 void pserver_push_sync(pserver *ps, rpc_call *call, const rpc_message *msg,
@@ -304,8 +305,10 @@ void pserver_push_sync(pserver *ps, rpc_call *call, const rpc_message *msg,
   double stored = timeline_span_arg(ps->cfg.timeline, "push", step, arrived, "trainer", id);
   if (ps->pushed_count++ == 0) ps->step_started = stored;
   if (ps->pushed_count == ps->active) {
-    timeline_span_arg(ps->cfg.timeline, "wait-for-last", step, ps->step_started, "trainer", id);
-    pserver_straggler_note(ps, (int)id, now_s());
+    double last = timeline_span_arg(ps->cfg.timeline, "wait-for-last", step, ps->step_started,
+                                    "trainer", id);
+    pserver_straggler_note(ps, (int)id, last);
+    pserver_metrics_sync_wait(ps->cfg.metrics, last - ps->step_started, id);
     pserver_complete_step(ps);
   }
 }
@@ -337,6 +340,8 @@ void pserver_push_async(pserver *ps, rpc_call *call, const rpc_message *msg,
     timeline_span_arg(ps->cfg.timeline, "apply", ps->version / n, t0, "trainer", tr - ps->trainers);
     ps->version++;
     tr->last_step = step;
+    pserver_metrics_after_step(ps->cfg.metrics, ps, (const int[]){(int)m->key.trainer_id}, 1,
+                               ps->version / n);
     if (ps->version % n == 0) {
       maybe_checkpoint(ps, ps->version / n);
       log_stats(ps, ps->version / n);

@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "common/process.h"
 #include "trainer/auc.h"
+#include "trainer/trainer_metrics.h"
 #include "trainer/ctr_checkpoint.h"
 #include "trainer/job_progress.h"
 #include "trainer/metrics_repeat.h"
@@ -419,6 +420,7 @@ static ps_err train_epoch(ctr_trainer *t, ctr_prefetch *pf, long epoch, long *gl
     seen += count;
     seen_since_report += count;
     (*global_step)++;
+    trainer_metrics_step(t->prom, *global_step, count, batch_loss, NAN, NAN);
     if (ctr_checkpoint_due(t, *global_step, 0)) {
       t0 = now_s();
       FAIL(ctr_checkpoint_write(t, *global_step, err));

@@ -34,6 +34,7 @@ typedef struct ctr_trainer {
   long rewind_to;            /* pserver mode: the step the job went back to; -1: none */
   timeline *tl;              /* --timeline; NULL without */
   long replay_until;         /* highest step taken before the job went back (metrics_repeat.h) */
+  struct trainer_metrics *prom; /* --metrics-listen's step hook; NULL without */
   /* one step's buffers */
   sparse_dedup dedup;
   ctr_example *examples;     /* (batch) */

@@ -12,6 +12,7 @@
 #endif
 #include "trainer/train.h"
 #include "trainer/trainer_config.h"
+#include "trainer/trainer_metrics.h"
 
 /* Errors that a user's input caused exit 2, the others 1. */
 static int exit_status(ps_err code) {
@@ -29,7 +30,7 @@ static int exit_status(ps_err code) {
 
 /* A click-through-rate model in one process, replicated on every rank in
  * collective mode, or on pservers. */
-static int run_ctr(const trainer_settings *settings) {
+static int run_ctr(const trainer_settings *settings, trainer_metrics *tm) {
   ps_error err;
   ps_error_clear(&err);
   if (settings->pserver_mode) rpc_global_init();
@@ -39,6 +40,7 @@ static int run_ctr(const trainer_settings *settings) {
     if (settings->pserver_mode) rpc_global_shutdown();
     return exit_status(err.code);
   }
+  t.prom = tm;
   ctr_summary summary;
   ps_err rc = ctr_trainer_run(&t, &summary, &err);
   if (rc != PS_ERR_OK) {
@@ -90,19 +92,31 @@ int main(int argc, char **argv) {
   /* The trainer keeps the default signal actions: Ctrl-C stops it at once,
    * and its pservers notice the missing trainer. */
   process_tune_malloc();
-  if (model_is_ctr(&settings.model)) return run_ctr(&settings);
+  trainer_metrics *tm = NULL;
+  if (trainer_metrics_start(&tm, &settings, &err) != PS_ERR_OK) {
+    LOG_ERROR("%s", err.msg);
+    return 2;
+  }
+  if (model_is_ctr(&settings.model)) {
+    int status = run_ctr(&settings, tm);
+    trainer_metrics_stop(tm);
+    return status;
+  }
   rpc_global_init();
   trainer t;
   if (trainer_init(&t, &settings, &err) != PS_ERR_OK) {
     LOG_ERROR("%s", err.msg);
     rpc_global_shutdown();
+    trainer_metrics_stop(tm);
     return exit_status(err.code);
   }
+  t.prom = tm;
   train_summary summary;
   ps_err rc = trainer_run(&t, &summary, &err);
   int t_evaluated = t.evaluates;
   trainer_free(&t);
   rpc_global_shutdown();
+  trainer_metrics_stop(tm);
   if (rc != PS_ERR_OK) {
     LOG_ERROR("training failed: %s", err.msg);
     return 1;

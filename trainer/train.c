@@ -14,6 +14,7 @@
 #include "common/safetensors.h"
 #include "trainer/job_progress.h"
 #include "trainer/metrics_repeat.h"
+#include "trainer/trainer_metrics.h"
 #include "trainer/model_checkpoint.h"
 
 /* Evaluation batches are larger than training ones: no backward pass. */
@@ -203,6 +204,7 @@ static ps_err train_epoch(trainer *t, long epoch, long *global_step, double *mea
   long first_step = *global_step - epoch * t->steps_per_epoch;
   for (long step = first_step > 0 ? first_step : 0; step < t->steps_per_epoch; step++) {
     if (o->max_steps > 0 && *global_step >= o->max_steps) break;
+    double step_started = now_s(), comm_before = t->up->comm_seconds;
     long first = step * o->batch;
     long left = t->samples_per_epoch - first;
     int count = (int)(left < o->batch ? left : o->batch);
@@ -232,6 +234,8 @@ static ps_err train_epoch(trainer *t, long epoch, long *global_step, double *mea
     loss_sum += batch_loss;
     seen += count;
     (*global_step)++;
+    trainer_metrics_step(t->prom, *global_step, count, batch_loss, now_s() - step_started,
+                         t->up->comm_seconds - comm_before);
     if (model_checkpoint_due(t, *global_step, 0) &&
         model_checkpoint_write(t, *global_step, err) != PS_ERR_OK) {
       return err->code;

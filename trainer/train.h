@@ -36,6 +36,7 @@ typedef struct trainer {
   float *host_grads;   /* the backend's own, or staging copies */
   int staged;
   timeline *tl;        /* --timeline; NULL without */
+  struct trainer_metrics *prom; /* --metrics-listen's step hook; NULL without */
 } trainer;
 
 typedef struct train_summary {

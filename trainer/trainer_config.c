@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "common/timeline.h"
+#include "common/metrics_http.h"
 #include "common/token.h"
 #include "trainer/ctr_reader.h"
 
@@ -147,6 +148,10 @@ static const option_def trainer_option_table[] = {
      "evaluate on only the first N test samples (0: all)", NULL, NUM(0, 1e12)},
     {"progress-interval", NULL, OPT_DOUBLE, OFF(progress_interval), "1",
      "seconds between progress lines (0: none)", NULL, NUM(0, 86400)},
+    {"metrics-listen", NULL, OPT_STRING, OFF(metrics_listen), "",
+     "serve Prometheus metrics at http://HOST:PORT/metrics: examples, loss, step, compute and "
+     "communication time (a bare PORT: 127.0.0.1; name one interface, never 0.0.0.0; empty: "
+     "off)", NULL, ANY},
     {"log-level", NULL, OPT_CHOICE, OFF(log_level), "info", "logging detail",
      "error|warn|info|debug", ANY},
     {"check-config", NULL, OPT_BOOL, OFF(check_config), "false",
@@ -250,6 +255,11 @@ options_result trainer_settings_load(trainer_settings *s, int argc, char **argv,
   }
   if (o->resume && o->checkpoint_dir[0] == '\0') {
     ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "--resume needs --checkpoint-dir");
+    return OPTIONS_ERROR;
+  }
+  if (o->metrics_listen[0] != '\0' &&
+      metrics_listen_check(o->metrics_listen, 0, "", s->metrics_addr, sizeof s->metrics_addr,
+                           err) != PS_ERR_OK) {
     return OPTIONS_ERROR;
   }
   if (log_level_parse(o->log_level, &s->level) != 0) {

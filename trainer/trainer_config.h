@@ -68,6 +68,7 @@ typedef struct trainer_options {
   long train_samples;
   long test_samples;
   double progress_interval;
+  const char *metrics_listen;
   const char *log_level;
   bool check_config;
 } trainer_options;
@@ -87,6 +88,7 @@ typedef struct trainer_settings {
   sparse_optimizer_config sparse_opt; /* the CTR models' tables */
   log_level level;
   long timeline_first, timeline_last; /* --timeline-steps, both included */
+  char metrics_addr[300];     /* --metrics-listen as HOST:PORT; "" when off */
 } trainer_settings;
 
 /* Fills settings from defaults, environment and argv, and checks them. On

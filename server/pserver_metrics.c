@@ -1,0 +1,115 @@
+/* The pserver's Prometheus metrics and their hooks. */
+#define _POSIX_C_SOURCE 200809L
+#include "server/pserver_metrics.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/pserver.h"
+
+struct pserver_metrics {
+  metric_family *pushes, *bytes, *step, *rpc, *wait, *last, *rows, *table_bytes, *ckpt, *ckpt_fail;
+};
+
+/* From 100 us to a minute: a push-pull on loopback to a sync step's wait. */
+static const double latency_bounds[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
+                                        0.025,  0.05,    0.1,    0.25,  0.5,    1,     2.5,
+                                        5,      10,      30,     60};
+static const double checkpoint_bounds[] = {0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300};
+#define COUNT(a) ((int)(sizeof(a) / sizeof(a)[0]))
+
+ps_err pserver_metrics_create(pserver_metrics **out, metrics_registry *reg, ps_error *err) {
+  pserver_metrics *pm = calloc(1, sizeof *pm);
+  if (pm == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "pserver metrics: out of memory");
+  const struct {
+    metric_family **slot;
+    metric_kind kind;
+    const char *name, *help, *labels;
+    const double *bounds;
+    int count;
+  } defs[] = {
+      {&pm->pushes, METRIC_COUNTER, "pstrain_pserver_pushes_total",
+       "Pushes accepted from each trainer.", "trainer", NULL, 0},
+      {&pm->bytes, METRIC_COUNTER, "pstrain_pserver_bytes_total",
+       "Bytes received from (in: pushes) and parameters sent to (out: replies) each trainer.",
+       "trainer,direction", NULL, 0},
+      {&pm->step, METRIC_GAUGE, "pstrain_pserver_step", "Steps this pserver has applied.", NULL,
+       NULL, 0},
+      {&pm->rpc, METRIC_HISTOGRAM, "pstrain_pserver_rpc_duration_seconds",
+       "Time a call spent in the pserver's handler, per method (a sync push is answered later).",
+       "method", latency_bounds, COUNT(latency_bounds)},
+      {&pm->wait, METRIC_HISTOGRAM, "pstrain_pserver_sync_wait_seconds",
+       "Sync steps: time from a step's first push to its last trainer's.", NULL, latency_bounds,
+       COUNT(latency_bounds)},
+      {&pm->last, METRIC_GAUGE, "pstrain_pserver_sync_last_trainer",
+       "Sync steps: the trainer whose push completed the latest step.", NULL, NULL, 0},
+      {&pm->rows, METRIC_GAUGE, "pstrain_pserver_table_rows",
+       "CTR jobs: rows each sparse table holds on this pserver.", "table", NULL, 0},
+      {&pm->table_bytes, METRIC_GAUGE, "pstrain_pserver_table_bytes",
+       "CTR jobs: memory each sparse table holds on this pserver.", "table", NULL, 0},
+      {&pm->ckpt, METRIC_HISTOGRAM, "pstrain_pserver_checkpoint_duration_seconds",
+       "Time to write a checkpoint, on the disk thread.", NULL, checkpoint_bounds,
+       COUNT(checkpoint_bounds)},
+      {&pm->ckpt_fail, METRIC_COUNTER, "pstrain_pserver_checkpoint_failures_total",
+       "Checkpoints that could not be written.", NULL, NULL, 0},
+  };
+  for (size_t i = 0; i < sizeof defs / sizeof defs[0]; i++) {
+    *defs[i].slot = metrics_add(reg, defs[i].kind, defs[i].name, defs[i].help, defs[i].labels,
+                                defs[i].bounds, defs[i].count, err);
+    if (*defs[i].slot == NULL) {
+      free(pm);
+      return err->code;
+    }
+  }
+  *out = pm;
+  return PS_ERR_OK;
+}
+
+void pserver_metrics_destroy(pserver_metrics *pm) { free(pm); }
+
+void pserver_metrics_push(pserver_metrics *pm, uint32_t trainer, size_t bytes) {
+  if (pm == NULL) return;
+  char id[16];
+  snprintf(id, sizeof id, "%u", trainer);
+  metric_inc(pm->pushes, (const char *[]){id}, 1);
+  metric_inc(pm->bytes, (const char *[]){id, "in"}, (double)bytes);
+}
+
+
+void pserver_metrics_rpc(pserver_metrics *pm, int method, double seconds) {
+  if (pm == NULL || method < 0 || method >= pserver_method_count) return;
+  const char *name = strrchr(pserver_methods[method], '/'); /* "/pstrain.PServer/PushPull" */
+  metric_observe(pm->rpc, (const char *[]){name != NULL ? name + 1 : pserver_methods[method]},
+                 seconds);
+}
+
+void pserver_metrics_sync_wait(pserver_metrics *pm, double seconds, uint32_t trainer) {
+  if (pm == NULL) return;
+  metric_observe(pm->wait, NULL, seconds);
+  metric_set(pm->last, NULL, (double)trainer);
+}
+
+void pserver_metrics_after_step(pserver_metrics *pm, const pserver *ps, const int *slots,
+                                int count, long step) {
+  if (pm == NULL) return;
+  for (int i = 0; i < count; i++) {
+    char id[16];
+    snprintf(id, sizeof id, "%d", slots[i]);
+    metric_inc(pm->bytes, (const char *[]){id, "out"}, (double)(ps->table.n * sizeof(float)));
+  }
+  metric_set(pm->step, NULL, (double)step);
+  for (int t = 0; t < ps->sparse_count; t++) {
+    sparse_table_stats st;
+    sparse_table_stats_get(ps->sparse[t], &st);
+    const char *name[] = {sparse_table_config_of(ps->sparse[t])->name};
+    metric_set(pm->rows, name, (double)st.rows);
+    metric_set(pm->table_bytes, name, (double)st.bytes);
+  }
+}
+
+void pserver_metrics_checkpoint(pserver_metrics *pm, double seconds, int ok) {
+  if (pm == NULL) return;
+  if (ok) metric_observe(pm->ckpt, NULL, seconds);
+  else metric_inc(pm->ckpt_fail, NULL, 1);
+}
