@@ -20,9 +20,13 @@ timeout 400 "$LAUNCH" --bin "$BIN" --pservers 2 --trainers 2 --quiet --log-dir "
   { fail "uninterrupted run failed: $(tail -5 "$SCRATCH/a.log")"; finish; }
 
 CK="$SCRATCH/ck"
-kill_at=$((100 + RANDOM % 1000))
+# Epochs are 200 steps and checkpoints every 150: a kill just after an
+# epoch's end (steps 210-229 past 200, 400, 800 or 1000) mostly rolls back
+# across it, so that epoch's metrics row is written again as a repeat.
+ends=(200 400 800 1000)
+kill_at=$((ends[RANDOM % 4] + 10 + RANDOM % 20))
 timeout 400 "$LAUNCH" --bin "$BIN" --pservers 2 --trainers 2 --quiet --log-dir "$SCRATCH/b" \
-  --restart-pservers 2 --restart-delay 2 --pserver-args "--checkpoint-dir $CK --checkpoint-every 100 --log-every 10" \
+  --restart-pservers 2 --restart-delay 2 --pserver-args "--checkpoint-dir $CK --checkpoint-every 150 --log-every 10" \
   -- "${COMMON[@]}" --export "$SCRATCH/b.safetensors" --metrics "$SCRATCH/b.jsonl" >"$SCRATCH/b.log" 2>&1 &
 launcher=$!
 PIDS+=("$launcher")
@@ -69,10 +73,15 @@ cmp -s "$SCRATCH/a.safetensors" "$SCRATCH/b.safetensors" ||
 # "repeat":true; without the repeats each epoch appears once, in order, and
 # each epoch's last row (the state the job went on from) has the accuracy of
 # the uninterrupted run's (the parameters are equal at every step).
-$PY - "$SCRATCH/a.jsonl" "$SCRATCH/b.jsonl" <<'PYEOF' >&2 || fail "metrics rows after the restart"
+$PY - "$SCRATCH/a.jsonl" "$SCRATCH/b.jsonl" "${resumed:-0}" "$last" <<'PYEOF' >&2 || fail "metrics rows after the restart"
 import json, sys
 a = [json.loads(l) for l in open(sys.argv[1])]
 b = [json.loads(l) for l in open(sys.argv[2])]
+resumed, reached = int(sys.argv[3]), int(sys.argv[4])
+# An epoch ending in (resumed, reached] was written, then taken again (200
+# steps an epoch, the job stops at --max-steps 1500).
+crossed = sum(1 for r in a if resumed < min(r["epoch"] * 200, 1500) <= reached)
+assert sum(1 for r in b if r.get("repeat")) >= crossed, (crossed, b)
 assert not any("repeat" in r for r in a), "a repeat row without a restart"
 first = [r["epoch"] for r in b if not r.get("repeat")]
 assert first == [r["epoch"] for r in a], (first, [r["epoch"] for r in a])
@@ -82,7 +91,8 @@ for r in b:
     seen.add(r["epoch"])
 last = {r["epoch"]: r["test_accuracy"] for r in b}
 assert last == {r["epoch"]: r["test_accuracy"] for r in a}, (last, a)
-print(f"metrics: {len(b)} rows for {len(a)} epochs, {len(b) - len(a)} marked repeat")
+print(f"metrics: {len(b)} rows for {len(a)} epochs, {len(b) - len(a)} marked repeat "
+      f"(rolled back from step {reached} or later to {resumed}: {crossed} epoch end(s) crossed)")
 PYEOF
 acc() { grep -o "test accuracy [0-9.]*" "$1" | tail -1 | grep -o "[0-9.]*$"; }
 echo "test accuracy: uninterrupted $(acc "$SCRATCH/a/trainer0.log"), with the restart $(acc "$SCRATCH/b/trainer0.log")" >&2
