@@ -77,11 +77,13 @@ for i in 0 1; do
 done
 
 # While the job runs: every endpoint's text, once it has counted a step.
-for target in "s0 $PM0 pstrain_pserver_pushes_total{" "s1 $PM1 pstrain_pserver_pushes_total{" \
+# (a pserver's text once trainer 1's first push is counted: under load it may come late)
+for target in "s0 $PM0 pstrain_pserver_bytes_total{trainer=\"1\",direction=\"in\"} [1-9]" \
+              "s1 $PM1 pstrain_pserver_bytes_total{trainer=\"1\",direction=\"in\"} [1-9]" \
               "t0 $TM0 pstrain_trainer_examples_total [1-9]" "t1 $TM1 pstrain_trainer_examples_total [1-9]"; do
   read -r name port pattern <<<"$target"
   got=0
-  for _ in $(seq 200); do
+  for _ in $(seq 400); do
     curl -sf "http://127.0.0.1:$port/metrics" >"$SCRATCH/$name.txt" 2>/dev/null &&
       grep -q "^$pattern" "$SCRATCH/$name.txt" && { got=1; break; }
     sleep 0.05
