@@ -74,8 +74,12 @@ static enum MHD_Result answer(struct MHD_Connection *c, unsigned status, const c
   struct MHD_Response *r =
       MHD_create_response_from_buffer(strlen(text), (void *)text, MHD_RESPMEM_PERSISTENT);
   if (r == NULL) return MHD_NO;
-  if (allow != NULL) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
-  MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; charset=utf-8");
+  if ((allow != NULL && MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow) != MHD_YES) ||
+      MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; charset=utf-8") !=
+          MHD_YES) {
+    MHD_destroy_response(r);
+    return MHD_NO; /* out of memory: libmicrohttpd closes the connection */
+  }
   enum MHD_Result rc = MHD_queue_response(c, status, r);
   MHD_destroy_response(r);
   return rc;
@@ -107,15 +111,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     free(text);
     return MHD_NO;
   }
-  MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
-                          "text/plain; version=0.0.4; charset=utf-8");
+  if (MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+                              "text/plain; version=0.0.4; charset=utf-8") != MHD_YES) {
+    MHD_destroy_response(r);
+    return MHD_NO; /* out of memory: libmicrohttpd closes the connection */
+  }
   enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_OK, r);
   MHD_destroy_response(r);
   return rc;
 }
 
 /* libmicrohttpd's own complaints (a bind that failed, a bad client) go to our log. */
-static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
+__attribute__((format(printf, 2, 0))) static void on_mhd_log(void *cls, const char *fmt,
+                                                             va_list ap) {
   (void)cls;
   char line[512];
   vsnprintf(line, sizeof line, fmt, ap);
