@@ -41,3 +41,34 @@ def max_difference(a, b, relative=False):
             d /= float(np.abs(b[k]).max()) + 1e-30
         worst = max(worst, d)
     return worst
+
+
+def ctr_export_difference(a, b):
+    """Largest relative difference between two CTR exports (dicts from
+    load_any): the same tensor names and, per table, the same key set; rows
+    compared key by key, whatever order each file holds them in."""
+    assert sorted(a) == sorted(b), (sorted(a), sorted(b))
+    worst = 0.0
+    for k in a:
+        if k.endswith(".keys"):
+            continue
+        x, y = a[k], b[k]
+        if k.endswith(".rows"):
+            t = k[: -len(".rows")]
+            ka, kb = a[t + ".keys"], b[t + ".keys"]
+            assert len(ka) == len(kb) and set(ka.tolist()) == set(kb.tolist()), \
+                f"{t}: the key sets differ"
+            x, y = x[np.argsort(ka)], y[np.argsort(kb)]
+        worst = max(worst, float(np.abs(x - y).max()) / (float(np.abs(y).max()) + 1e-30))
+    return worst
+
+
+if __name__ == "__main__":
+    # safetensors_read.py compare-ctr A B TOLERANCE: exits 1 when the exports differ by more.
+    import sys
+    if len(sys.argv) != 5 or sys.argv[1] != "compare-ctr":
+        sys.exit("usage: safetensors_read.py compare-ctr A B TOLERANCE")
+    d = ctr_export_difference(load_any(sys.argv[2]), load_any(sys.argv[3]))
+    print(f"max relative |{sys.argv[2]} - {sys.argv[3]}| = {d:.3g}")
+    if d > float(sys.argv[4]):
+        sys.exit(f"the exports differ by {d} (relative), more than {sys.argv[4]}")

@@ -32,26 +32,7 @@ local_run() { # NAME FLAGS...: local mode with the global batch
     fail "local run $name failed: $(tail -3 "$SCRATCH/$name.log")"
 }
 compare() { # A B: exports within 1e-5 relative, the same key sets
-  PYTHONPATH="$(dirname "$0")" "$PY" - "$1" "$2" <<'PY'
-import sys
-import numpy as np
-from safetensors_read import load_any
-a, b = load_any(sys.argv[1]), load_any(sys.argv[2])
-assert sorted(a) == sorted(b), (sorted(a), sorted(b))
-worst = 0.0
-for k in a:
-    if k.endswith(".keys"):
-        continue
-    x, y = a[k], b[k]
-    if k.endswith(".rows"):
-        t = k[: -len(".rows")]
-        ka, kb = a[t + ".keys"], b[t + ".keys"]
-        assert len(ka) == len(kb) and set(ka.tolist()) == set(kb.tolist()), f"{t}: the key sets differ"
-        x, y = x[np.argsort(ka)], y[np.argsort(kb)]
-    worst = max(worst, float(np.abs(x - y).max()) / (float(np.abs(y).max()) + 1e-30))
-print(f"max relative |{sys.argv[1]} - {sys.argv[2]}| = {worst:.3g}")
-assert worst <= 1e-5, f"the exports differ by {worst} (relative)"
-PY
+  "$PY" "$(dirname "$0")/safetensors_read.py" compare-ctr "$1" "$2" 1e-5
 }
 auc_near() { # A B TOLERANCE WHAT
   local a b
