@@ -124,10 +124,11 @@ static void result(rpc_call *call, reply *r) {
   rpc_call_local_free(call);
 }
 
-static void do_register(pserver *ps, const job_config *j, uint32_t trainer) {
+/* Registers trainer with `incarnation` (0: the trainer's usual 100 + id). */
+static void register_as(pserver *ps, const job_config *j, uint32_t trainer, uint64_t incarnation) {
   Pstrain__RequestKey key = PSTRAIN__REQUEST_KEY__INIT;
   key.trainer_id = trainer;
-  key.incarnation = 100 + trainer;
+  key.incarnation = incarnation != 0 ? incarnation : 100 + trainer;
   Pstrain__JobConfig jc;
   wire_job_parts oc;
   char text[256];
@@ -150,6 +151,10 @@ static void do_register(pserver *ps, const job_config *j, uint32_t trainer) {
   reply_free(&r);
   wire_writer_free(&w);
   free(buf);
+}
+
+static void do_register(pserver *ps, const job_config *j, uint32_t trainer) {
+  register_as(ps, j, trainer, 0);
 }
 
 /* A push: dense gradients (flat, may be NULL: no blocks), sparse grads and
@@ -654,31 +659,7 @@ static void test_pull_barrier(void) {
   pserver_config cfg = make_config();
   start(&ps, &cfg);
   rpc_call *first = pull(&ps, 0, 0, PSTRAIN__PULL_KIND__PULL_STEP, keys);
-  {
-    Pstrain__RequestKey key = PSTRAIN__REQUEST_KEY__INIT;
-    key.trainer_id = 0;
-    key.incarnation = 555;
-    Pstrain__JobConfig jc;
-    wire_job_parts oc;
-    char text[256];
-    wire_job_to_proto(&job, &jc, &oc, text, sizeof text);
-    Pstrain__RegisterRequest req = PSTRAIN__REGISTER_REQUEST__INIT;
-    req.key = &key;
-    req.config_hash = job_config_hash(&job);
-    req.job = &jc;
-    uint8_t *buf;
-    size_t len;
-    ps_error err;
-    REQUIRE(wire_pack(&req.base, &buf, &len, &err) == PS_ERR_OK);
-    rpc_segment seg = {buf, len};
-    rpc_message msg = {&seg, 1, len};
-    rpc_call *c = rpc_call_local_create("again");
-    REQUIRE(c != NULL);
-    pserver_handle(&ps, c, 0, &msg);
-    CHECK_EQ_INT(rpc_call_local_result(c)->code, PS_ERR_OK);
-    rpc_call_local_free(c);
-    free(buf);
-  }
+  register_as(&ps, &job, 0, 555);
   reply got;
   CHECK(answered(first));
   result(first, &got);
