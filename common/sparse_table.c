@@ -20,7 +20,7 @@ int sparse_table_state_floats(const sparse_table_config *cfg) {
   return 0;
 }
 
-static ps_err config_check(const sparse_table_config *cfg, ps_error *err) {
+ps_err sparse_table_config_check(const sparse_table_config *cfg, ps_error *err) {
   if (memchr(cfg->name, '\0', sizeof cfg->name) == NULL || cfg->name[0] == '\0') {
     return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "a sparse table needs a name of 1 to %d characters",
                         SPARSE_TABLE_NAME_MAX - 1);
@@ -77,7 +77,7 @@ ps_err st_limit_error(const sparse_table *t, size_t rows, ps_error *err) {
 
 ps_err sparse_table_create(sparse_table **out, const sparse_table_config *cfg, ps_error *err) {
   *out = NULL;
-  ps_err rc = config_check(cfg, err);
+  ps_err rc = sparse_table_config_check(cfg, err);
   if (rc != PS_ERR_OK) return rc;
   sparse_table *t = calloc(1, sizeof *t);
   if (t == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "table '%s': out of memory", cfg->name);

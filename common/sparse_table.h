@@ -60,7 +60,10 @@ typedef struct sparse_table_stats {
 
 typedef struct sparse_table sparse_table;
 
-/* Checks cfg (dim range, lr > 0, ...) and makes an empty table. */
+/* Checks cfg: dim range, lr > 0, epsilon, betas, ... (what create checks). */
+ps_err sparse_table_config_check(const sparse_table_config *cfg, ps_error *err);
+
+/* Checks cfg (sparse_table_config_check) and makes an empty table. */
 ps_err sparse_table_create(sparse_table **out, const sparse_table_config *cfg, ps_error *err);
 void sparse_table_destroy(sparse_table *t);
 const sparse_table_config *sparse_table_config_of(const sparse_table *t);

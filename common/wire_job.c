@@ -2,6 +2,7 @@
  * JOB_FIELDS, each field checked as strictly as the command line would. */
 #include <string.h>
 
+#include "common/ctr_tables.h"
 #include "common/wire.h"
 
 /* --- the job description, row by row of JOB_FIELDS ------------------------- */
@@ -91,16 +92,16 @@ ps_err wire_job_from_proto(const Pstrain__JobConfig *in, job_config *job, ps_err
   }
   JOB_FIELDS(FROM_PROTO_ROW)
 #undef FROM_PROTO_ROW
-  if (model_is_ctr(&job->model)) {
-    if (in->sparse == NULL) {
-      return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
-                          "job description of a CTR model without its sparse table settings");
-    }
-    if (!(job->sparse.sparse_lr > 0.0 && job->sparse.sparse_lr <= 1e6) ||
-        !(job->sparse.sparse_epsilon >= 0.0 && job->sparse.sparse_epsilon <= 1.0)) {
-      return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
-                          "job description: sparse lr %g or epsilon %g out of range",
-                          job->sparse.sparse_lr, job->sparse.sparse_epsilon);
+  if (model_is_ctr(&job->model) && in->sparse == NULL) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                        "job description of a CTR model without its sparse table settings");
+  }
+  /* The tables' settings as strictly as creating the tables checks them. */
+  for (int t = 0; t < ctr_table_count(&job->model); t++) {
+    sparse_table_config c;
+    ctr_table_config(job, t, 0, &c);
+    if (sparse_table_config_check(&c, err) != PS_ERR_OK) {
+      return ps_error_set(err, err->code, "job description: %s", err->msg);
     }
   }
   /* As strictly as the command line: lr > 0, momentum < 1, ... */

@@ -21,6 +21,7 @@
 #include "common/tls.h"
 #include "common/token.h"
 #include "server/pserver.h"
+#include "server/pserver_reshard.h"
 #include "server/pserver_metrics.h"
 
 typedef struct pserver_options {
@@ -357,6 +358,22 @@ static int start_service(pserver_start *st, pserver *ps) {
   }
   if (o->resume_if_present && !o->resume) {
     o->resume = pserver_has_checkpoint(ps);
+    long step = -1;
+    int other = 0;
+    if (!o->resume && pserver_reshard_find(ps, &step, &other, &err) != PS_ERR_OK) {
+      LOG_ERROR("%s", err.msg);
+      pserver_destroy(ps);
+      return 2;
+    }
+    if (other > 0) {
+      /* Starting fresh would leave that job's training behind without a word;
+       * re-sharding it silently could pick up another job's files. */
+      LOG_ERROR("--resume-if-present: %s holds checkpoints of %d pservers (newest step %ld), "
+                "none of %d: re-shard them with --resume, or give another --checkpoint-dir",
+                o->checkpoint_dir, other, step, ps->cfg.pservers);
+      pserver_destroy(ps);
+      return 2;
+    }
     if (!o->resume) LOG_INFO("no checkpoint in %s yet: starting fresh", o->checkpoint_dir);
   }
   if (o->resume && pserver_resume(ps, o->resume_step, &err) != PS_ERR_OK) {

@@ -241,11 +241,16 @@ uint64_t pserver_checkpoint_due(pserver *ps) {
   for (int i = 0; i < ps->sparse_count && rc == PS_ERR_OK; i++) {
     rc = pserver_rows_take(&d->pending_rows[i], ps->sparse[i], &err);
   }
+  int buffered = rc == PS_ERR_OK && disk_buffers(d, floats);
   if (rc != PS_ERR_OK) {
     LOG_ERROR("checkpoint at step %ld: %s", ps->version, err.msg);
-  } else if (!disk_buffers(d, floats)) {
+  } else if (!buffered) {
     LOG_ERROR("checkpoint at step %ld: out of memory for a copy of %zu floats", ps->version,
               floats);
+  }
+  if (!buffered) {
+    /* Not written: the rows copied so far are not held until the next checkpoint. */
+    for (int i = 0; i < ps->sparse_count; i++) pserver_rows_free(&d->pending_rows[i]);
   } else {
     /* params, state1 and state2 lie one after the other in the table. */
     memcpy(d->pending, ps->table.params, floats * sizeof(float));

@@ -103,9 +103,8 @@ ps_err pserver_sparse_check(pserver *ps, rpc_call *call, const char *method,
 size_t pserver_sparse_pull_limit(const pserver *ps);
 
 /* Sync push of trainer id accepted: keeps its checked rows for the step
- * (swapped in, no copy; PS_ERR_OK, call kept for a refusal should it ever
- * need to allocate). */
-ps_err pserver_sparse_store_push(pserver *ps, rpc_call *call, int id);
+ * (swapped in, no copy). */
+void pserver_sparse_store_push(pserver *ps, int id);
 /* Sync completion: the pushed rows of slots (id order) summed, scaled
  * 1/count, applied at ps->version. */
 ps_err pserver_sparse_apply_step(pserver *ps, const int *slots, int count, ps_error *err);

@@ -32,7 +32,8 @@ ps_err pserver_metrics_create(pserver_metrics **out, metrics_registry *reg, ps_e
       {&pm->pushes, METRIC_COUNTER, "pstrain_pserver_pushes_total",
        "Pushes accepted from each trainer.", "trainer", NULL, 0},
       {&pm->bytes, METRIC_COUNTER, "pstrain_pserver_bytes_total",
-       "Bytes received from (in: pushes) and parameters sent to (out: replies) each trainer.",
+       "Bytes of pushes received from each trainer (in) and of dense parameters sent back in step "
+       "replies (out; sparse rows are not counted).",
        "trainer,direction", NULL, 0},
       {&pm->step, METRIC_GAUGE, "pstrain_pserver_step", "Steps this pserver has applied.", NULL,
        NULL, 0},

@@ -162,7 +162,7 @@ static ps_err check_rows(pserver *ps, const rpc_message *msg, const wire_sparse_
   wire_copy_block(msg, &ref->keys, r->keys);
   if (values > 0) wire_copy_block(msg, &ref->values, r->values);
   if (has_counts) wire_copy_block(msg, &ref->counts, r->counts);
-  else for (size_t i = 0; i < n; i++) r->counts[i] = 1;
+  else if (field == SPARSE_FIELD_KEYS) for (size_t i = 0; i < n; i++) r->counts[i] = 1;
   r->n = n;
   for (size_t i = 0; i < n; i++) {
     if (has_counts && !counts_optional && r->counts[i] == 0) {
@@ -457,10 +457,15 @@ static void add_all_rows(pserver *ps, int index, wire_writer *w, void *ctx) {
     size_t dim = (size_t)dim_of(ps, t);
     sparse_rows *r = &sp->req[SPARSE_FIELD_KEYS][t];
     ps_error err;
-    if (!rows_reserve(r, st.rows, st.rows * dim) ||
-        sparse_table_dump(ps->sparse[t], r->keys, r->values, NULL, NULL, &err) != PS_ERR_OK) {
+    if (!rows_reserve(r, st.rows, st.rows * dim)) {
       w->status = PS_ERR_NO_MEMORY;
       w->refused = "out of memory for every row of a table";
+      return;
+    }
+    if (sparse_table_dump(ps->sparse[t], r->keys, r->values, NULL, NULL, &err) != PS_ERR_OK) {
+      LOG_ERROR("PULL_ALL: %s", err.msg);
+      w->status = err.code;
+      w->refused = "dumping a table's rows failed (the pserver's log says why)";
       return;
     }
     r->n = st.rows;
@@ -571,8 +576,13 @@ void pserver_sparse_pull(pserver *ps, rpc_call *call, const wire_blocks_msg *m) 
     break;
   case PSTRAIN__PULL_KIND__PULL_LOOKUP: pserver_sparse_reply_lookup(ps, call); break;
   case PSTRAIN__PULL_KIND__PULL_ALL:
-    if (ps->sp != NULL) pserver_reply_params_rows(ps, &call, 1, add_all_rows, NULL);
-    else pserver_reply_params(ps, &call, 1);
+    if (ps->sp == NULL) {
+      pserver_reply_params(ps, &call, 1);
+      break;
+    }
+    pserver_reply_params_rows(ps, &call, 1, add_all_rows, NULL);
+    /* gRPC copied the reply: the tables' copy is not kept (an export is rare). */
+    for (int t = 0; t < ps->sparse_count; t++) rows_free(&ps->sp->req[SPARSE_FIELD_KEYS][t]);
     break;
   default:
     pserver_refuse(call, "Pull", PS_ERR_INVALID_ARGUMENT, "unknown pull kind %u", m->kind);
@@ -580,11 +590,9 @@ void pserver_sparse_pull(pserver *ps, rpc_call *call, const wire_blocks_msg *m) 
   }
 }
 
-ps_err pserver_sparse_store_push(pserver *ps, rpc_call *call, int id) {
+void pserver_sparse_store_push(pserver *ps, int id) {
   pserver_sparse *sp = ps->sp;
   sparse_trainer *tr = &sp->trainers[id];
   take_keys(sp, SPARSE_FIELD_GRADS, tr->grads);
   take_keys(sp, SPARSE_FIELD_KEYS, tr->next);
-  (void)call;
-  return PS_ERR_OK;
 }

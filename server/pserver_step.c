@@ -245,7 +245,10 @@ void pserver_complete_step(pserver *ps) {
   double t0 = now_s();
   ps_error err;
   if (ps->sp != NULL && pserver_sparse_apply_step(ps, slots, count, &err) != PS_ERR_OK) {
-    /* Out of memory merging: the step is not taken; the trainers resend. */
+    /* Out of memory merging: a table may already hold the step, so it cannot
+     * be taken again; the job stops, naming why (a checkpoint resumes it). */
+    snprintf(ps->failure, sizeof ps->failure, "step %ld: %.400s", step, err.msg);
+    ps->status = PSERVER_FAILED;
     for (int i = 0; i < count; i++) pserver_refuse(calls[i], "PushPull", err.code, "%s", err.msg);
     return;
   }
@@ -294,7 +297,7 @@ void pserver_push_sync(pserver *ps, rpc_call *call, const rpc_message *msg,
     tr->waiting = call;
     return;
   }
-  if (ps->sp != NULL && pserver_sparse_store_push(ps, call, (int)id) != PS_ERR_OK) return;
+  if (ps->sp != NULL) pserver_sparse_store_push(ps, (int)id);
   float *slot = table_slot(&ps->table, (int)id);
   for (size_t i = 0; i < m->block_count; i++) {
     const shard_block *b = &ps->table.map.blocks[m->blocks[i].id];

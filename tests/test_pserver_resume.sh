@@ -63,6 +63,11 @@ grep -q "resuming at step $stopped" "$SCRATCH/c-t0.log" || fail "trainer 0 did n
 cmp -s "$SCRATCH/a.safetensors" "$SCRATCH/c.safetensors" ||
   fail "the resumed run's parameters differ from the uninterrupted run's"
 
+# --resume-if-present on 3 pservers with only 2 pservers' checkpoints there
+# neither starts fresh (dropping them) nor re-shards unasked: it says so.
+PS_OF_3="127.0.0.1:1,127.0.0.1:2,127.0.0.1:3"
+expect_exit 2 "holds checkpoints of 2 pservers" -- "$BIN/pserver" --pservers "$PS_OF_3" --id 0 \
+  --trainers 2 --checkpoint-dir "$SCRATCH/ck-copy" --resume-if-present
 # Re-sharding: the same checkpoint resumed on 3 pservers ends bitwise equal
 # too (each parameter's update is the same whichever pserver holds it).
 cp -r "$SCRATCH/ck-copy" "$SCRATCH/ck-reshard"
