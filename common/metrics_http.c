@@ -154,6 +154,7 @@ ps_err metrics_http_start(metrics_http **out, metrics_registry *reg, const char 
   unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
   if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
   /* A few scrapers at a time; a client that stalls is dropped after 10 s. */
+  errno = 0;
   h->daemon = MHD_start_daemon(flags, (uint16_t)want, NULL, NULL, on_request, h,
                                MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
                                MHD_OPTION_SOCK_ADDR, ai->ai_addr,
@@ -163,9 +164,10 @@ ps_err metrics_http_start(metrics_http **out, metrics_registry *reg, const char 
   freeaddrinfo(ai);
   if (h->daemon == NULL) {
     free(h);
+    /* libmicrohttpd need not set errno; its own reason is in the log above. */
     return ps_error_set(err, PS_ERR_UNAVAILABLE,
                         "--metrics-listen %s: libmicrohttpd could not serve there (%s; is the "
-                        "port taken?)", addr, strerror(saved));
+                        "port taken?)", addr, saved != 0 ? strerror(saved) : "see the log");
   }
   const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);
   *port = info != NULL ? info->port : (int)want;

@@ -1,5 +1,6 @@
-/* Chrome trace events, buffered and written per step, the file closed after
- * every write (see timeline.h for why no signal handler is needed). */
+/* Chrome trace events, buffered and written per step, the file a complete
+ * JSON array after every write (see timeline.h for why no signal handler is
+ * needed). */
 #define _GNU_SOURCE
 #include "common/timeline.h"
 
@@ -100,12 +101,19 @@ __attribute__((format(printf, 2, 3))) static int buf_printf(timeline *tl, const 
   }
 }
 
+void timeline_rank_path(const char *path, int collective, int rank, char *out, size_t len) {
+  if (collective && rank > 0 && path[0] != '\0') snprintf(out, len, "%s.rank%d", path, rank);
+  else snprintf(out, len, "%s", path);
+}
+
 /* Writes the buffer and a new closing bracket over the old one. Lock held. */
 static void flush_locked(timeline *tl) {
   if (tl->fd < 0 || tl->len == 0) return;
   if (!buf_printf(tl, TIMELINE_CLOSING)) {
     LOG_ERROR("--timeline %s: out of memory buffering events; recording stops", tl->path);
     tl->len = 0;
+    close(tl->fd);
+    tl->fd = -1;
     return;
   }
   if (write_all_at(tl->fd, tl->buf, tl->len, tl->end) != 0) {

@@ -27,6 +27,11 @@ typedef struct timeline timeline;
  * the end, ":B" from 0, "" for all) into *first and *last. */
 ps_err timeline_parse_steps(const char *text, long *first, long *last, ps_error *err);
 
+/* The file rank `rank` of a collective job writes for --timeline PATH: every
+ * rank gets the same flags, so ranks above 0 write PATH.rankN (as exports
+ * do); PATH itself otherwise ("" stays ""). */
+void timeline_rank_path(const char *path, int collective, int rank, char *out, size_t len);
+
 /* Creates (truncates) path and writes the opening "[" and the process's
  * name ("pserver 1", "trainer 0"). pid in the trace: 1000 + id for pservers,
  * 2000 + id for trainers. path "": *out is NULL and nothing is opened. */

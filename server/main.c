@@ -490,6 +490,10 @@ int main(int argc, char **argv) {
   if (resolve_id(&st, &err) != PS_ERR_OK) goto refused;
   listen_address(&st);
   if (check_security(&st, &err) != PS_ERR_OK) goto refused;
+  if (st.opt.timeline_steps[0] != '\0' && st.opt.timeline[0] == '\0') {
+    ps_error_set(&err, PS_ERR_INVALID_ARGUMENT, "--timeline-steps needs --timeline FILE");
+    goto refused;
+  }
   if (timeline_parse_steps(st.opt.timeline_steps, &st.timeline_first, &st.timeline_last, &err) !=
       PS_ERR_OK) {
     goto refused;

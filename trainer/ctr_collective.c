@@ -115,6 +115,13 @@ ps_err ctr_collective_ready(ctr_trainer *t, ps_error *err) {
   const size_t ranks = (size_t)t->ranks, dim = embed_dim(t);
   x->max_keys = (size_t)t->settings.opt.batch * FIELDS;
   size_t all = ranks * x->max_keys;
+  /* Before allocating: a batch too large is that, not "out of memory". */
+  if (all * (1 + dim) > (size_t)INT32_MAX) {
+    return ps_error_set(err, PS_ERR_OUT_OF_RANGE,
+                        "collective mode: --batch %ld on %d ranks exchanges more values than an "
+                        "MPI count holds",
+                        t->settings.opt.batch, t->ranks);
+  }
   sparse_dedup_init(&x->uni);
   x->recv_counts = calloc(ranks, sizeof *x->recv_counts);
   x->displs = calloc(ranks, sizeof *x->displs);
@@ -136,12 +143,6 @@ ps_err ctr_collective_ready(ctr_trainer *t, ps_error *err) {
       x->recv == NULL || x->dense == NULL) {
     return ps_error_set(err, PS_ERR_NO_MEMORY,
                         "collective mode: out of memory for the exchange of %zu keys", all);
-  }
-  if (all * (1 + dim) > (size_t)INT32_MAX) {
-    return ps_error_set(err, PS_ERR_OUT_OF_RANGE,
-                        "collective mode: --batch %ld on %d ranks exchanges more values than an "
-                        "MPI count holds",
-                        t->settings.opt.batch, t->ranks);
   }
   LOG_INFO("collective CTR mode: rank %d of %d, every rank holds every table", t->rank, t->ranks);
   return PS_ERR_OK;

@@ -99,13 +99,14 @@ static float grad_scale(const ctr_trainer *t, int count, long step) {
 
 ps_err ctr_pserver_step(ctr_trainer *t, int count, long step, double *loss_sum, ps_error *err) {
   struct ctr_pserver *x = t->ps;
-  const sparse_dedup *d = &t->dedup;
-  const size_t n = count > 0 ? d->n_unique : 0, dim = t->deep != NULL ? x->sp.dim[1] : 0;
+  const size_t n = count > 0 ? t->dedup.n_unique : 0, dim = t->deep != NULL ? x->sp.dim[1] : 0;
   const size_t total = t->model->layout.total;
-  if (rows_of_step(t, n, step, err) != PS_ERR_OK ||
-      ps_sparse_split(&x->sp, &x->sp.cur, d->unique, d->counts, n, err) != PS_ERR_OK) {
-    return err->code;
-  }
+  if (rows_of_step(t, n, step, err) != PS_ERR_OK) return err->code;
+  /* sp.next holds this batch's keys split by pserver (the last push or the
+   * pull split them): they become the keys pulled for this step. */
+  ps_sparse_keys split = x->sp.cur;
+  x->sp.cur = x->sp.next;
+  x->sp.next = split;
   if (count > 0) {
     ctr_batch b = {.size = count, .examples = t->examples, .slot = t->slot, .unique = n,
                    .wide_rows = t->wide_rows, .deep_rows = dim > 0 ? t->deep_rows : NULL};

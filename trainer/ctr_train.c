@@ -113,7 +113,10 @@ ps_err ctr_trainer_init(ctr_trainer *t, const trainer_settings *settings, ps_err
                  strerror(errno));
     goto fail;
   }
-  if (timeline_open(&t->tl, o->timeline, "trainer", t->rank, settings->timeline_first,
+  char timeline_path[4096];
+  timeline_rank_path(o->timeline, settings->collective_mode, t->rank, timeline_path,
+                     sizeof timeline_path);
+  if (timeline_open(&t->tl, timeline_path, "trainer", t->rank, settings->timeline_first,
                     settings->timeline_last, err) != PS_ERR_OK) {
     goto fail;
   }
@@ -145,10 +148,19 @@ ps_err ctr_trainer_init(ctr_trainer *t, const trainer_settings *settings, ps_err
   if (settings->pserver_mode && ctr_pserver_start(t, err) != PS_ERR_OK) goto fail;
   if (open_reader(t, err) != PS_ERR_OK) goto fail;
 #ifdef PSTRAIN_HAVE_MPI
+  t->agreed = 1; /* from here every rank fails alike */
   if (t->exchange != NULL && ctr_collective_ready(t, err) != PS_ERR_OK) goto fail;
 #endif
   return PS_ERR_OK;
 fail:
+#ifdef PSTRAIN_HAVE_MPI
+  if (t->exchange != NULL && t->ranks > 1 && !t->agreed) {
+    /* The other ranks may wait for this one in the agreement check (a
+     * failure only here: a file, a port, memory): end them all. */
+    LOG_ERROR("%s", err->msg);
+    ctr_collective_abort(2);
+  }
+#endif
   ctr_trainer_free(t);
   return err->code;
 }

@@ -29,6 +29,7 @@ typedef struct ctr_trainer {
   FILE *metrics;             /* NULL without --metrics */
   int rank, ranks;           /* collective ranks or pserver trainers; 0 and 1 in local mode */
   struct ctr_exchange *exchange; /* collective mode's step (ctr_collective.c); NULL: local */
+  int agreed;                /* collective: init reached the ranks' agreement check */
   struct ctr_pserver *ps;    /* pserver mode's step (ctr_pserver.c); NULL: not */
   struct ctr_prefetch *prefetch; /* the next batch's reader while training runs */
   long rewind_to;            /* pserver mode: the step the job went back to; -1: none */

@@ -68,7 +68,10 @@ ps_err trainer_init(trainer *t, const trainer_settings *settings, ps_error *err)
   /* The way replicas stay in step decides this trainer's share of the data. */
   if (updater_create(t, &t->up, err) != PS_ERR_OK) goto fail;
   t->evaluates = t->id == 0;
-  if (timeline_open(&t->tl, o->timeline, "trainer", t->id, settings->timeline_first,
+  char timeline_path[4096];
+  timeline_rank_path(o->timeline, settings->collective_mode, t->id, timeline_path,
+                     sizeof timeline_path);
+  if (timeline_open(&t->tl, timeline_path, "trainer", t->id, settings->timeline_first,
                     settings->timeline_last, err) != PS_ERR_OK) {
     goto fail;
   }
