@@ -118,7 +118,17 @@ void optimizer_apply(const optimizer_config *cfg, long step, float *restrict par
                      const float *restrict grads, float *restrict state1, float *restrict state2,
                      size_t n) {
   optimizer_scalars s = optimizer_scalars_at(cfg, step);
-  switch (cfg->kind) {
+  optimizer_apply_scalars(cfg->kind, &s, params, grads, state1, state2, n);
+}
+
+/* The loops vectorize (SSE2 packed: mulps, divps, sqrtps) because the build
+ * passes -fno-math-errno (CMakeLists.txt): sqrtf need not set errno. */
+void optimizer_apply_scalars(optimizer_kind kind, const optimizer_scalars *scalars,
+                             float *restrict params, const float *restrict grads,
+                             float *restrict state1, float *restrict state2, size_t n) {
+  /* A local copy: the compiler then knows the arrays' stores do not change it. */
+  const optimizer_scalars s = *scalars;
+  switch (kind) {
   case OPTIMIZER_SGD:
     for (size_t i = 0; i < n; i++) optimizer_sgd_elem(&params[i], grads[i], &s);
     break;

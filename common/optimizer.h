@@ -61,4 +61,10 @@ void optimizer_apply(const optimizer_config *cfg, long step, float *restrict par
                      const float *restrict grads, float *restrict state1, float *restrict state2,
                      size_t n);
 
+/* The same with the step's scalars worked out already (optimizer_scalars_at),
+ * for callers that update one array in several pieces. */
+void optimizer_apply_scalars(optimizer_kind kind, const optimizer_scalars *s,
+                             float *restrict params, const float *restrict grads,
+                             float *restrict state1, float *restrict state2, size_t n);
+
 #endif

@@ -454,7 +454,8 @@ static void adagrad_row(float *restrict w, float *restrict acc, const float *res
 /* Lazy Adam: only this row's moments move, bias-corrected by its own count. */
 static void adam_row(float *restrict w, float *restrict m, float *restrict v, const float *restrict g,
                      size_t dim, const optimizer_scalars *s) {
-  for (size_t k = 0; k < dim; k++) optimizer_adam_elem(&w[k], &m[k], &v[k], g[k], s);
+  const optimizer_scalars sc = *s; /* not aliased by the rows: no runtime alias check */
+  for (size_t k = 0; k < dim; k++) optimizer_adam_elem(&w[k], &m[k], &v[k], g[k], &sc);
 }
 
 static void sgd_row(float *restrict w, const float *restrict g, size_t dim, float lr) {

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "common/fp_env.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/rng.h"
@@ -67,6 +68,7 @@ static double measure(bench *s, int (*step)(bench *, ps_error *), double seconds
 }
 
 int main(int argc, char **argv) {
+  fp_env_flush_denormals(); /* as the trainer and pserver run (common/fp_env.h) */
   if (argc < 5 || argc > 6) {
     fprintf(stderr, "usage: bench_ctr_model MODEL BATCH THREADS SECONDS (in all) [cpu|cuda]\n"
                     "  e.g. bench_ctr_model ctr:16:256,128 512 1 5\n");

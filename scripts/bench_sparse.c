@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/fp_env.h"
 #include "common/clock.h"
 #include "common/rng.h"
 #include "common/sparse_table.h"
@@ -120,6 +121,7 @@ static void bench(size_t rows, int batches) {
 }
 
 int main(int argc, char **argv) {
+  fp_env_flush_denormals(); /* as the trainer and pserver run (common/fp_env.h) */
   int batches = 300;
   if (argc == 1) {
     bench(1000000, batches);

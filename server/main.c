@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/endpoints.h"
+#include "common/fp_env.h"
 #include "common/log.h"
 #include "common/metrics_http.h"
 #include "common/options.h"
@@ -482,6 +483,8 @@ static int listen_and_serve(pserver_start *st, pserver *ps, const sigset_t *sign
 }
 
 int main(int argc, char **argv) {
+  /* Before any thread starts: threads inherit the FP mode (common/fp_env.h). */
+  fp_env_flush_denormals();
   static pserver_start st; /* large (the pserver list): not on the stack */
   ps_error err;
   log_set_role("pserver");

@@ -46,17 +46,28 @@ void table_free(table *t) {
   memset(t, 0, sizeof *t);
 }
 
+/* One pass over the shard: each chunk of TABLE_CHUNK floats is summed (slots
+ * in the order given), scaled and applied while it is in L1. Per element the
+ * operations and their order are those of summing whole slots, scaling, then
+ * optimizer_apply: the results are the same bits (test_table_fused). */
 void table_apply_sum(table *t, const optimizer_config *opt, const int *slots, int count,
                      float scale, long step) {
-  float *restrict sum = table_slot(t, slots[0]);
-  for (int s = 1; s < count; s++) {
-    const float *restrict g = table_slot(t, slots[s]);
-    for (size_t i = 0; i < t->n; i++) sum[i] += g[i];
-  }
-  if (scale != 1.0f) {
-    for (size_t i = 0; i < t->n; i++) sum[i] *= scale;
-  }
+  float sum[TABLE_CHUNK];
+  const optimizer_scalars s = optimizer_scalars_at(opt, step);
   int states = optimizer_state_per_param(opt->kind);
-  optimizer_apply(opt, step, t->params, sum, states >= 1 ? t->state1 : NULL,
-                  states >= 2 ? t->state2 : NULL, t->n);
+  const float *first = table_slot(t, slots[0]);
+  for (size_t at = 0; at < t->n; at += TABLE_CHUNK) {
+    size_t len = t->n - at < TABLE_CHUNK ? t->n - at : TABLE_CHUNK;
+    memcpy(sum, first + at, len * sizeof *sum);
+    for (int k = 1; k < count; k++) {
+      const float *restrict g = table_slot(t, slots[k]) + at;
+      for (size_t i = 0; i < len; i++) sum[i] += g[i];
+    }
+    if (scale != 1.0f) {
+      for (size_t i = 0; i < len; i++) sum[i] *= scale;
+    }
+    optimizer_apply_scalars(opt->kind, &s, t->params + at, sum,
+                            states >= 1 ? t->state1 + at : NULL,
+                            states >= 2 ? t->state2 + at : NULL, len);
+  }
 }

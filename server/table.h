@@ -34,9 +34,13 @@ void table_free(table *t);
 /* The gradient slot of `slot` (n floats). */
 static inline float *table_slot(table *t, int slot) { return t->grads + (size_t)slot * t->n; }
 
-/* Sums the gradient slots listed in `slots` (count of them, in that order)
- * into the first of them, scales by `scale`, and applies the optimizer at
- * zero-based step `step`. */
+/* Floats per piece of table_apply_sum's single pass (4 KiB on the stack). */
+#define TABLE_CHUNK 1024
+
+/* Sums the gradient slots listed in `slots` (count of them, in that order),
+ * scales by `scale` (when not 1), and applies the optimizer at zero-based
+ * step `step`, in one pass of TABLE_CHUNK-float pieces. The slots are only
+ * read. */
 void table_apply_sum(table *t, const optimizer_config *opt, const int *slots, int count,
                      float scale, long step);
 

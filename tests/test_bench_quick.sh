@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # scripts/bench --quick runs every mode on a slice of the data and writes a
-# table with a row of numbers per mode and both plots as PNG files.
+# table with a row of numbers per mode (with its last/first epoch ratio), the
+# ratios issue 15 gates on, and both plots as PNG files.
 . "$(dirname "$0")/lib.sh"
 require_data
 OUT="$SCRATCH/bench"
@@ -8,18 +9,34 @@ timeout 900 "$PY" "$(dirname "$0")/../scripts/bench" --quick --bin "$BIN" --out 
   >"$SCRATCH/bench.log" 2>&1 || { fail "bench failed: $(tail -8 "$SCRATCH/bench.log")"; finish; }
 "$PY" - "$OUT/table.md" <<'PY' || fail "table check"
 import re, sys
-rows = [l for l in open(sys.argv[1]) if l.startswith("| ") and not l.startswith("| mode")]
+text = open(sys.argv[1]).read()
+modes_table, _, gates_table = text.split("\n\n", 1)[1].partition("\n\n")
+rows = [l for l in modes_table.splitlines() if l.startswith("| ") and not l.startswith("| mode")]
 modes = [r.split("|")[1].strip() for r in rows]
-want = ["local", "pserver sync, 1 pserver", "pserver sync, 2 pservers", "pserver async, 2 pservers"]
+want = ["local", "local, sgd", "pserver sync, 1 pserver, momentum", "pserver sync, 1 pserver, sgd",
+        "pserver sync, 1 pserver, adam", "pserver sync, 2 pservers",
+        "default recipe (2+2 sync adam)", "pserver async, 2 pservers"]
 for m in want:
     assert m in modes, f"no row for {m}: {modes}"
-assert any(m.startswith("collective") for m in modes) or "no mpirun" in open(sys.argv[1]).read(), modes
+has_mpi = any(m.startswith("collective") for m in modes)
+assert has_mpi or "no mpirun" in text, modes
 for r in rows:
     cells = [c.strip() for c in r.split("|")[2:-1]]
     rate = float(re.match(r"[\d,]+", cells[1]).group(0).replace(",", ""))
-    acc = float(cells[3])
+    epoch_ratio = float(cells[2])
+    acc = float(cells[4])
     assert rate > 1000 and 0.3 < acc <= 1.0, r
-print(f"{len(rows)} modes: {', '.join(modes)}")
+    # Two quick epochs: the second neither collapses nor is more than twice as fast.
+    assert 0.3 < epoch_ratio < 2.0, r
+gates = {l.split("|")[1].strip(): float(l.split("|")[2]) for l in gates_table.splitlines()
+         if l.startswith("| ") and not l.startswith("| ratio")}
+want_gates = ["pserver 1p sgd / local sgd", "default recipe: min epoch / first epoch",
+              "default recipe / momentum (2+2 sync)"]
+if has_mpi:
+    want_gates.append("pserver 1p sgd / collective sgd")
+for g in want_gates:
+    assert g in gates and 0.05 < gates[g] < 5.0, (g, gates)
+print(f"{len(rows)} modes: {', '.join(modes)}; gates {gates}")
 PY
 for png in accuracy throughput; do
   head -c 8 "$OUT/$png.png" 2>/dev/null | od -An -c | grep -q "P   N   G" || fail "$png.png is not a PNG"

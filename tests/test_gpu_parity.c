@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/fp_env.h"
 #include "common/rng.h"
 #include "tests/check.h"
 #include "trainer/backend.h"
@@ -78,6 +79,7 @@ static void check_gemm(int ta, int tb, int M, int N, int K) {
 }
 
 int main(void) {
+  fp_env_flush_denormals(); /* as the trainer and pserver run (common/fp_env.h) */
   char why[256] = "";
   if (backend_cuda_device_count(why, sizeof why) == 0) {
     fprintf(stderr, "SKIP: no GPU is visible (%s)\n", why);

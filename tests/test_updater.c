@@ -6,6 +6,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <string.h>
 
+#include "common/fp_env.h"
 #include "tests/check.h"
 #include "trainer/train.h"
 
@@ -111,6 +112,7 @@ static void test_collective_unbuilt(void) {
 }
 
 int main(void) {
+  fp_env_flush_denormals(); /* as the trainer and pserver run (common/fp_env.h) */
   test_local();
   test_pserver();
   test_collective_unbuilt();

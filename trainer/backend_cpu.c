@@ -3,9 +3,6 @@
 #define _POSIX_C_SOURCE 200809L
 #include <cblas.h>
 #include <stdio.h>
-#if defined(__SSE__)
-#include <xmmintrin.h>
-#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -136,12 +133,7 @@ ps_err backend_cpu_create(backend **out, int threads, ps_error *err) {
   b->ops = &cpu_ops;
   b->name = "cpu";
   b->host_memory = 1;
-#if defined(__SSE__)
-  /* Flush denormals to zero, as GPUs do: Adam's moments of never-lit pixels
-   * decay into denormals, and x86 runs those many times slower. The setting
-   * belongs to this thread, the one that runs the backend. */
-  _mm_setcsr(_mm_getcsr() | 0x8040); /* FTZ | DAZ */
-#endif
+  /* Denormals: flushed by main() for the whole process (common/fp_env.h). */
   if (threads > 0) openblas_set_num_threads(threads);
   snprintf(b->description, sizeof b->description, "%s; kernel core %s; %d thread(s)",
            openblas_get_config(), openblas_get_corename(), openblas_get_num_threads());

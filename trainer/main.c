@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "common/log.h"
+#include "common/fp_env.h"
 #include "common/process.h"
 #include "common/rpc.h"
 #include "trainer/ctr_train.h"
@@ -61,6 +62,8 @@ static int run_ctr(const trainer_settings *settings, trainer_metrics *tm) {
 }
 
 int main(int argc, char **argv) {
+  /* Before any thread starts: threads inherit the FP mode (common/fp_env.h). */
+  fp_env_flush_denormals();
   trainer_settings settings;
   ps_error err;
   ps_error_clear(&err);
