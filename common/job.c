@@ -42,6 +42,7 @@ static const struct {
 #define FORMAT_SPARSE_KIND(v, buf, len) snprintf(buf, len, "%s", sparse_optimizer_name(v))
 #define FORMAT_SCHEDULE(v, buf, len) snprintf(buf, len, "%s", lr_schedule_name(v))
 #define FORMAT_UPDATE(v, buf, len) snprintf(buf, len, "%s", update_mode_name(v))
+#define FORMAT_WIRE_DTYPE(v, buf, len) snprintf(buf, len, "%s", wire_dtype_name(v))
 #define FORMAT_DOUBLE(v, buf, len) snprintf(buf, len, "%.17g", v)
 #define FORMAT_INT(v, buf, len) snprintf(buf, len, "%d", v)
 #define FORMAT_LONG(v, buf, len) snprintf(buf, len, "%ld", v)
@@ -110,6 +111,13 @@ static int group_written(const job_config *job, int group) {
   return group != GROUP_SPARSE || model_is_ctr(&job->model);
 }
 
+/* Whether field f is in the job's text: its group's rule, and the wire
+ * dtype only when it is not f32 (jobs from before it hash as they did). */
+static int field_written(const job_config *job, int f) {
+  if (f == JOB_FIELD_wire_dtype && job->wire_dtype == WIRE_DTYPE_F32) return 0;
+  return group_written(job, fields[f].group);
+}
+
 static const char *const group_open[] = {"", " optimizer=[", " sparse=["};
 
 /* "model=... optimizer=[adam lr=...] update=... sparse=[adagrad lr=...]":
@@ -117,7 +125,7 @@ static const char *const group_open[] = {"", " optimizer=[", " sparse=["};
 static void job_text(const job_config *job, sink *s) {
   int group = GROUP_JOB;
   for (int f = 0; f < JOB_FIELD_COUNT; f++) {
-    if (!group_written(job, fields[f].group)) continue;
+    if (!field_written(job, f)) continue;
     if (fields[f].group != group) {
       if (group != GROUP_JOB) emit(s, "]");
       group = fields[f].group;

@@ -13,6 +13,7 @@
 #include "common/model.h"
 #include "common/optimizer.h"
 #include "common/sparse_table.h"
+#include "common/wire_dtype.h"
 
 typedef enum { UPDATE_SYNC, UPDATE_ASYNC } update_mode;
 #define UPDATE_MODE_COUNT (UPDATE_ASYNC + 1)
@@ -41,6 +42,7 @@ typedef struct job_config {
   uint64_t seed;
   long batch; /* per trainer per step */
   long steps; /* every trainer takes in all */
+  wire_dtype wire_dtype; /* dense blocks on the wire (pserver mode) */
   job_sparse sparse;
 } job_config;
 

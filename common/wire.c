@@ -12,8 +12,9 @@ enum { WT_VARINT = 0, WT_FIXED64 = 1, WT_LEN = 2, WT_FIXED32 = 5 };
 #define MESSAGE_HEADER_MAX 64
 /* Longest header of a SparseRows: tag, length, table, and three data headers. */
 #define SPARSE_HEADER_MAX (1 + 10 + 1 + 5 + 3 * (1 + 10))
-/* Room wire_writer_begin keeps beyond the blocks: the SparseRows and a pull kind. */
-#define SPARSE_ROOM_BYTES (WIRE_MAX_SPARSE * SPARSE_HEADER_MAX + 1 + 5)
+/* Room wire_writer_begin keeps beyond the blocks: the SparseRows, a pull
+ * kind and a dtype. */
+#define SPARSE_ROOM_BYTES (WIRE_MAX_SPARSE * SPARSE_HEADER_MAX + 2 * (1 + 5))
 #define SPARSE_ROOM_PARTS (WIRE_MAX_SPARSE * 4 + 1)
 
 /* --- protobuf-c ------------------------------------------------------------- */
@@ -192,17 +193,32 @@ ps_err wire_writer_params_header(wire_writer *w, uint64_t incarnation, uint64_t 
   return add_bytes(w, buf, n);
 }
 
+ps_err wire_writer_dtype(wire_writer *w, wire_dtype dtype) {
+  if (dtype == WIRE_DTYPE_F32) return w->status; /* absent reads f32: messages as before */
+  uint8_t buf[1 + 5];
+  size_t n = 0;
+  buf[n++] = tag(WIRE_FIELD_DTYPE, WT_VARINT);
+  n += put_varint(buf + n, (uint32_t)dtype);
+  return add_bytes(w, buf, n);
+}
+
 ps_err wire_writer_block(wire_writer *w, uint32_t id, const float *data, size_t count,
                          rpc_lease *lease) {
   if (w->status != PS_ERR_OK) return w->status;
-  if (w->block_count >= w->block_room) {
-    return refuse(w, "more blocks than wire_writer_begin made room for");
-  }
   /* The block's inner length adds up to 17 header bytes to its data. */
   if (count > (SIZE_MAX - BLOCK_HEADER_MAX) / sizeof(float)) {
     return refuse(w, "a block too large for a message");
   }
-  size_t data_len = count * sizeof(float);
+  return wire_writer_block_bytes(w, id, data, count * sizeof(float), lease);
+}
+
+ps_err wire_writer_block_bytes(wire_writer *w, uint32_t id, const void *data, size_t data_len,
+                               rpc_lease *lease) {
+  if (w->status != PS_ERR_OK) return w->status;
+  if (w->block_count >= w->block_room) {
+    return refuse(w, "more blocks than wire_writer_begin made room for");
+  }
+  if (data_len > SIZE_MAX - BLOCK_HEADER_MAX) return refuse(w, "a block too large for a message");
   size_t inner = 1 + varint_size(id) + 1 + varint_size(data_len) + data_len;
   uint8_t buf[BLOCK_HEADER_MAX];
   size_t n = 0;
@@ -450,6 +466,7 @@ ps_err wire_parse_blocks(const rpc_message *msg, wire_blocks_msg *out, ps_error 
   out->step = 0;
   out->block_count = 0;
   out->kind = 0;
+  out->dtype = 0;
   out->sparse_count = 0;
   while (c.at < c.end) {
     unsigned field, wt;
@@ -480,6 +497,10 @@ ps_err wire_parse_blocks(const rpc_message *msg, wire_blocks_msg *out, ps_error 
       uint64_t v;
       if (!read_varint(&c, &v) || v > UINT32_MAX) goto malformed;
       out->kind = (uint32_t)v;
+    } else if (field == WIRE_FIELD_DTYPE && wt == WT_VARINT) {
+      uint64_t v;
+      if (!read_varint(&c, &v) || v > UINT32_MAX) goto malformed;
+      out->dtype = (uint32_t)v;
     } else if (field == 0 || !skip_field(&c, wt)) {
       goto malformed;
     }

@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "common/job.h"
 #include "common/rpc.h"
+#include "common/wire_dtype.h"
 #include "pstrain.pb-c.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -84,6 +85,8 @@ enum {
   WIRE_SPARSE_ROWS = 4,  /* ParamsReply.sparse_rows */
   WIRE_SPARSE_KEYS = 5,  /* PushRequest.sparse_keys and PullRequest.sparse_keys */
 };
+/* PushRequest.dtype and ParamsReply.dtype: the dense blocks' element type. */
+#define WIRE_FIELD_DTYPE 7
 
 /* Most blocks one message may hold: its parts (two a block, and the
  * SparseRows') are counted in an int. */
@@ -97,9 +100,15 @@ void wire_writer_free(wire_writer *w);
 ps_err wire_writer_push_header(wire_writer *w, const wire_key *key, uint64_t config_hash);
 /* ParamsReply's fields 1 (incarnation) and 2 (step). */
 ps_err wire_writer_params_header(wire_writer *w, uint64_t incarnation, uint64_t step);
+/* The blocks' dtype (field 7), after the header; nothing for f32, which an
+ * absent field means. */
+ps_err wire_writer_dtype(wire_writer *w, wire_dtype dtype);
 /* A Block (field 3) whose data is borrowed under lease (NULL: copied). */
 ps_err wire_writer_block(wire_writer *w, uint32_t id, const float *data, size_t count,
                          rpc_lease *lease);
+/* The same with data_len bytes of any dtype (converted by the caller). */
+ps_err wire_writer_block_bytes(wire_writer *w, uint32_t id, const void *data, size_t data_len,
+                               rpc_lease *lease);
 /* A SparseRows in field `field` (WIRE_SPARSE_*) of table `table`: n keys
  * (NULL: none sent), value_count floats (NULL: none), n counts (NULL: none).
  * Data is borrowed under lease (NULL: copied). At most WIRE_MAX_SPARSE per
@@ -141,6 +150,7 @@ typedef struct wire_blocks_msg {
   wire_block_ref *blocks; /* caller's array of block_cap entries */
   size_t block_cap;
   uint32_t kind;          /* PullRequest.kind */
+  uint32_t dtype;         /* field 7: the blocks' wire_dtype (0, f32, when absent) */
   size_t sparse_count;
   wire_sparse_ref sparse[WIRE_MAX_SPARSE];
 } wire_blocks_msg;
@@ -152,5 +162,9 @@ ps_err wire_parse_blocks(const rpc_message *msg, wire_blocks_msg *out, ps_error 
 
 /* Copies a block's data (ref->len bytes) to dst. */
 void wire_copy_block(const rpc_message *msg, const wire_block_ref *ref, void *dst);
+/* Converts a block of dtype elements (ref->len / wire_dtype_size of them;
+ * the caller checked the length) to float32 at dst (wire_dtype.c). */
+void wire_decode_block(const rpc_message *msg, const wire_block_ref *ref, wire_dtype dtype,
+                       float *dst);
 
 #endif

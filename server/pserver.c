@@ -62,6 +62,7 @@ void pserver_destroy(pserver *ps) {
   }
   if (ps->configured) pserver_deconfigure(ps);
   wire_writer_free(&ps->reply);
+  free(ps->reply_scratch);
   free_trainers(ps);
   pthread_mutex_destroy(&ps->lock);
 }
@@ -141,9 +142,18 @@ static ps_err check_sender(pserver *ps, rpc_call *call, const char *method, int 
   return PS_ERR_OK;
 }
 
-/* Checks that a push holds each of this pserver's blocks once, at its size. */
+/* Checks that a push holds each of this pserver's blocks once, at its size,
+ * in the job's wire dtype. */
 static ps_err check_blocks(pserver *ps, rpc_call *call, const wire_blocks_msg *m) {
   const shard_map *map = &ps->table.map;
+  wire_dtype dtype = ps->job.wire_dtype;
+  size_t size = wire_dtype_size(dtype);
+  if (m->dtype != (uint32_t)dtype) {
+    pserver_refuse(call, "PushPull", PS_ERR_INVALID_ARGUMENT,
+                   "push holds %s blocks, the job's --wire-dtype is %s",
+                   wire_dtype_name((wire_dtype)m->dtype), wire_dtype_name(dtype));
+    return PS_ERR_INVALID_ARGUMENT;
+  }
   size_t want = map->shard_blocks[ps->cfg.id];
   if (m->block_count != want) {
     pserver_refuse(call, "PushPull", PS_ERR_INVALID_ARGUMENT, "push holds %zu blocks, pserver %d holds %zu",
@@ -163,9 +173,11 @@ static ps_err check_blocks(pserver *ps, rpc_call *call, const wire_blocks_msg *m
       return PS_ERR_INVALID_ARGUMENT;
     }
     ps->seen[r->id] = 1;
-    if (r->len != map->blocks[r->id].count * sizeof(float)) {
-      pserver_refuse(call, "PushPull", PS_ERR_INVALID_ARGUMENT, "block %u has %zu bytes, expected %zu",
-             r->id, r->len, map->blocks[r->id].count * sizeof(float));
+    if (r->len != map->blocks[r->id].count * size) {
+      pserver_refuse(call, "PushPull", PS_ERR_INVALID_ARGUMENT,
+                     "block %u has %zu bytes, expected %zu (%zu %s elements)", r->id, r->len,
+                     map->blocks[r->id].count * size, map->blocks[r->id].count,
+                     wire_dtype_name(dtype));
       return PS_ERR_INVALID_ARGUMENT;
     }
   }

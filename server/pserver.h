@@ -63,7 +63,7 @@ typedef enum { PSERVER_RUNNING, PSERVER_FINISHED, PSERVER_FAILED } pserver_statu
 /* A copy of the parameters that replies send from; reused once gRPC has let
  * go of it (its lease drops to zero), so no handler ever waits for gRPC. */
 typedef struct params_snapshot {
-  float *data;
+  float *data; /* n floats of room; holds the job's wire dtype */
   rpc_lease lease;
 } params_snapshot;
 
@@ -138,6 +138,7 @@ typedef struct pserver {
   double step_started; /* sync: when the first push of the step arrived */
   params_snapshot snapshots[PSERVER_SNAPSHOTS];
   wire_writer reply;   /* reused under the lock */
+  void *reply_scratch; /* wire dtype not f32, every snapshot busy: gRPC copies from here */
   wire_block_ref *refs;
   size_t refs_cap;
   unsigned char *seen; /* per-block flags while validating a push */

@@ -97,7 +97,8 @@ void pserver_metrics_after_step(pserver_metrics *pm, const pserver *ps, const in
   for (int i = 0; i < count; i++) {
     char id[16];
     snprintf(id, sizeof id, "%d", slots[i]);
-    metric_inc(pm->bytes, (const char *[]){id, "out"}, (double)(ps->table.n * sizeof(float)));
+    metric_inc(pm->bytes, (const char *[]){id, "out"},
+               (double)(ps->table.n * wire_dtype_size(ps->job.wire_dtype)));
   }
   metric_set(pm->step, NULL, (double)step);
   for (int t = 0; t < ps->sparse_count; t++) {

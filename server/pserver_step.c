@@ -56,6 +56,8 @@ void pserver_deconfigure(pserver *ps) {
   ps->refs = NULL;
   ps->seen = NULL;
   ps->refs_cap = 0;
+  free(ps->reply_scratch); /* gRPC copied from it: free to go */
+  ps->reply_scratch = NULL;
   ps->configured = 0;
 }
 
@@ -125,7 +127,8 @@ ps_err pserver_configure(pserver *ps, const job_config *job, int trainer, ps_err
 /* --- replies ------------------------------------------------------------------- */
 
 /* A snapshot no reply is sending from any more, filled with the current
- * parameters; NULL when all are busy (the caller then lets gRPC copy). */
+ * parameters in the job's wire dtype; NULL when all are busy (the caller
+ * then lets gRPC copy). */
 static params_snapshot *take_snapshot(pserver *ps) {
   size_t n = ps->table.n;
   for (int i = 0; i < PSERVER_SNAPSHOTS; i++) {
@@ -134,26 +137,47 @@ static params_snapshot *take_snapshot(pserver *ps) {
     if (snap->data == NULL && (snap->data = malloc((n > 0 ? n : 1) * sizeof(float))) == NULL) {
       return NULL;
     }
-    memcpy(snap->data, ps->table.params, n * sizeof(float));
+    wire_dtype_encode(ps->job.wire_dtype, ps->table.params, snap->data, n);
     return snap;
   }
   return NULL;
 }
 
+/* Where a reply without a snapshot sends from, gRPC copying: the table, or
+ * for a 16-bit wire dtype its conversion in ps->reply_scratch (NULL: out of
+ * memory). */
+static const void *source_without_snapshot(pserver *ps) {
+  size_t n = ps->table.n;
+  if (ps->job.wire_dtype == WIRE_DTYPE_F32) return ps->table.params;
+  if (ps->reply_scratch == NULL &&
+      (ps->reply_scratch = malloc((n > 0 ? n : 1) * sizeof(float))) == NULL) {
+    return NULL;
+  }
+  wire_dtype_encode(ps->job.wire_dtype, ps->table.params, ps->reply_scratch, n);
+  return ps->reply_scratch;
+}
+
 /* Builds the ParamsReply of the whole shard into ps->reply, sending from
- * snap (or, without one, from the table with gRPC copying). */
+ * snap (or, without one, with gRPC copying). */
 static ps_err build_params_reply(pserver *ps, params_snapshot *snap, ps_error *err) {
   table *t = &ps->table;
   if (wire_writer_begin(&ps->reply, t->map.shard_blocks[ps->cfg.id], err) != PS_ERR_OK) {
     return err->code;
   }
-  const float *source = snap != NULL ? snap->data : t->params;
+  const uint8_t *source = snap != NULL ? (const uint8_t *)snap->data : source_without_snapshot(ps);
+  if (source == NULL) {
+    return ps_error_set(err, PS_ERR_NO_MEMORY, "pserver: out of memory converting the "
+                        "parameters to %s", wire_dtype_name(ps->job.wire_dtype));
+  }
+  size_t size = wire_dtype_size(ps->job.wire_dtype);
   rpc_lease *lease = snap != NULL ? &snap->lease : NULL;
   wire_writer_params_header(&ps->reply, ps->incarnation, (uint64_t)ps->version);
+  wire_writer_dtype(&ps->reply, ps->job.wire_dtype);
   for (size_t i = 0; i < t->map.block_count; i++) {
     const shard_block *b = &t->map.blocks[i];
     if (b->pserver != ps->cfg.id) continue;
-    wire_writer_block(&ps->reply, b->id, source + b->shard_offset, b->count, lease);
+    wire_writer_block_bytes(&ps->reply, b->id, source + b->shard_offset * size, b->count * size,
+                            lease);
   }
   return wire_writer_check(&ps->reply, err);
 }
@@ -180,7 +204,7 @@ void pserver_reply_params_rows(pserver *ps, rpc_call *const *calls, int count,
       rpc_call_reply(calls[i], err.code, err.msg, NULL, 0);
       continue;
     }
-    ps->stats_out += ps->table.n * sizeof(float);
+    ps->stats_out += ps->table.n * wire_dtype_size(ps->job.wire_dtype);
     rpc_call_reply(calls[i], PS_ERR_OK, NULL, ps->reply.parts, ps->reply.part_count);
   }
 }
@@ -301,7 +325,7 @@ void pserver_push_sync(pserver *ps, rpc_call *call, const rpc_message *msg,
   float *slot = table_slot(&ps->table, (int)id);
   for (size_t i = 0; i < m->block_count; i++) {
     const shard_block *b = &ps->table.map.blocks[m->blocks[i].id];
-    wire_copy_block(msg, &m->blocks[i], slot + b->shard_offset);
+    wire_decode_block(msg, &m->blocks[i], ps->job.wire_dtype, slot + b->shard_offset);
   }
   tr->pushed = 1;
   tr->waiting = call;
@@ -335,7 +359,7 @@ void pserver_push_async(pserver *ps, rpc_call *call, const rpc_message *msg,
     float *slot = table_slot(&ps->table, 0);
     for (size_t i = 0; i < m->block_count; i++) {
       const shard_block *b = &ps->table.map.blocks[m->blocks[i].id];
-      wire_copy_block(msg, &m->blocks[i], slot + b->shard_offset);
+      wire_decode_block(msg, &m->blocks[i], ps->job.wire_dtype, slot + b->shard_offset);
     }
     const int slot0 = 0;
     double t0 = now_s();

@@ -85,6 +85,7 @@ typedef struct storm {
   tensor_layout layout;
   shard_map map;
   float *grads;
+  uint8_t *wire;     /* grads in the job's --wire-dtype, as a trainer sends them */
   rng r;
   /* CTR jobs (tables > 0) */
   int tables, dim[CTR_TABLES_MAX];
@@ -300,9 +301,13 @@ static void write_blocks(storm *s, int p, const wire_key *k, uint64_t hash, int 
     die("sizing a request", &err);
   }
   wire_writer_push_header(&w, k, hash);
+  size_t size = wire_dtype_size(s->job.wire_dtype);
+  if (with_blocks) wire_writer_dtype(&w, s->job.wire_dtype);
   for (size_t i = 0; i < s->map.block_count && with_blocks; i++) {
     const shard_block *b = &s->map.blocks[i];
-    if (b->pserver == p) wire_writer_block(&w, b->id, s->grads + b->offset, b->count, NULL);
+    if (b->pserver == p) {
+      wire_writer_block_bytes(&w, b->id, s->wire + b->offset * size, b->count * size, NULL);
+    }
   }
   for (int i = 0; i < s->row_count; i++) {
     const storm_rows *r = &s->rows[i];
@@ -505,7 +510,8 @@ static ps_err job_of(storm *s, trainer_settings *ts, ps_error *err) {
   s->job = (job_config){.model = ts->model, .optimizer = ts->optimizer, .update = ts->update,
                         .trainers = (int)o->trainers, .pservers = ts->pservers.count,
                         .block_size = (size_t)o->block_size, .seed = (uint64_t)o->seed,
-                        .batch = o->batch, .steps = steps, .sparse = sparse};
+                        .batch = o->batch, .steps = steps, .wire_dtype = ts->wire_dtype,
+                        .sparse = sparse};
   return PS_ERR_OK;
 }
 
@@ -618,6 +624,9 @@ int main(int argc, char **argv) {
   s.grads = malloc(s.layout.total * sizeof *s.grads);
   if (s.grads == NULL) return 1;
   for (size_t i = 0; i < s.layout.total; i++) s.grads[i] = (float)rng_below(&s.r, 1000) * 1e-3f;
+  s.wire = malloc(s.layout.total * sizeof *s.grads);
+  if (s.wire == NULL) return 1;
+  wire_dtype_encode(s.job.wire_dtype, s.grads, s.wire, s.layout.total);
   if (s.tables > 0 && sparse_setup(&s, ts.opt.batch) != PS_ERR_OK) return 1;
 
   rpc_global_init();
@@ -774,6 +783,7 @@ int main(int argc, char **argv) {
   free(op_method);
   free(targv);
   free(s.grads);
+  free(s.wire);
   free(s.pool);
   free(s.values);
   for (int i = 0; i < WIRE_MAX_SPARSE; i++) {

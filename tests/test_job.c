@@ -20,7 +20,7 @@
 static job_config base_job(void) {
   ps_error err;
   job_config job = {.update = UPDATE_SYNC, .trainers = 2, .pservers = 2, .block_size = 32768,
-                    .seed = 7, .batch = 64, .steps = 100};
+                    .seed = 7, .batch = 64, .steps = 100, .wire_dtype = WIRE_DTYPE_BF16};
   /* A CTR model: its job has every row, the sparse tables' too. */
   REQUIRE(model_parse("ctr:4:16", &job.model, &err) == PS_ERR_OK);
   job.optimizer = (optimizer_config){.kind = OPTIMIZER_ADAM, .lr = 0.001, .weight_decay = 0.01,
@@ -40,6 +40,7 @@ static job_config base_job(void) {
 #define MUTATE_KIND(v) (v) = (v) == OPTIMIZER_ADAM ? OPTIMIZER_MOMENTUM : OPTIMIZER_ADAM
 #define MUTATE_SCHEDULE(v) (v) = (v) == LR_COSINE ? LR_STEP : LR_COSINE
 #define MUTATE_UPDATE(v) (v) = (v) == UPDATE_SYNC ? UPDATE_ASYNC : UPDATE_SYNC
+#define MUTATE_WIRE_DTYPE(v) (v) = (v) == WIRE_DTYPE_BF16 ? WIRE_DTYPE_FP16 : WIRE_DTYPE_BF16
 #define MUTATE_DOUBLE(v) (v) = (v) / 2 + 0.125 /* stays in (0, 1) when it was */
 #define MUTATE_INT(v) (v) += 1
 #define MUTATE_LONG(v) (v) += 1
@@ -315,12 +316,46 @@ static void check_sparse_rows(void) {
   CHECK(job_config_hash(&back) == job_config_hash(&mlp));
 }
 
+/* The wire dtype's row is written only when not f32 (an f32 job hashes as
+ * before it existed); a peer that does not send it means f32; an unknown
+ * name is refused. */
+static void check_wire_dtype_row(void) {
+  ps_error err;
+  job_config job = base_job(), back;
+  char text[1024];
+  job.wire_dtype = WIRE_DTYPE_F32;
+  job_config_format(&job, text, sizeof text);
+  CHECK(strstr(text, "wire_dtype") == NULL);
+  CHECK(strstr(text, " steps=100 sparse=[") != NULL);
+  job.wire_dtype = WIRE_DTYPE_FP16;
+  job_config_format(&job, text, sizeof text);
+  CHECK(strstr(text, " steps=100 wire_dtype=fp16 sparse=[") != NULL);
+  Pstrain__JobConfig jc;
+  wire_job_parts parts;
+  char model[256];
+  wire_job_to_proto(&job, &jc, &parts, model, sizeof model);
+  CHECK_EQ_STR(jc.wire_dtype, "fp16");
+  jc.wire_dtype = (char *)""; /* an older peer's job */
+  CHECK_EQ_INT(wire_job_from_proto(&jc, &back, &err), PS_ERR_OK);
+  CHECK_EQ_INT(back.wire_dtype, WIRE_DTYPE_F32);
+  jc.wire_dtype = (char *)"int8";
+  CHECK_EQ_INT(wire_job_from_proto(&jc, &back, &err), PS_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(err.msg, "wire dtype 'int8' is not f32, bf16 or fp16");
+  char joined[64] = "";
+  for (int d = 0; d < WIRE_DTYPE_COUNT; d++) {
+    snprintf(joined + strlen(joined), sizeof joined - strlen(joined), "%s%s", d ? "|" : "",
+             wire_dtype_name((wire_dtype)d));
+  }
+  CHECK_EQ_STR(joined, WIRE_DTYPE_CHOICES);
+}
+
 int main(void) {
   check_every_field();
+  check_wire_dtype_row();
   /* Every member of job_config is a row: what no row covers is padding
-   * (after optimizer.kind, optimizer.schedule, pservers, sparse.sparse_kind
-   * and sparse.admit_after on LP64). */
-  CHECK_EQ_INT(uncovered_bytes(), 20);
+   * (after optimizer.kind, optimizer.schedule, pservers, wire_dtype,
+   * sparse.sparse_kind and sparse.admit_after on LP64). */
+  CHECK_EQ_INT(uncovered_bytes(), 24);
   check_sparse_rows();
   check_golden_text();
   check_name_tables();

@@ -13,7 +13,8 @@
 # many keys, duplicate keys, a key of another pserver, wrong widths, counts
 # of 0, tables out of range or twice, rows in the wrong field). Before the
 # CTR storm, storm_client --storm-register shows on spare pservers that each
-# sparse mutation is refused by the pserver's sparse checks themselves.
+# sparse mutation is refused by the pserver's sparse checks themselves. The
+# CTR job sends its dense blocks as bf16 (--wire-dtype), the storm's too.
 . "$(dirname "$0")/lib.sh"
 require_data
 STORM="$BIN/tests/storm_client"
@@ -84,7 +85,7 @@ D="$SCRATCH/ctr-data"
 "$BIN/gen_ctr" --out "$D" --train-rows 20000 --test-rows 1000 --scale 0.0005 --seed 5 \
   >"$SCRATCH/gen.json" || { fail "gen_ctr failed"; finish; }
 CTR=(--data "$D/train.tsv" --test-data "$D/test.tsv" --model ctr:8:32,16 --epochs 20 --batch 64
-     --seed 3 --threads 1 --progress-interval 0)
+     --seed 3 --threads 1 --progress-interval 0 --wire-dtype bf16)
 # The storm itself first: registered on spare (async) pservers, its plain
 # CTR requests are accepted and each sparse mutation gets INVALID_ARGUMENT.
 start_pservers check 2 --trainers 2

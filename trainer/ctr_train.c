@@ -35,7 +35,7 @@ void ctr_trainer_job(const ctr_trainer *t, job_config *job) {
   *job = (job_config){.model = s->model, .optimizer = s->optimizer, .update = UPDATE_SYNC,
                       .trainers = 1, .pservers = 1, .block_size = (size_t)s->opt.block_size,
                       .seed = (uint64_t)s->opt.seed, .batch = s->opt.batch * t->ranks,
-                      .steps = steps};
+                      .steps = steps, .wire_dtype = s->wire_dtype};
   job->sparse = job_sparse_of(&s->sparse_opt, (int)s->opt.admit_after, s->opt.evict_after);
 }
 

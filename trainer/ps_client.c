@@ -131,8 +131,11 @@ ps_err ps_client_connect(ps_client *c, const endpoint_list *pservers, const job_
   c->refs_cap = c->map.block_count + 1;
   c->refs = malloc(c->refs_cap * sizeof *c->refs);
   c->seen = malloc(c->map.block_count > 0 ? c->map.block_count : 1);
-  if (c->seen == NULL || c->channels == NULL || c->pserver_incarnation == NULL || c->writers == NULL ||
-      c->ops == NULL || c->refs == NULL) {
+  int converted = job->wire_dtype != WIRE_DTYPE_F32;
+  size_t total = c->map.total > 0 ? c->map.total : 1;
+  if (converted) c->wire_grads = malloc(total * wire_dtype_size(job->wire_dtype));
+  if ((converted && c->wire_grads == NULL) || c->seen == NULL || c->channels == NULL ||
+      c->pserver_incarnation == NULL || c->writers == NULL || c->ops == NULL || c->refs == NULL) {
     ps_client_close(c);
     return ps_error_set(err, PS_ERR_NO_MEMORY, "ps client: out of memory");
   }
@@ -186,6 +189,7 @@ void ps_client_close(ps_client *c) {
   free(c->ops);
   free(c->refs);
   free(c->seen);
+  free(c->wire_grads);
   free(c->channels);
   free(c->pserver_incarnation);
   shard_map_free(&c->map);
@@ -193,9 +197,12 @@ void ps_client_close(ps_client *c) {
   memset(c, 0, sizeof *c);
 }
 
-/* Checks each ParamsReply and copies its blocks into params. */
+/* Checks each ParamsReply and copies its blocks into params (converted
+ * from the job's wire dtype). */
 static ps_err apply_replies(ps_client *c, const char *what, long want_version, float *params,
                             ps_error *err) {
+  wire_dtype dtype = c->job.wire_dtype;
+  size_t size = wire_dtype_size(dtype);
   for (int p = 0; p < c->job.pservers; p++) {
     const rpc_message *msg = &c->ops[p].reply.message;
     wire_blocks_msg m = {.blocks = c->refs, .block_cap = c->refs_cap};
@@ -216,6 +223,11 @@ static ps_err apply_replies(ps_client *c, const char *what, long want_version, f
                           "%s: pserver %d at %s answered with step %llu, expected %ld", what, p,
                           c->targets.items[p], (unsigned long long)m.step, want_version);
     }
+    if (m.dtype != (uint32_t)dtype) {
+      return ps_error_set(err, PS_ERR_CORRUPT_DATA, "%s: pserver %d sent %s blocks, the job's "
+                          "--wire-dtype is %s", what, p, wire_dtype_name((wire_dtype)m.dtype),
+                          wire_dtype_name(dtype));
+    }
     if (m.block_count != c->map.shard_blocks[p]) {
       return ps_error_set(err, PS_ERR_CORRUPT_DATA, "%s: pserver %d sent %zu blocks, expected %zu",
                           what, p, m.block_count, c->map.shard_blocks[p]);
@@ -232,10 +244,10 @@ static ps_err apply_replies(ps_client *c, const char *what, long want_version, f
         return ps_error_set(err, PS_ERR_CORRUPT_DATA, "%s: pserver %d sent block %u twice", what,
                             p, r->id);
       }
-      if (r->len != c->map.blocks[r->id].count * sizeof(float)) {
+      if (r->len != c->map.blocks[r->id].count * size) {
         return ps_error_set(err, PS_ERR_CORRUPT_DATA,
                             "%s: pserver %d sent block %u with %zu bytes, expected %zu", what, p,
-                            r->id, r->len, c->map.blocks[r->id].count * sizeof(float));
+                            r->id, r->len, c->map.blocks[r->id].count * size);
       }
     }
     if (c->sparse != NULL && c->sparse->take(c->sparse->ctx, p, msg, &m, err) != PS_ERR_OK) {
@@ -245,7 +257,7 @@ static ps_err apply_replies(ps_client *c, const char *what, long want_version, f
                           why);
     }
     for (size_t i = 0; i < m.block_count; i++) {
-      wire_copy_block(msg, &m.blocks[i], params + c->map.blocks[m.blocks[i].id].offset);
+      wire_decode_block(msg, &m.blocks[i], dtype, params + c->map.blocks[m.blocks[i].id].offset);
     }
     c->bytes_received += msg->total;
   }
@@ -316,13 +328,24 @@ ps_err ps_client_push_pull(ps_client *c, long step, const float *grads, float *p
   int n = c->job.pservers;
   double start = now_s();
   wire_key key = {(uint32_t)c->trainer_id, c->incarnation, (uint64_t)step};
+  /* Sent from grads as they lie, or from their conversion (one pass). */
+  wire_dtype dtype = c->job.wire_dtype;
+  size_t size = wire_dtype_size(dtype);
+  const uint8_t *source = (const uint8_t *)grads;
+  if (dtype != WIRE_DTYPE_F32) {
+    wire_dtype_encode(dtype, grads, c->wire_grads, c->map.total);
+    source = c->wire_grads;
+  }
   for (int p = 0; p < n; p++) {
     wire_writer *w = &c->writers[p];
     if (wire_writer_begin(w, c->map.shard_blocks[p], err) != PS_ERR_OK) return err->code;
     wire_writer_push_header(w, &key, c->hash);
+    wire_writer_dtype(w, dtype);
     for (size_t i = 0; i < c->map.block_count; i++) {
       const shard_block *b = &c->map.blocks[i];
-      if (b->pserver == p) wire_writer_block(w, b->id, grads + b->offset, b->count, &c->lease);
+      if (b->pserver == p) {
+        wire_writer_block_bytes(w, b->id, source + b->offset * size, b->count * size, &c->lease);
+      }
     }
     if (c->sparse != NULL && c->sparse->append(c->sparse->ctx, p, w, &c->lease, err) != PS_ERR_OK) {
       return err->code;
@@ -343,7 +366,7 @@ ps_err ps_client_push_pull(ps_client *c, long step, const float *grads, float *p
   if (rpc_lease_wait(&c->lease) != PS_ERR_OK && rc == PS_ERR_OK) {
     rc = ps_error_set(err, PS_ERR_INTERNAL, "%s: gRPC kept the gradient buffer for 30 s", what);
   }
-  c->bytes_sent += c->map.total * sizeof(float);
+  c->bytes_sent += c->map.total * size;
   c->comm_seconds += now_s() - start;
   return rc;
 }

@@ -45,6 +45,7 @@ typedef struct ps_client {
   size_t refs_cap;
   unsigned char *seen;      /* per-block flags while checking a reply */
   rpc_lease lease;          /* the gradient array while it is being sent */
+  uint8_t *wire_grads;      /* the gradients in the job's 16-bit wire dtype (NULL: f32) */
   double rpc_timeout;
   const ps_client_sparse_ops *sparse; /* NULL: an MLP job */
   /* statistics */

@@ -45,7 +45,7 @@ void trainer_job(const trainer *t, int pservers, job_config *job) {
                       .update = s->pserver_mode ? s->update : UPDATE_SYNC,
                       .trainers = t->trainers, .pservers = pservers,
                       .block_size = (size_t)s->opt.block_size, .seed = (uint64_t)s->opt.seed,
-                      .batch = s->opt.batch, .steps = steps};
+                      .batch = s->opt.batch, .steps = steps, .wire_dtype = s->wire_dtype};
 }
 
 ps_err trainer_init(trainer *t, const trainer_settings *settings, ps_error *err) {

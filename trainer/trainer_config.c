@@ -34,6 +34,9 @@ static const option_def trainer_option_table[] = {
      NUM(-1, PSTRAIN_MAX_TRAINERS - 1)},
     {"block-size", NULL, OPT_INT, OFF(block_size), "32768",
      "pserver mode: most floats per block of the shard map", NULL, NUM(1, 1 << 26)},
+    {"wire-dtype", NULL, OPT_CHOICE, OFF(wire_dtype), "f32",
+     "pserver mode: element type of dense gradients and parameters on the wire (bf16, fp16: "
+     "half the bytes; pservers keep float32)", WIRE_DTYPE_CHOICES, ANY},
     {"connect-timeout", NULL, OPT_DOUBLE, OFF(connect_timeout), "60",
      "pserver mode: seconds to wait for every pserver to come up", NULL, NUM(0.1, 1e7)},
     {"rpc-timeout", NULL, OPT_DOUBLE, OFF(rpc_timeout), "300",
@@ -224,7 +227,16 @@ options_result trainer_settings_load(trainer_settings *s, int argc, char **argv,
   if (ctr_settings_load(s, err) != PS_ERR_OK) return OPTIONS_ERROR;
   s->pserver_mode = strcmp(o->mode, "pserver") == 0;
   s->collective_mode = strcmp(o->mode, "collective") == 0;
-  if (update_mode_parse(o->update, &s->update, err) != PS_ERR_OK) return OPTIONS_ERROR;
+  if (update_mode_parse(o->update, &s->update, err) != PS_ERR_OK ||
+      wire_dtype_parse(o->wire_dtype, &s->wire_dtype, err) != PS_ERR_OK) {
+    return OPTIONS_ERROR;
+  }
+  if (s->wire_dtype != WIRE_DTYPE_F32 && !s->pserver_mode) {
+    ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                 "--wire-dtype %s is for pserver mode; --mode %s %s", o->wire_dtype, o->mode,
+                 s->collective_mode ? "all-reduces float32 gradients" : "sends nothing");
+    return OPTIONS_ERROR;
+  }
   if (s->pserver_mode) {
     if (endpoints_check_role("TRAINER", err) != PS_ERR_OK ||
         endpoints_parse(o->pservers, "--pservers", &s->pservers, err) != PS_ERR_OK) {

@@ -25,6 +25,7 @@ typedef struct trainer_options {
   long trainers;
   long id;
   long block_size;
+  const char *wire_dtype;
   double connect_timeout;
   double rpc_timeout;
   double recover_timeout;
@@ -80,6 +81,7 @@ typedef struct trainer_settings {
   int pserver_mode;
   int collective_mode;
   update_mode update;
+  wire_dtype wire_dtype;  /* f32 outside pserver mode */
   endpoint_list pservers; /* pserver mode */
   char token[256];        /* from --token-file; "" for none */
   tls_config tls;         /* the --tls-* paths (checked); all empty for plaintext */

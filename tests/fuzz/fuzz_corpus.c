@@ -326,8 +326,23 @@ static void wire_seeds(void) {
     memcpy(body + len, w.parts[i].data, w.parts[i].len);
     len += w.parts[i].len;
   }
-  wire_writer_free(&w);
   wire_seed("params-reply", 0x21, body, len);
+  /* The same in bf16 (field 7, 2 bytes a float), cut into segments. */
+  if (wire_writer_begin(&w, map.block_count, &err) != PS_ERR_OK) fuzz_die("writer", &err);
+  wire_writer_params_header(&w, 0x1234567890ull, 42);
+  wire_writer_dtype(&w, WIRE_DTYPE_BF16);
+  for (size_t i = 0; i < map.block_count; i++) {
+    if (map.blocks[i].pserver == 0) {
+      wire_writer_block_bytes(&w, map.blocks[i].id, values, map.blocks[i].count * 2, NULL);
+    }
+  }
+  len = 0;
+  for (int i = 0; i < w.part_count; i++) {
+    memcpy(body + len, w.parts[i].data, w.parts[i].len);
+    len += w.parts[i].len;
+  }
+  wire_writer_free(&w);
+  wire_seed("params-reply-bf16", 0x27, body, len);
   len = fuzz_register_bytes(&job, 0, 77, 1, body, sizeof body);
   wire_seed("register", 0x00, body, len);
   wire_seed("register-segments", 0x03, body, len);

@@ -2,9 +2,10 @@
  * bytes. The first byte picks how many segments the rest arrives in and the
  * block capacity. Invariants, each an abort (a finding):
  * - wire_parse_blocks: every block reference lies inside the message, and
- *   wire_copy_block of it yields exactly those bytes of the flat message;
+ *   wire_copy_block of it yields exactly those bytes of the flat message,
+ *   and wire_decode_block (bf16, fp16) the decoding of those bytes;
  *   never more blocks than the capacity; an accepted push written back with
- *   wire_writer parses to the same key, hash and blocks;
+ *   wire_writer parses to the same key, hash, dtype and blocks;
  * - protobuf-c unpacking of each small message, then wire_job_from_proto:
  *   an accepted job survives wire_job_to_proto, packing and unpacking with
  *   the same hash, and its text, hash and difference functions run;
@@ -49,12 +50,23 @@ static void check_blocks(const rpc_message *msg, const uint8_t *flat, size_t cap
     if (start > msg->total || b->len > msg->total - start) finding("a block overruns the message");
     wire_copy_block(msg, b, copy);
     if (memcmp(copy, flat + start, b->len) != 0) finding("a block's copy differs from its bytes");
+    /* Elements may straddle segments: decoded in place as from flat bytes. */
+    float *got = malloc(b->len * 2 + 4), *want = malloc(b->len * 2 + 4);
+    if (got == NULL || want == NULL) abort();
+    for (int d = WIRE_DTYPE_BF16; d <= WIRE_DTYPE_FP16 && b->len % 2 == 0; d++) {
+      wire_decode_block(msg, b, (wire_dtype)d, got);
+      wire_dtype_decode((wire_dtype)d, flat + start, want, b->len / 2);
+      if (memcmp(got, want, b->len * 2) != 0) finding("a block decodes unlike its bytes");
+    }
+    free(got);
+    free(want);
   }
   /* A push (key, no number in field 1) written back parses the same. */
   if (m.has_key && m.pserver_incarnation == 0 && m.block_count > 0) {
     wire_writer w = {0};
     if (wire_writer_begin(&w, m.block_count, &err) != PS_ERR_OK) abort();
     wire_writer_push_header(&w, &m.key, m.config_hash);
+    wire_writer_dtype(&w, (wire_dtype)m.dtype);
     float *data = malloc(msg->total + sizeof(float));
     if (data == NULL) abort();
     int whole = 1;
@@ -79,7 +91,8 @@ static void check_blocks(const rpc_message *msg, const uint8_t *flat, size_t cap
       wire_block_ref refs2[64];
       wire_blocks_msg m2 = {.blocks = refs2, .block_cap = cap};
       if (wire_parse_blocks(&again, &m2, &err) != PS_ERR_OK) finding("a rewritten push is refused");
-      if (!m2.has_key || memcmp(&m2.key, &m.key, sizeof m.key) != 0 || m2.config_hash != m.config_hash ||
+      if (!m2.has_key || memcmp(&m2.key, &m.key, sizeof m.key) != 0 ||
+          m2.config_hash != m.config_hash || m2.dtype != m.dtype ||
           m2.block_count != m.block_count) {
         finding("a rewritten push parses differently");
       }
