@@ -45,6 +45,7 @@ static ps_err check_job_size(const pserver *ps, const job_config *job, int slots
 }
 
 void pserver_deconfigure(pserver *ps) {
+  pserver_parts_free(ps);
   pserver_sparse_deconfigure(ps);
   table_free(&ps->table);
   for (int i = 0; i < ps->sparse_count; i++) sparse_table_destroy(ps->sparse[i]);
@@ -106,7 +107,8 @@ ps_err pserver_configure(pserver *ps, const job_config *job, int trainer, ps_err
     return err->code;
   }
   ps->job = *job;
-  if (pserver_sparse_configure(ps, err) != PS_ERR_OK) {
+  if (pserver_sparse_configure(ps, err) != PS_ERR_OK ||
+      (job->update == UPDATE_SYNC && ps->sp == NULL && pserver_parts_configure(ps, err) != PS_ERR_OK)) {
     pserver_deconfigure(ps);
     return err->code;
   }
@@ -259,6 +261,10 @@ void pserver_complete_step(pserver *ps) {
   if (ps->sp != NULL) pserver_sparse_reply_step(ps, slots, calls, count);
   else pserver_reply_params(ps, calls, count);
   timeline_span(ps->cfg.timeline, "reply", step, t0);
+  pserver_after_step(ps, slots, count);
+}
+
+void pserver_after_step(pserver *ps, const int *slots, int count) {
   maybe_checkpoint(ps, ps->version);
   log_stats(ps, ps->version);
   timeline_flush(ps->cfg.timeline);
@@ -281,7 +287,8 @@ void pserver_push_sync(pserver *ps, rpc_call *call, const rpc_message *msg,
      * from before a rollback. Answered with the parameters, not applied: the
      * reply's step tells the trainer where the pserver is. Its next keys'
      * rows are read only: the merged pull created them. */
-    pserver_sparse_reply_lookup(ps, call);
+    if (ps->parts != NULL) pserver_parts_reply_behind(ps, call, m);
+    else pserver_sparse_reply_lookup(ps, call);
     return;
   }
   if (step > ps->version) {
@@ -289,6 +296,10 @@ void pserver_push_sync(pserver *ps, rpc_call *call, const rpc_message *msg,
     pserver_refuse(call, "PushPull", PS_ERR_ABORTED,
                    "trainer %u pushed step %ld but the pserver is at step %ld", id, step,
                    ps->version);
+    return;
+  }
+  if (ps->parts != NULL) {
+    pserver_parts_push(ps, call, msg, m);
     return;
   }
   if (tr->pushed) {

@@ -60,3 +60,18 @@ void table_apply_sum(table *t, const optimizer_config *opt, const int *slots, in
   optimizer_apply(opt, step, t->params, sum, states >= 1 ? t->state1 : NULL,
                   states >= 2 ? t->state2 : NULL, t->n);
 }
+
+void table_apply_sum_range(table *t, const optimizer_config *opt, const int *slots, int count,
+                           float scale, long step, size_t offset, size_t n) {
+  float *restrict sum = table_slot(t, slots[0]) + offset;
+  for (int s = 1; s < count; s++) {
+    const float *restrict g = table_slot(t, slots[s]) + offset;
+    for (size_t i = 0; i < n; i++) sum[i] += g[i];
+  }
+  if (scale != 1.0f) {
+    for (size_t i = 0; i < n; i++) sum[i] *= scale;
+  }
+  int states = optimizer_state_per_param(opt->kind);
+  optimizer_apply(opt, step, t->params + offset, sum, states >= 1 ? t->state1 + offset : NULL,
+                  states >= 2 ? t->state2 + offset : NULL, n);
+}
