@@ -145,9 +145,12 @@ void pserver_parts_reply_behind(pserver *ps, rpc_call *call, const wire_blocks_m
 
 /* --- held calls -------------------------------------------------------------------- */
 
-/* Removes held call i (its pool ids are reclaimed by compact()). */
+/* Removes held call i, keeping the others in arrival order (their pool
+ * ids ascend with it, which compact() relies on); its ids are reclaimed by
+ * compact(). */
 static void remove_call(pserver_parts *pp, size_t i) {
-  pp->calls[i] = pp->calls[--pp->call_count];
+  memmove(&pp->calls[i], &pp->calls[i + 1], (pp->call_count - i - 1) * sizeof *pp->calls);
+  pp->call_count--;
 }
 
 /* Packs the pool to the ids of the calls still held. */

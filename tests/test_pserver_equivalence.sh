@@ -2,7 +2,9 @@
 # Sync pserver mode is data-parallel SGD exactly: 2 trainers x batch 32 on 2
 # pservers give, after 40 steps, the parameters of local training with batch
 # 64 on the same seed and data order, to within 2e-6 (float sums in another
-# order); and two sync runs give bitwise-identical parameters.
+# order); and two sync runs give bitwise-identical parameters, overlapped
+# (the default: a push per layer as backward produces it) or not
+# (--overlap false: one push per pserver at the end of the step).
 . "$(dirname "$0")/lib.sh"
 require_data
 LAUNCH="$(dirname "$0")/../scripts/launch"
@@ -11,14 +13,18 @@ COMMON=(--train-samples 6400 --test-samples 500 --max-steps 40 --optimizer momen
 
 "$BIN/trainer" "${COMMON[@]}" --batch 64 --export "$SCRATCH/local.safetensors" \
   2>"$SCRATCH/local.log" || fail "local run failed: $(tail -3 "$SCRATCH/local.log")"
-for run in a b; do
+for run in a b whole; do
+  extra=()
+  [ "$run" = whole ] && extra=(--overlap=false)
   timeout 300 "$LAUNCH" --bin "$BIN" --pservers 2 --trainers 2 --quiet \
-    --log-dir "$SCRATCH/logs-$run" -- "${COMMON[@]}" --batch 32 \
+    --log-dir "$SCRATCH/logs-$run" -- "${COMMON[@]}" --batch 32 "${extra[@]}" \
     --export "$SCRATCH/sync-$run.safetensors" >"$SCRATCH/launch-$run.log" 2>&1 ||
     fail "sync run $run failed: $(tail -5 "$SCRATCH/launch-$run.log")"
 done
 cmp -s "$SCRATCH/sync-a.safetensors" "$SCRATCH/sync-b.safetensors" ||
   fail "two sync runs gave different parameters"
+cmp -s "$SCRATCH/sync-a.safetensors" "$SCRATCH/sync-whole.safetensors" ||
+  fail "the overlapped step gave other parameters than one push per step"
 
 PYTHONPATH="$(dirname "$0")" "$PY" - "$SCRATCH/local.safetensors" "$SCRATCH/sync-a.safetensors" <<'PY' || fail "local vs sync"
 import sys

@@ -47,6 +47,7 @@ typedef struct ps_client {
   rpc_lease lease;          /* the gradient array while it is being sent */
   double rpc_timeout;
   const ps_client_sparse_ops *sparse; /* NULL: an MLP job */
+  struct ps_client_parts *parts;      /* an overlapped step's calls (ps_client_parts.c) */
   /* statistics */
   uint64_t bytes_sent, bytes_received;
   double comm_seconds;
