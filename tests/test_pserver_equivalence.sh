@@ -3,8 +3,8 @@
 # pservers give, after 40 steps, the parameters of local training with batch
 # 64 on the same seed and data order, to within 2e-6 (float sums in another
 # order); and two sync runs give bitwise-identical parameters, overlapped
-# (the default: a push per layer as backward produces it) or not
-# (--overlap false: one push per pserver at the end of the step).
+# (--overlap: a push per layer as backward produces it) or not (the
+# default: one push per pserver at the end of the step).
 . "$(dirname "$0")/lib.sh"
 require_data
 LAUNCH="$(dirname "$0")/../scripts/launch"
@@ -14,8 +14,8 @@ COMMON=(--train-samples 6400 --test-samples 500 --max-steps 40 --optimizer momen
 "$BIN/trainer" "${COMMON[@]}" --batch 64 --export "$SCRATCH/local.safetensors" \
   2>"$SCRATCH/local.log" || fail "local run failed: $(tail -3 "$SCRATCH/local.log")"
 for run in a b whole; do
-  extra=()
-  [ "$run" = whole ] && extra=(--overlap=false)
+  extra=(--overlap)
+  [ "$run" = whole ] && extra=()
   timeout 300 "$LAUNCH" --bin "$BIN" --pservers 2 --trainers 2 --quiet \
     --log-dir "$SCRATCH/logs-$run" -- "${COMMON[@]}" --batch 32 "${extra[@]}" \
     --export "$SCRATCH/sync-$run.safetensors" >"$SCRATCH/launch-$run.log" 2>&1 ||
