@@ -19,7 +19,7 @@
 #include "tests/check.h"
 
 #define TRAINERS 2
-#define STEPS 3
+#define STEPS 4
 
 static job_config job;
 static tensor_layout layout;
@@ -201,6 +201,21 @@ static void test_parts_equal_whole(const float *want) {
       held a1 = send_part(&ps, 0, s, g0, lo[1], hi[1], UINT32_MAX);
       finish(&a1, PS_ERR_OK, s + 1, lo[1], hi[1], got);
       finish(&b, PS_ERR_OK, s + 1, 0, n, NULL);
+    } else if (s == 2) {
+      /* Trainer 0 all three layers held; trainer 1's layer 3 answers the
+       * oldest held call first, then layer 1 and 2 (held calls answered out
+       * of arrival order, the pool compacted under the rest). */
+      held a1 = send_part(&ps, 0, s, g0, lo[1], hi[1], UINT32_MAX);
+      held b3 = send_part(&ps, 1, s, g1, lo[3], hi[3], UINT32_MAX);
+      finish(&a3, PS_ERR_OK, s + 1, lo[3], hi[3], got);
+      finish(&b3, PS_ERR_OK, s + 1, lo[3], hi[3], NULL);
+      held b1 = send_part(&ps, 1, s, g1, lo[1], hi[1], UINT32_MAX);
+      finish(&a1, PS_ERR_OK, s + 1, lo[1], hi[1], got);
+      finish(&b1, PS_ERR_OK, s + 1, lo[1], hi[1], NULL);
+      CHECK(!answered(&a2));
+      held b2 = send_part(&ps, 1, s, g1, lo[2], hi[2], UINT32_MAX);
+      finish(&a2, PS_ERR_OK, s + 1, lo[2], hi[2], got);
+      finish(&b2, PS_ERR_OK, s + 1, lo[2], hi[2], NULL);
     } else {
       /* Trainer 0's layer 1, resent while held (junk data, ignored): the
        * first is superseded. */
