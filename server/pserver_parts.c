@@ -283,7 +283,7 @@ void pserver_parts_try_apply(pserver *ps) {
     reply_blocks(ps, c->call, pp->pool + c->first, c->count, step + 1, snap);
     remove_call(pp, i);
   }
-  timeline_span(ps->cfg.timeline, "reply", step, t0);
+  if (answerable) timeline_span(ps->cfg.timeline, "reply", step, t0);
   if (pp->applied_count == pp->mine) finish_step(ps, slots, count);
 }
 
