@@ -173,12 +173,27 @@ typedef struct rpc_op {
                              wait_for_ready call that timed out, why the channel could
                              not connect, where gRPC says */
   rpc_reply reply;        /* when code == PS_ERR_OK */
+  void *internal;         /* rpc_client_start's call while it runs */
 } rpc_op;
 
 /* Starts every op at once and waits for all of them. Returns PS_ERR_OK when
  * every op succeeded; otherwise the first failing op's code, with err naming
  * its target. Each op's own result is in the op. */
 ps_err rpc_client_call_all(rpc_client *client, rpc_op *ops, int count, ps_error *err);
+
+/* Calls started one by one and collected as they finish (an overlapped
+ * step's pushes). rpc_client_start starts op (it must stay where it is until
+ * collected) and returns at once; on failure to start, op->code says why and
+ * it is not in flight. rpc_client_next waits up to timeout_s seconds (0:
+ * only looks) for a started op to finish, fills its result and returns it;
+ * NULL when none finished in time or none is in flight. Every started op
+ * must be collected before rpc_client_call_all or rpc_client_destroy, which
+ * would take its completion; ops started this way do not diagnose
+ * wait_for_ready timeouts. */
+void rpc_client_start(rpc_client *client, rpc_op *op);
+rpc_op *rpc_client_next(rpc_client *client, double timeout_s);
+/* Ops started and not yet collected. */
+int rpc_client_in_flight(const rpc_client *client);
 
 /* The target a channel was opened to. */
 const char *rpc_channel_target(const rpc_channel *channel);

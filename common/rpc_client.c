@@ -23,6 +23,7 @@ struct rpc_client {
   int has_auth;
   rpc_channel **channels;
   int channel_count;
+  int in_flight; /* rpc_client_start's calls not yet collected */
 };
 
 ps_err rpc_client_create(rpc_client **out, const char *token, const tls_config *tls,
@@ -183,6 +184,7 @@ typedef struct call_state {
   grpc_slice details;
   const char *error_string;
   int started;
+  rpc_op *op; /* rpc_client_start: whose call this is */
 } call_state;
 
 /* Creates op's call and starts its one batch (send all, receive all). Returns
@@ -244,14 +246,14 @@ static void calls_wait(rpc_client *c, int started) {
 }
 
 /* Fills op's result from its finished call and frees the call's state. */
-static void call_collect(rpc_client *c, rpc_op *op, call_state *s) {
+static void call_collect(rpc_client *c, rpc_op *op, call_state *s, int diagnose) {
   if (s->started) {
     op->code = rpc_err_from_status(s->status);
     if (op->code != PS_ERR_OK) {
       char *details = grpc_slice_to_c_string(s->details);
       snprintf(op->message, sizeof op->message, "%s", details != NULL ? details : "");
       gpr_free(details);
-      if (op->code == PS_ERR_TIMEOUT && op->wait_for_ready) {
+      if (op->code == PS_ERR_TIMEOUT && op->wait_for_ready && diagnose) {
         probe_connection(c, op->channel, op->message, sizeof op->message);
       }
       if (s->response != NULL) grpc_byte_buffer_destroy(s->response);
@@ -282,7 +284,7 @@ ps_err rpc_client_call_all(rpc_client *c, rpc_op *ops, int count, ps_error *err)
   calls_wait(c, started);
   int first = -1;
   for (int i = 0; i < count; i++) {
-    call_collect(c, &ops[i], &states[i]);
+    call_collect(c, &ops[i], &states[i], 1);
     if (ops[i].code != PS_ERR_OK && first < 0) first = i;
   }
   free(states);
@@ -293,3 +295,40 @@ ps_err rpc_client_call_all(rpc_client *c, rpc_op *ops, int count, ps_error *err)
   }
   return PS_ERR_OK;
 }
+
+/* --- calls started one by one ------------------------------------------------------ */
+
+void rpc_client_start(rpc_client *c, rpc_op *op) {
+  call_state *s = calloc(1, sizeof *s);
+  op->internal = NULL;
+  if (s == NULL) {
+    op->code = PS_ERR_NO_MEMORY;
+    snprintf(op->message, sizeof op->message, "rpc: out of memory starting a call");
+    return;
+  }
+  s->op = op;
+  if (!call_start(c, op, s)) {
+    call_collect(c, op, s, 0); /* frees what was made; op keeps why */
+    free(s);
+    return;
+  }
+  op->internal = s;
+  c->in_flight++;
+}
+
+rpc_op *rpc_client_next(rpc_client *c, double timeout_s) {
+  if (c->in_flight == 0) return NULL;
+  gpr_timespec deadline = timeout_s > 0 ? rpc_deadline_in(timeout_s)
+                                        : gpr_time_0(GPR_CLOCK_MONOTONIC);
+  grpc_event ev = grpc_completion_queue_next(c->cq, deadline, NULL);
+  if (ev.type != GRPC_OP_COMPLETE) return NULL;
+  call_state *s = ev.tag;
+  rpc_op *op = s->op;
+  call_collect(c, op, s, 0);
+  free(s);
+  op->internal = NULL;
+  c->in_flight--;
+  return op;
+}
+
+int rpc_client_in_flight(const rpc_client *c) { return c->in_flight; }

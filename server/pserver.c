@@ -155,9 +155,12 @@ static ps_err check_blocks(pserver *ps, rpc_call *call, const wire_blocks_msg *m
     return PS_ERR_INVALID_ARGUMENT;
   }
   size_t want = map->shard_blocks[ps->cfg.id];
-  if (m->block_count != want) {
-    pserver_refuse(call, "PushPull", PS_ERR_INVALID_ARGUMENT, "push holds %zu blocks, pserver %d holds %zu",
-           m->block_count, ps->cfg.id, want);
+  /* Sync dense jobs take a step's blocks in parts; others all at once. */
+  int parts = ps->parts != NULL && m->block_count > 0 && m->block_count < want;
+  if (m->block_count != want && !parts) {
+    pserver_refuse(call, "PushPull", PS_ERR_INVALID_ARGUMENT, "push holds %zu blocks, pserver %d holds %zu%s",
+           m->block_count, ps->cfg.id, want,
+           ps->parts != NULL ? "" : " (this job's pushes carry all of them)");
     return PS_ERR_INVALID_ARGUMENT;
   }
   memset(ps->seen, 0, map->block_count);
@@ -275,6 +278,7 @@ static void accept_registration(pserver *ps, rpc_call *call, const Pstrain__Requ
   if (tr->registered && tr->incarnation != key->incarnation) {
     /* A restarted trainer: nothing of the old process counts any more. */
     LOG_WARN("trainer %u registered again with a new incarnation", key->trainer_id);
+    pserver_parts_drop(ps, (int)key->trainer_id, PS_ERR_ABORTED, "the trainer registered again");
     if (tr->pushed) {
       rpc_call_reply(tr->waiting, PS_ERR_ABORTED, "the trainer registered again", NULL, 0);
       tr->waiting = NULL;
@@ -501,8 +505,11 @@ static void drop_missing_trainers(pserver *ps, int pull) {
              "trainer(s) (--on-trainer-loss continue)", i,
              pull ? "the pull barrier of step" : "step", ps->version, ps->cfg.step_timeout,
              ps->active);
+    pserver_parts_drop(ps, i, PS_ERR_FAILED_PRECONDITION,
+                       "the trainer was dropped for missing a step (--on-trainer-loss continue)");
   }
-  if (ps->pushed_count > 0 && ps->pushed_count == ps->active) pserver_complete_step(ps);
+  if (ps->parts != NULL) pserver_parts_try_apply(ps);
+  else if (ps->pushed_count > 0 && ps->pushed_count == ps->active) pserver_complete_step(ps);
   pserver_sparse_pull_try_complete(ps);
 }
 
@@ -530,7 +537,8 @@ pserver_status pserver_poll(pserver *ps) {
     for (int i = 0; i < ps->cfg.trainers; i++) done += ps->trainers[i].done || ps->trainers[i].lost;
     if (done == ps->cfg.trainers) ps->status = PSERVER_FINISHED;
     double now = now_s();
-    int late = ps->job.update == UPDATE_SYNC && ps->pushed_count > 0 &&
+    int late = ps->job.update == UPDATE_SYNC &&
+               (ps->pushed_count > 0 || pserver_parts_started(ps)) &&
                now - ps->step_started > ps->cfg.step_timeout;
     int late_pull = ps->job.update == UPDATE_SYNC && pserver_sparse_pull_late(ps, now);
     if ((late || late_pull) && ps->cfg.continue_on_trainer_loss) drop_missing_trainers(ps, !late);
@@ -542,6 +550,7 @@ pserver_status pserver_poll(pserver *ps) {
 }
 
 void pserver_abort_waiting_locked(pserver *ps, ps_err code, const char *why) {
+  pserver_parts_drop(ps, -1, code, why);
   for (int i = 0; i < ps->cfg.trainers; i++) {
     if (ps->trainers[i].waiting != NULL) {
       rpc_call_reply(ps->trainers[i].waiting, code, why, NULL, 0);

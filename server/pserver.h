@@ -7,6 +7,8 @@
  *
  * Files: pserver.c (dispatch, validation, registration, pull, done, poll),
  * pserver_step.c (the sync and async step, replies, statistics),
+ * pserver_parts.c (the sync step of dense jobs in parts: blocks applied as
+ * every trainer's arrive),
  * pserver_sparse.c (the sparse tables' requests: checks, merges, pulls),
  * pserver_disk.c (checkpoints, resume, rollback, the disk thread),
  * pserver_shard_file.c (a checkpoint's tensors: dense shard and table rows),
@@ -50,8 +52,9 @@ typedef struct trainer_state {
   int registered;
   uint64_t incarnation;
   int done;
-  int pushed;          /* sync: pushed the current step */
-  rpc_call *waiting;   /* sync: its push, answered when the step completes */
+  int pushed;          /* sync: pushed the current step (all of its blocks) */
+  rpc_call *waiting;   /* sync CTR jobs: its push, answered when the step completes
+                        * (dense jobs hold theirs in pserver_parts.c) */
   long last_step;      /* async: last step applied, -1 before any */
   int lost;            /* dropped after missing a step (--on-trainer-loss continue) */
   long registrations;  /* incarnations accepted so far (--max-registrations) */
@@ -129,6 +132,7 @@ typedef struct pserver {
   sparse_table *sparse[CTR_TABLES_MAX];
   int sparse_count;
   struct pserver_sparse *sp; /* CTR jobs: pushed rows, the pull barrier (pserver_sparse.c) */
+  struct pserver_parts *parts; /* sync dense jobs: the step's pushes in parts (pserver_parts.c) */
   trainer_state *trainers;
   int *step_slots;         /* (trainers) scratch of complete_step */
   rpc_call **step_calls;   /* (trainers) scratch of complete_step */

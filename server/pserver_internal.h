@@ -27,6 +27,10 @@ ps_err pserver_configure(pserver *ps, const job_config *job, int trainer, ps_err
 void pserver_deconfigure(pserver *ps);
 
 /* Answers each call with the current parameters, all from one snapshot. */
+/* Where a reply without a snapshot sends from, gRPC copying: the table, or
+ * for a 16-bit wire dtype its conversion in ps->reply_scratch (NULL: out of
+ * memory). */
+const void *pserver_reply_source_unleased(pserver *ps);
 void pserver_reply_params(pserver *ps, rpc_call *const *calls, int count);
 
 /* Appends call `index`'s sparse rows to its reply (after the blocks). */
@@ -46,6 +50,29 @@ void pserver_log_table_stats(const pserver *ps, long step);
 
 /* Sync: every active trainer has pushed: apply and answer them. */
 void pserver_complete_step(pserver *ps);
+/* After a sync step's version++ (slots: the trainers summed): checkpoint,
+ * statistics line, timeline flush, metrics. */
+void pserver_after_step(pserver *ps, const int *slots, int count);
+
+/* --- pserver_parts.c: the sync step of dense jobs in parts ------------------------ */
+
+typedef struct pserver_parts pserver_parts;
+/* For sync jobs without sparse tables (ps->parts stays NULL otherwise). */
+ps_err pserver_parts_configure(pserver *ps, ps_error *err);
+void pserver_parts_free(pserver *ps);
+/* A checked push of the current step carrying any of the trainer's blocks
+ * (each once): stored, held, and whatever it completes applied and answered. */
+void pserver_parts_push(pserver *ps, rpc_call *call, const rpc_message *msg,
+                        const wire_blocks_msg *m);
+/* A push of a step already applied: answered with its blocks' parameters. */
+void pserver_parts_reply_behind(pserver *ps, rpc_call *call, const wire_blocks_msg *m);
+/* Answers the held pushes of trainer (-1: all, and the step starts over)
+ * with code; one trainer's unapplied blocks are forgotten. */
+void pserver_parts_drop(pserver *ps, int trainer, ps_err code, const char *why);
+/* Applies and answers what every active trainer has delivered (after drops). */
+void pserver_parts_try_apply(pserver *ps);
+/* Whether some block of the step has arrived (the step's clock runs). */
+int pserver_parts_started(const pserver *ps);
 
 /* --- pserver_sparse.c: the sparse tables' side of requests (CTR jobs) ------------ */
 

@@ -45,6 +45,7 @@ static ps_err check_job_size(const pserver *ps, const job_config *job, int slots
 }
 
 void pserver_deconfigure(pserver *ps) {
+  pserver_parts_free(ps);
   pserver_sparse_deconfigure(ps);
   table_free(&ps->table);
   for (int i = 0; i < ps->sparse_count; i++) sparse_table_destroy(ps->sparse[i]);
@@ -108,7 +109,8 @@ ps_err pserver_configure(pserver *ps, const job_config *job, int trainer, ps_err
     return err->code;
   }
   ps->job = *job;
-  if (pserver_sparse_configure(ps, err) != PS_ERR_OK) {
+  if (pserver_sparse_configure(ps, err) != PS_ERR_OK ||
+      (job->update == UPDATE_SYNC && ps->sp == NULL && pserver_parts_configure(ps, err) != PS_ERR_OK)) {
     pserver_deconfigure(ps);
     return err->code;
   }
@@ -146,7 +148,7 @@ static params_snapshot *take_snapshot(pserver *ps) {
 /* Where a reply without a snapshot sends from, gRPC copying: the table, or
  * for a 16-bit wire dtype its conversion in ps->reply_scratch (NULL: out of
  * memory). */
-static const void *source_without_snapshot(pserver *ps) {
+const void *pserver_reply_source_unleased(pserver *ps) {
   size_t n = ps->table.n;
   if (ps->job.wire_dtype == WIRE_DTYPE_F32) return ps->table.params;
   if (ps->reply_scratch == NULL &&
@@ -164,7 +166,7 @@ static ps_err build_params_reply(pserver *ps, params_snapshot *snap, ps_error *e
   if (wire_writer_begin(&ps->reply, t->map.shard_blocks[ps->cfg.id], err) != PS_ERR_OK) {
     return err->code;
   }
-  const uint8_t *source = snap != NULL ? (const uint8_t *)snap->data : source_without_snapshot(ps);
+  const uint8_t *source = snap != NULL ? (const uint8_t *)snap->data : pserver_reply_source_unleased(ps);
   if (source == NULL) {
     return ps_error_set(err, PS_ERR_NO_MEMORY, "pserver: out of memory converting the "
                         "parameters to %s", wire_dtype_name(ps->job.wire_dtype));
@@ -283,6 +285,10 @@ void pserver_complete_step(pserver *ps) {
   if (ps->sp != NULL) pserver_sparse_reply_step(ps, slots, calls, count);
   else pserver_reply_params(ps, calls, count);
   timeline_span(ps->cfg.timeline, "reply", step, t0);
+  pserver_after_step(ps, slots, count);
+}
+
+void pserver_after_step(pserver *ps, const int *slots, int count) {
   maybe_checkpoint(ps, ps->version);
   log_stats(ps, ps->version);
   timeline_flush(ps->cfg.timeline);
@@ -305,7 +311,8 @@ void pserver_push_sync(pserver *ps, rpc_call *call, const rpc_message *msg,
      * from before a rollback. Answered with the parameters, not applied: the
      * reply's step tells the trainer where the pserver is. Its next keys'
      * rows are read only: the merged pull created them. */
-    pserver_sparse_reply_lookup(ps, call);
+    if (ps->parts != NULL) pserver_parts_reply_behind(ps, call, m);
+    else pserver_sparse_reply_lookup(ps, call);
     return;
   }
   if (step > ps->version) {
@@ -313,6 +320,10 @@ void pserver_push_sync(pserver *ps, rpc_call *call, const rpc_message *msg,
     pserver_refuse(call, "PushPull", PS_ERR_ABORTED,
                    "trainer %u pushed step %ld but the pserver is at step %ld", id, step,
                    ps->version);
+    return;
+  }
+  if (ps->parts != NULL) {
+    pserver_parts_push(ps, call, msg, m);
     return;
   }
   if (tr->pushed) {

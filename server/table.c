@@ -52,22 +52,28 @@ void table_free(table *t) {
  * optimizer_apply: the results are the same bits (test_table_fused). */
 void table_apply_sum(table *t, const optimizer_config *opt, const int *slots, int count,
                      float scale, long step) {
+  table_apply_sum_range(t, opt, slots, count, scale, step, 0, t->n);
+}
+
+void table_apply_sum_range(table *t, const optimizer_config *opt, const int *slots, int count,
+                           float scale, long step, size_t offset, size_t n) {
   float sum[TABLE_CHUNK];
   const optimizer_scalars s = optimizer_scalars_at(opt, step);
   int states = optimizer_state_per_param(opt->kind);
-  const float *first = table_slot(t, slots[0]);
-  for (size_t at = 0; at < t->n; at += TABLE_CHUNK) {
-    size_t len = t->n - at < TABLE_CHUNK ? t->n - at : TABLE_CHUNK;
+  const float *first = table_slot(t, slots[0]) + offset;
+  for (size_t at = 0; at < n; at += TABLE_CHUNK) {
+    size_t len = n - at < TABLE_CHUNK ? n - at : TABLE_CHUNK;
     memcpy(sum, first + at, len * sizeof *sum);
     for (int k = 1; k < count; k++) {
-      const float *restrict g = table_slot(t, slots[k]) + at;
+      const float *restrict g = table_slot(t, slots[k]) + offset + at;
       for (size_t i = 0; i < len; i++) sum[i] += g[i];
     }
     if (scale != 1.0f) {
       for (size_t i = 0; i < len; i++) sum[i] *= scale;
     }
-    optimizer_apply_scalars(opt->kind, &s, t->params + at, sum,
-                            states >= 1 ? t->state1 + at : NULL,
-                            states >= 2 ? t->state2 + at : NULL, len);
+    size_t p = offset + at;
+    optimizer_apply_scalars(opt->kind, &s, t->params + p, sum,
+                            states >= 1 ? t->state1 + p : NULL,
+                            states >= 2 ? t->state2 + p : NULL, len);
   }
 }

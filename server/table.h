@@ -44,4 +44,9 @@ static inline float *table_slot(table *t, int slot) { return t->grads + (size_t)
 void table_apply_sum(table *t, const optimizer_config *opt, const int *slots, int count,
                      float scale, long step);
 
+/* table_apply_sum over the n floats from shard offset `offset` only, with
+ * the same per-element math (an overlapped step applies a part's blocks). */
+void table_apply_sum_range(table *t, const optimizer_config *opt, const int *slots, int count,
+                           float scale, long step, size_t offset, size_t n);
+
 #endif

@@ -162,6 +162,10 @@ static ps_err backward_layers(mlp *m, int batch, float *dinput, ps_error *err) {
     gemm_call dw = gemm_row_major(true, false, out, in, batch, 1.0f, dy, out, activation(m, l - 1),
                                   in, 0.0f, param(m, m->grads, l, 0), in);
     TRY(ops->gemm(m->be, &dw, err));
+    /* The layer's gradients are final: its push may start (dX only reads W). */
+    if (m->grads_ready != NULL && m->be->host_memory) {
+      TRY(m->grads_ready(m->grads_ready_ctx, l, err));
+    }
     float *target = l > 1 ? dx : dinput;
     if (target != NULL) {
       /* dX (B, in) = dY (B, out) * W (out, in). */

@@ -32,6 +32,11 @@ typedef struct mlp {
   int32_t *host_labels; /* (max_batch) host staging */
   size_t act_offsets[MODEL_MAX_LAYERS + 1];
   int max_width;
+  /* Called by backward once layer l's gradients (weight and bias) are final,
+   * last layer first; host-memory backends only (NULL: none). An error stops
+   * the backward pass. */
+  ps_err (*grads_ready)(void *ctx, int layer, ps_error *err);
+  void *grads_ready_ctx;
 } mlp;
 
 /* Builds the model on backend be for batches of up to max_batch samples and

@@ -10,6 +10,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/process.h"
+#include "trainer/ps_client_parts.h"
 
 /* Replies carry the whole shard: allow a generous multiple of it. */
 #define MESSAGE_LIMIT ((size_t)2047 << 20)
@@ -181,6 +182,7 @@ void ps_client_close(ps_client *c) {
     LOG_WARN("closing the pserver client while gRPC still holds the gradient buffer");
   }
   if (c->ops != NULL) free_replies(c);
+  ps_client_parts_free(c);
   rpc_client_destroy(c->rpc);
   if (c->writers != NULL) {
     for (int p = 0; p < c->job.pservers; p++) wire_writer_free(&c->writers[p]);

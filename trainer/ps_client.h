@@ -48,6 +48,7 @@ typedef struct ps_client {
   uint8_t *wire_grads;      /* the gradients in the job's 16-bit wire dtype (NULL: f32) */
   double rpc_timeout;
   const ps_client_sparse_ops *sparse; /* NULL: an MLP job */
+  struct ps_client_parts *parts;      /* an overlapped step's calls (ps_client_parts.c) */
   /* statistics */
   uint64_t bytes_sent, bytes_received;
   double comm_seconds;

@@ -42,6 +42,10 @@ static const option_def trainer_option_table[] = {
     {"rpc-timeout", NULL, OPT_DOUBLE, OFF(rpc_timeout), "300",
      "pserver mode: seconds one push-pull may take (a sync step waits for every trainer)", NULL,
      NUM(0.1, 1e7)},
+    {"overlap", NULL, OPT_BOOL, OFF(overlap), "false",
+     "pserver sync mode, CPU backend: push each layer's gradients as soon as backward has them, "
+     "overlapping communication with the rest of backward (off: one push per pserver at the end "
+     "of the step; on loopback with all cores busy it costs more than it hides)", NULL, ANY},
     {"recover-timeout", NULL, OPT_DOUBLE, OFF(recover_timeout), "120",
      "pserver mode: seconds to wait for a lost or restarted pserver to come back before "
      "failing (0: fail at once)", NULL, NUM(0, 1e7)},

@@ -29,6 +29,7 @@ typedef struct trainer_options {
   double connect_timeout;
   double rpc_timeout;
   double recover_timeout;
+  bool overlap;
   long max_steps;
   const char *token_file;
   const char *tls_cert, *tls_key, *tls_ca, *tls_server_name;

@@ -1,12 +1,15 @@
 /* Pserver mode: each step pushes the gradients to every pserver and pulls
  * the new parameters back; when a pserver goes away or rolls back, the
  * trainer waits for it, registers again and, where the job went back, takes
- * the lost steps again. The pservers hold the optimizer and its state. */
+ * the lost steps again. The pservers hold the optimizer and its state.
+ * Sync jobs on a host-memory backend overlap: each layer's gradients are
+ * pushed as soon as backward has them (ps_client_parts.h). */
 #include <stdlib.h>
 
 #include "common/clock.h"
 #include "common/log.h"
 #include "trainer/ps_client.h"
+#include "trainer/ps_client_parts.h"
 #include "trainer/train.h"
 #include "trainer/updater.h"
 
@@ -14,7 +17,20 @@ typedef struct pserver_updater {
   updater base;
   ps_client ps;
   int connected; /* ps holds channels: ps_client_close frees them */
+  long step;     /* the step the next backward pass belongs to */
 } pserver_updater;
+
+/* Backward's report: layer's gradients are final; its blocks go out now. */
+static ps_err layer_ready(void *ctx, int layer, ps_error *err) {
+  pserver_updater *p = ctx;
+  if (!ps_client_parts_open(&p->ps) && ps_client_parts_begin(&p->ps, p->step, err) != PS_ERR_OK) {
+    return err->code;
+  }
+  const tensor_layout *layout = &p->ps.layout;
+  const tensor_info *w = &layout->tensors[2 * (layer - 1)], *b = &layout->tensors[2 * layer - 1];
+  return ps_client_parts_push(&p->ps, p->base.t->host_grads, w->offset, b->offset + b->count,
+                              err);
+}
 
 /* Registers with the pservers and takes their initial parameters. */
 static ps_err pserver_start(updater *u, ps_error *err) {
@@ -30,6 +46,13 @@ static ps_err pserver_start(updater *u, ps_error *err) {
   p->connected = 1;
   if (ps_client_pull(&p->ps, t->host_params, err) != PS_ERR_OK) return err->code;
   t->start_step = p->ps.start_step;
+  p->step = t->start_step;
+  if (s->update == UPDATE_SYNC && !t->staged && s->opt.overlap) {
+    /* Async pushes stay whole (one apply per push); a device backend's
+     * gradients reach the host only at the end of backward. */
+    t->model->grads_ready = layer_ready;
+    t->model->grads_ready_ctx = p;
+  }
   if (t->start_step > 0) {
     LOG_INFO("resuming at step %ld (epoch %ld, step %ld of it), where the pservers are",
              t->start_step, t->start_step / t->steps_per_epoch + 1,
@@ -47,7 +70,14 @@ static ps_err pserver_apply(updater *u, long step, long *next, ps_error *err) {
   if (t->staged && mlp_get_grads(t->model, t->host_grads, err) != PS_ERR_OK) return err->code;
   double start = now_s();
   uint64_t before = p->ps.bytes_sent + p->ps.bytes_received;
-  if (ps_client_push_pull(&p->ps, step, t->host_grads, t->host_params, err) != PS_ERR_OK) {
+  if (ps_client_parts_open(&p->ps) && p->step != step) {
+    return ps_error_set(err, PS_ERR_INTERNAL, "step %ld: backward pushed parts of step %ld",
+                        step, p->step);
+  }
+  ps_err rc = ps_client_parts_open(&p->ps)
+                  ? ps_client_parts_finish(&p->ps, t->host_grads, t->host_params, err)
+                  : ps_client_push_pull(&p->ps, step, t->host_grads, t->host_params, err);
+  if (rc != PS_ERR_OK) {
     double timeout = t->settings.opt.recover_timeout;
     if (!ps_client_recoverable(err->code) || timeout <= 0) return err->code;
     LOG_WARN("%s: recovering (--recover-timeout %.0f s)", err->msg, timeout);
@@ -58,7 +88,7 @@ static ps_err pserver_apply(updater *u, long step, long *next, ps_error *err) {
     }
     if (resume_at <= step) {
       /* The job went back: the loop takes the steps from resume_at again. */
-      *next = resume_at;
+      *next = p->step = resume_at;
       if (t->staged) return mlp_set_params(t->model, t->host_params, err);
       return PS_ERR_OK;
     }
@@ -66,7 +96,7 @@ static ps_err pserver_apply(updater *u, long step, long *next, ps_error *err) {
   timeline_span(t->tl, "push", step, start); /* push-pull, the pserver's wait included */
   u->comm_seconds += now_s() - start;
   u->comm_bytes += (double)(p->ps.bytes_sent + p->ps.bytes_received - before);
-  *next = step + 1;
+  *next = p->step = step + 1;
   if (t->staged) return mlp_set_params(t->model, t->host_params, err);
   return PS_ERR_OK;
 }
