@@ -260,6 +260,8 @@ static ps_err check_registration(const pserver *ps, const Pstrain__RegisterReque
  * the trainer's state starts over for a new incarnation. */
 static void accept_registration(pserver *ps, rpc_call *call, const Pstrain__RequestKey *key) {
   trainer_state *tr = &ps->trainers[key->trainer_id];
+  uint64_t step = ps->job.update == UPDATE_SSP ? pserver_ssp_register_step(ps)
+                                               : (uint64_t)ps->version;
   if (tr->registered && tr->incarnation != key->incarnation) {
     /* A restarted trainer: nothing of the old process counts any more. */
     LOG_WARN("trainer %u registered again with a new incarnation", key->trainer_id);
@@ -281,7 +283,7 @@ static void accept_registration(pserver *ps, rpc_call *call, const Pstrain__Requ
   LOG_INFO("trainer %u registered from %s", key->trainer_id, rpc_call_peer(call));
   Pstrain__RegisterReply reply = PSTRAIN__REGISTER_REPLY__INIT;
   reply.pserver_incarnation = ps->incarnation;
-  reply.step = (uint64_t)ps->version;
+  reply.step = step;
   pserver_reply_message(call, &reply.base);
 }
 

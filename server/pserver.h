@@ -159,6 +159,7 @@ typedef struct pserver {
   /* ssp, since the job started here (pserver_ssp.c): the largest lead a
    * trainer was let go with, pushes applied, how many were held and for how long */
   long ssp_max_lead;
+  long ssp_base;          /* the step trainers started at here (0, or a checkpoint's) */
   long ssp_pushes, ssp_held;
   double ssp_held_s;
   pserver_disk disk;

@@ -60,6 +60,12 @@ void pserver_complete_step(pserver *ps);
  * the trainer is more than job.staleness steps ahead of the slowest. */
 void pserver_push_ssp(pserver *ps, rpc_call *call, const rpc_message *msg,
                       const wire_blocks_msg *m);
+/* What a registration's reply says the pserver's step is (in pushes, as
+ * async counts): the slowest trainer's next step, the registering one's
+ * last push included (call before it is reset), so a trainer joining late
+ * starts at step 0 and a restarted one where it was, rather than at the
+ * average async would give. */
+uint64_t pserver_ssp_register_step(pserver *ps);
 /* Answers the held pushes the slowest trainer now allows (after a push,
  * a Done, a trainer dropped). */
 void pserver_ssp_release(pserver *ps);

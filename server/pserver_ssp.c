@@ -13,15 +13,35 @@
 #include "common/clock.h"
 #include "common/log.h"
 
-/* The last step the slowest active trainer pushed (-1: one has not pushed
- * yet; LONG_MAX: none is active). Done and dropped trainers hold no one back. */
+/* The last step trainer tr pushed; one that has not pushed here yet stands
+ * just before the step the job started at on this pserver (0, or a
+ * resumed checkpoint's). */
+static long position(const pserver *ps, const trainer_state *tr) {
+  return tr->last_step >= 0 ? tr->last_step : ps->ssp_base - 1;
+}
+
+/* The position of the slowest active trainer (LONG_MAX: none is active).
+ * Done and dropped trainers hold no one back. */
 static long slowest(const pserver *ps) {
   long lo = LONG_MAX;
   for (int i = 0; i < ps->cfg.trainers; i++) {
     const trainer_state *tr = &ps->trainers[i];
-    if (!tr->done && !tr->lost && tr->last_step < lo) lo = tr->last_step;
+    if (!tr->done && !tr->lost && position(ps, tr) < lo) lo = position(ps, tr);
   }
   return lo;
+}
+
+uint64_t pserver_ssp_register_step(pserver *ps) {
+  int n = ps->cfg.trainers, fresh = 1;
+  for (int i = 0; i < n; i++) fresh &= ps->trainers[i].last_step < 0;
+  if (fresh) ps->ssp_base = ps->version / n;
+  long lo = LONG_MAX;
+  for (int i = 0; i < n; i++) {
+    const trainer_state *tr = &ps->trainers[i];
+    if (!tr->lost && position(ps, tr) < lo) lo = position(ps, tr);
+  }
+  if (lo == LONG_MAX) return (uint64_t)ps->version;
+  return (uint64_t)(lo + 1) * (uint64_t)n;
 }
 
 /* Whether a trainer that pushed `step` may go on, given the slowest. */
