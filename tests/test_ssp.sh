@@ -7,6 +7,7 @@
 #   0.005 and the max lead is 0;
 # - a trainer killed under ssp: stop names it and fails the job; continue
 #   drops it and the other trainer finishes;
+# - a CTR job (sparse rows) under ssp keeps the bound and trains like async;
 # - bad flags are refused before any work.
 . "$(dirname "$0")/lib.sh"
 require_data
@@ -96,7 +97,37 @@ for policy in stop continue; do
   fi
 done
 
-# 4. Bad flags: refused before any work, with the reason.
+# 4. CTR jobs: the sparse rows are applied on arrival as in async, the next
+# keys' rows come back when a held push is let go; trains like sync.
+D="$SCRATCH/ctr"
+"$BIN/gen_ctr" --out "$D" --train-rows 20000 --test-rows 4000 --scale 0.0005 --seed 5 \
+  >"$SCRATCH/gen.json" || fail "gen_ctr failed"
+CTR=(--data "$D/train.tsv" --test-data "$D/test.tsv" --model ctr:8:32,16 --epochs 2 --seed 3
+     --threads 1 --progress-interval 0 --batch 128)
+# launch gives every trainer --update async; the flags after -- come later and win.
+for m in async ssp; do
+  extra=()
+  [ "$m" = ssp ] && extra=(--update ssp --staleness 1)
+  timeout 120 "$(dirname "$0")/../scripts/launch" --bin "$BIN" --mode async --pservers 2 \
+    --trainers 2 --quiet --log-dir "$SCRATCH/ctr-$m" -- "${CTR[@]}" --metrics "$SCRATCH/ctr-$m.jsonl" \
+    "${extra[@]}" >"$SCRATCH/ctr-$m.log" 2>&1 || fail "CTR $m failed: $(tail -3 "$SCRATCH/ctr-$m.log")"
+done
+for p in 0 1; do
+  log="$SCRATCH/ctr-ssp/pserver$p.log"
+  lead=$(max_lead "$log")
+  read -r h n <<<"$(held "$log")"
+  [ "$lead" = 1 ] && [ "${n:-0}" -eq 316 ] ||
+    fail "CTR ssp pserver $p: max lead '$lead' (expected 1), $n pushes (expected 316)"
+done
+"$PY" - "$SCRATCH/ctr-async.jsonl" "$SCRATCH/ctr-ssp.jsonl" <<'PY' || fail "CTR ssp AUC"
+import json, sys
+a, b = (json.loads(open(p).readlines()[-1]) for p in sys.argv[1:])
+assert b["update"] == "ssp", b
+print(f"CTR: async AUC {a['auc']:.4f}, ssp S=1 AUC {b['auc']:.4f}", file=sys.stderr)
+assert b["auc"] > 0.6 and abs(a["auc"] - b["auc"]) <= 0.01, (a["auc"], b["auc"])
+PY
+
+# 5. Bad flags: refused before any work, with the reason.
 T="$BIN/trainer"
 P=(--mode pserver --pservers 127.0.0.1:1)
 expect_exit 2 "--staleness is for --update ssp (this job's update is sync)" -- "$T" "${P[@]}" --staleness 2
