@@ -8,6 +8,7 @@
 # - a trainer killed under ssp: stop names it and fails the job; continue
 #   drops it and the other trainer finishes;
 # - a CTR job (sparse rows) under ssp keeps the bound and trains like async;
+# - a pserver killed and restarted from its checkpoint: the job recovers;
 # - bad flags are refused before any work.
 . "$(dirname "$0")/lib.sh"
 require_data
@@ -127,7 +128,33 @@ print(f"CTR: async AUC {a['auc']:.4f}, ssp S=1 AUC {b['auc']:.4f}", file=sys.std
 assert b["auc"] > 0.6 and abs(a["auc"] - b["auc"]) <= 0.01, (a["auc"], b["auc"])
 PY
 
-# 5. Bad flags: refused before any work, with the reason.
+# 5. A pserver SIGKILLed mid-run and restarted from its checkpoint (launch
+# --restart-pservers): the trainers resend their pushes, the bound holds on
+# the restarted pserver, the job finishes and trains.
+CK="$SCRATCH/ck"
+(timeout 200 "$(dirname "$0")/../scripts/launch" --bin "$BIN" --mode async --pservers 2 --trainers 2 \
+   --quiet --log-dir "$SCRATCH/restart" --pserver-args "--checkpoint-dir $CK --checkpoint-every 50" \
+   --restart-pservers 1 -- --train-samples 30000 --test-samples 1000 --max-steps 4000 --batch 32 \
+   --progress-interval 0 --update ssp --staleness 2 --metrics "$SCRATCH/restart.jsonl" \
+   >"$SCRATCH/restart.log" 2>&1; echo "$?" >"$SCRATCH/restart.rc") &
+LAUNCHER=$!
+PIDS+=("$LAUNCHER")
+for _ in $(seq 300); do
+  ls "$CK"/pserver-1-of-2-step-0000008*.safetensors >/dev/null 2>&1 && break
+  sleep 0.05
+done
+victim=$(sed -n 's/^launch: pserver 1 started (pid \([0-9]*\)).*/\1/p' "$SCRATCH/restart.log" | head -1)
+[ -n "$victim" ] && kill -9 "$victim" || fail "restart: no pserver 1 to kill"
+wait_for "$LAUNCHER" 200 >/dev/null || true
+[ "$(cat "$SCRATCH/restart.rc" 2>/dev/null)" = 0 ] || fail "restart: launch failed: $(tail -3 "$SCRATCH/restart.log")"
+grep -q "resumed from .* at step" "$SCRATCH/restart/pserver1.log" || fail "restart: pserver 1 did not resume"
+grep -q "recovered in" "$SCRATCH/restart/trainer0.log" || fail "restart: trainer 0 did not recover"
+lead=$(max_lead "$SCRATCH/restart/pserver1.log")
+[ -n "$lead" ] && [ "$lead" -le 2 ] || fail "restart: the restarted pserver's max lead '$lead' is above 2"
+"$PY" -c 'import json,sys; r=json.loads(open(sys.argv[1]).readlines()[-1]); sys.exit(0 if r["test_accuracy"] > 0.8 else 1)' \
+  "$SCRATCH/restart.jsonl" || fail "restart: final accuracy $(tail -1 "$SCRATCH/restart.jsonl")"
+
+# 6. Bad flags: refused before any work, with the reason.
 T="$BIN/trainer"
 P=(--mode pserver --pservers 127.0.0.1:1)
 expect_exit 2 "--staleness is for --update ssp (this job's update is sync)" -- "$T" "${P[@]}" --staleness 2
