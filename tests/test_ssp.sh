@@ -6,7 +6,8 @@
 # - S = 0 is sync: with plain SGD the test accuracy equals sync's within
 #   0.005 and the max lead is 0;
 # - a trainer killed under ssp: stop names it and fails the job; continue
-#   drops it and the other trainer finishes;
+#   drops it and the other trainer finishes; one started again goes on from
+#   the step it had reached;
 # - a CTR job (sparse rows) under ssp keeps the bound and trains like async;
 # - a pserver killed and restarted from its checkpoint: the job recovers;
 # - bad flags are refused before any work.
@@ -97,6 +98,31 @@ for policy in stop continue; do
     [ -n "$lead" ] && [ "$lead" -le 2 ] || fail "continue: max lead '$lead' above the staleness 2"
   fi
 done
+
+# A trainer killed and started again (a new incarnation) within
+# --step-timeout: it is told the step it had reached and goes on from there,
+# so every step of both trainers is pushed once (2 x 1500).
+start_pservers again 1 --trainers 2 --step-timeout 30 || finish
+S0=${SPIDS[0]}
+start again-t0 "$BIN/trainer" --mode pserver --pservers "$PS" --trainers 2 --id 0 "${DEATH[@]}"; T0=$LAST_PID
+start again-t1 "$BIN/trainer" --mode pserver --pservers "$PS" --trainers 2 --id 1 "${DEATH[@]}"; T1=$LAST_PID
+for _ in $(seq 200); do
+  grep -q "training mlp" "$SCRATCH/again-t1.log" 2>/dev/null && break
+  sleep 0.05
+done
+sleep 0.5
+kill -9 "$T1"
+start again-t1b "$BIN/trainer" --mode pserver --pservers "$PS" --trainers 2 --id 1 "${DEATH[@]}"; T1=$LAST_PID
+for pid in "$T0" "$T1" "$S0"; do
+  status=0; wait_for "$pid" 60 || status=$?
+  [ "$status" -eq 0 ] || fail "trainer restart: process $pid exited $status"
+done
+grep -q "resuming at step [1-9][0-9]* .*where the pservers are" "$SCRATCH/again-t1b.log" ||
+  fail "trainer restart: trainer 1 did not resume where it was: $(grep resum "$SCRATCH/again-t1b.log")"
+read -r h n <<<"$(held "$SCRATCH/again-s0.log")"
+lead=$(max_lead "$SCRATCH/again-s0.log")
+[ "${n:-0}" -eq 3000 ] && [ "${lead:-9}" -le 2 ] ||
+  fail "trainer restart: $n pushes (expected 3000), max lead '$lead' (at most 2)"
 
 # 4. CTR jobs: the sparse rows are applied on arrival as in async, the next
 # keys' rows come back when a held push is let go; trains like sync.
