@@ -7,7 +7,7 @@
 
 #include "common/hash.h"
 
-static const char *const update_names[UPDATE_MODE_COUNT] = {"sync", "async"};
+static const char *const update_names[UPDATE_MODE_COUNT] = {"sync", "async", "ssp"};
 
 const char *update_mode_name(update_mode mode) {
   return (unsigned)mode < UPDATE_MODE_COUNT ? update_names[mode] : "unknown";
@@ -20,12 +20,15 @@ ps_err update_mode_parse(const char *name, update_mode *out, ps_error *err) {
       return PS_ERR_OK;
     }
   }
-  return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "update mode '%s' is not sync or async", name);
+  return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "update mode '%s' is not sync, async or ssp", name);
 }
 
 /* --- the table --------------------------------------------------------------- */
 
-enum { GROUP_JOB = 0, GROUP_OPT = 1, GROUP_SPARSE = 2 };
+enum { GROUP_JOB = 0, GROUP_OPT = 1, GROUP_SPARSE = 2, GROUP_SSP = 3 };
+
+/* Groups written in brackets as one entry; SSP rows read as JOB rows. */
+static int bracketed(int group) { return group == GROUP_OPT || group == GROUP_SPARSE; }
 
 static const struct {
   const char *name, *text;
@@ -108,6 +111,7 @@ static void emit_field(sink *s, const job_config *job, int f) {
  * the CTR models, so an MLP job's text (and the hash old checkpoints hold)
  * is unchanged. */
 static int group_written(const job_config *job, int group) {
+  if (group == GROUP_SSP) return job->update == UPDATE_SSP;
   return group != GROUP_SPARSE || model_is_ctr(&job->model);
 }
 
@@ -126,9 +130,10 @@ static void job_text(const job_config *job, sink *s) {
   int group = GROUP_JOB;
   for (int f = 0; f < JOB_FIELD_COUNT; f++) {
     if (!field_written(job, f)) continue;
-    if (fields[f].group != group) {
+    int g = bracketed(fields[f].group) ? fields[f].group : GROUP_JOB;
+    if (g != group) {
       if (group != GROUP_JOB) emit(s, "]");
-      group = fields[f].group;
+      group = g;
       emit(s, group_open[group]);
     }
     emit_field(s, job, f);
@@ -197,7 +202,7 @@ static void diff(const job_config *a, const job_config *b, diff_out *o) {
   o->buf[0] = '\0';
   int group = GROUP_JOB;
   for (int f = 0; f < JOB_FIELD_COUNT; f++) {
-    if (fields[f].group != GROUP_JOB) {
+    if (bracketed(fields[f].group)) {
       /* A bracketed group is one entry, at its first row. */
       if (group != fields[f].group) {
         group_text(a, fields[f].group, x, sizeof x);

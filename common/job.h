@@ -15,10 +15,12 @@
 #include "common/sparse_table.h"
 #include "common/wire_dtype.h"
 
-typedef enum { UPDATE_SYNC, UPDATE_ASYNC } update_mode;
-#define UPDATE_MODE_COUNT (UPDATE_ASYNC + 1)
+/* UPDATE_SSP: applied on arrival as async, a push's reply held while its
+ * trainer is more than `staleness` steps ahead of the slowest. */
+typedef enum { UPDATE_SYNC, UPDATE_ASYNC, UPDATE_SSP } update_mode;
+#define UPDATE_MODE_COUNT (UPDATE_SSP + 1)
 /* The names of update_mode_name, for option tables' choices. */
-#define UPDATE_MODE_CHOICES "sync|async"
+#define UPDATE_MODE_CHOICES "sync|async|ssp"
 
 /* The CTR models' table settings (all zero for the MLP, and then outside the
  * job's text and hash, so MLP jobs hash as before). */
@@ -36,6 +38,7 @@ typedef struct job_config {
   model_desc model;
   optimizer_config optimizer;
   update_mode update;
+  int staleness; /* ssp: steps a trainer may lead the slowest (0 otherwise) */
   int trainers;
   int pservers;
   size_t block_size;

@@ -8,5 +8,7 @@
 #define PSTRAIN_MAX_PSERVERS 256
 /* Trainer ids are 0..PSTRAIN_MAX_TRAINERS - 1. */
 #define PSTRAIN_MAX_TRAINERS 4096
+/* --staleness: steps an SSP trainer may lead the slowest. */
+#define PSTRAIN_MAX_STALENESS 1000000
 
 #endif

@@ -11,9 +11,11 @@
 #define PROTO_OUT_JOB(id) out->id
 #define PROTO_OUT_OPT(id) parts->optimizer.id
 #define PROTO_OUT_SPARSE(id) parts->sparse.id
+#define PROTO_OUT_SSP(id) out->id
 #define PROTO_IN_JOB(id) in->id
 #define PROTO_IN_OPT(id) in->optimizer->id
 #define PROTO_IN_SPARSE(id) sparse->id
+#define PROTO_IN_SSP(id) in->id
 
 #define TO_PROTO_MODEL(p, v) (model_format(&(v), text, text_len), (p) = text)
 #define TO_PROTO_KIND(p, v) ((p) = (char *)optimizer_kind_name(v))
@@ -96,6 +98,13 @@ ps_err wire_job_from_proto(const Pstrain__JobConfig *in, job_config *job, ps_err
   }
   JOB_FIELDS(FROM_PROTO_ROW)
 #undef FROM_PROTO_ROW
+  /* Outside ssp the staleness is not in the hash: a value there would be
+   * a job two peers could disagree on unseen. */
+  if (job->update != UPDATE_SSP && job->staleness != 0) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                        "job description: staleness %d with update %s (only ssp has one)",
+                        job->staleness, update_mode_name(job->update));
+  }
   if (model_is_ctr(&job->model) && in->sparse == NULL) {
     return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
                         "job description of a CTR model without its sparse table settings");

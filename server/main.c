@@ -77,7 +77,8 @@ static const option_def pserver_option_table[] = {
      "threads; more threads mean more hand-offs)", NULL,
      .min = 1, .max = 256},
     {"step-timeout", NULL, OPT_DOUBLE, OFF(step_timeout), "120",
-     "seconds a sync step waits for the last trainer before the job stops", NULL, .min = 0.1,
+     "seconds a sync step (an ssp push: for the slowest trainer) waits for the last trainer "
+     "before the job stops", NULL, .min = 0.1,
      .max = 1e7},
     {"log-every", NULL, OPT_INT, OFF(log_every), "200", "steps between statistics lines (0: none)",
      NULL, .min = 0, .max = 1e12},
@@ -115,8 +116,8 @@ static const option_def pserver_option_table[] = {
      "allow listening beyond loopback with neither a token nor TLS (anyone who reaches the port "
      "can register, push and read the model)", NULL, .min = 1, .max = 0},
     {"on-trainer-loss", NULL, OPT_CHOICE, OFF(on_trainer_loss), "stop",
-     "sync mode, when a trainer misses --step-timeout: stop the job naming it, or continue "
-     "with the others", "stop|continue", .min = 1, .max = 0},
+     "sync and ssp mode, when a trainer misses --step-timeout: stop the job naming it, or "
+     "continue with the others", "stop|continue", .min = 1, .max = 0},
     {"checkpoint-dir", NULL, OPT_STRING, OFF(checkpoint_dir), "",
      "write checkpoints (safetensors) of this pserver's shard here: every --checkpoint-every "
      "steps, at the end and on SIGTERM/SIGINT", NULL, .min = 1, .max = 0},
@@ -395,6 +396,7 @@ static int serve(pserver *ps) {
     if (s == PSERVER_FINISHED) {
       LOG_INFO("every trainer is done at step %ld: exiting", pserver_version(ps));
       pserver_log_tables(ps);
+      pserver_log_ssp(ps);
       pserver_abort_waiting(ps, PS_ERR_FAILED_PRECONDITION, "the job is finished");
       if (pserver_checkpoint(ps, &err) != PS_ERR_OK) {
         LOG_ERROR("final checkpoint: %s", err.msg);
@@ -404,6 +406,7 @@ static int serve(pserver *ps) {
     }
     if (s == PSERVER_FAILED) {
       LOG_ERROR("stopping the job: %s", ps->failure);
+      pserver_log_ssp(ps);
       pserver_abort_waiting(ps, PS_ERR_FAILED_PRECONDITION, ps->failure);
       return 1;
     }
@@ -411,6 +414,7 @@ static int serve(pserver *ps) {
       LOG_INFO("stopping on %s at step %ld", stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
                pserver_version(ps));
       pserver_log_tables(ps);
+      pserver_log_ssp(ps);
       pserver_abort_waiting(ps, PS_ERR_UNAVAILABLE, "the pserver is shutting down");
       if (pserver_checkpoint(ps, &err) != PS_ERR_OK) {
         LOG_ERROR("checkpoint on shutdown: %s", err.msg);

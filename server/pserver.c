@@ -275,6 +275,8 @@ static ps_err check_registration(const pserver *ps, const Pstrain__RegisterReque
  * the trainer's state starts over for a new incarnation. */
 static void accept_registration(pserver *ps, rpc_call *call, const Pstrain__RequestKey *key) {
   trainer_state *tr = &ps->trainers[key->trainer_id];
+  uint64_t step = ps->job.update == UPDATE_SSP ? pserver_ssp_register_step(ps)
+                                               : (uint64_t)ps->version;
   if (tr->registered && tr->incarnation != key->incarnation) {
     /* A restarted trainer: nothing of the old process counts any more. */
     LOG_WARN("trainer %u registered again with a new incarnation", key->trainer_id);
@@ -287,6 +289,7 @@ static void accept_registration(pserver *ps, rpc_call *call, const Pstrain__Requ
     }
     pserver_sparse_drop_pull(ps, (int)key->trainer_id, PS_ERR_ABORTED,
                              "the trainer registered again");
+    pserver_ssp_drop(ps, (int)key->trainer_id, PS_ERR_ABORTED, "the trainer registered again");
     tr->last_step = -1;
     tr->done = 0;
   }
@@ -296,7 +299,7 @@ static void accept_registration(pserver *ps, rpc_call *call, const Pstrain__Requ
   LOG_INFO("trainer %u registered from %s", key->trainer_id, rpc_call_peer(call));
   Pstrain__RegisterReply reply = PSTRAIN__REGISTER_REPLY__INIT;
   reply.pserver_incarnation = ps->incarnation;
-  reply.step = (uint64_t)ps->version;
+  reply.step = step;
   pserver_reply_message(call, &reply.base);
 }
 
@@ -355,6 +358,7 @@ static void handle_push(pserver *ps, rpc_call *call, const rpc_message *msg) {
     ps->stats_in += msg->total;
     pserver_metrics_push(ps->cfg.metrics, m.key.trainer_id, msg->total);
     if (ps->job.update == UPDATE_SYNC) pserver_push_sync(ps, call, msg, &m);
+    else if (ps->job.update == UPDATE_SSP) pserver_push_ssp(ps, call, msg, &m);
     else pserver_push_async(ps, call, msg, &m);
   }
   pthread_mutex_unlock(&ps->lock);
@@ -403,6 +407,7 @@ static void handle_done(pserver *ps, rpc_call *call, const rpc_message *msg) {
     trainer_state *tr = &ps->trainers[key.trainer_id];
     if (!tr->done) LOG_INFO("trainer %u is done at step %llu", key.trainer_id, (unsigned long long)key.step);
     tr->done = 1;
+    pserver_ssp_release(ps); /* it no longer holds the others back */
     Pstrain__DoneReply reply = PSTRAIN__DONE_REPLY__INIT;
     reply.pserver_incarnation = ps->incarnation;
     pserver_reply_message(call, &reply.base);
@@ -543,6 +548,7 @@ pserver_status pserver_poll(pserver *ps) {
     int late_pull = ps->job.update == UPDATE_SYNC && pserver_sparse_pull_late(ps, now);
     if ((late || late_pull) && ps->cfg.continue_on_trainer_loss) drop_missing_trainers(ps, !late);
     else if (late || late_pull) fail_step(ps, !late);
+    if (ps->job.update == UPDATE_SSP && ps->status == PSERVER_RUNNING) pserver_ssp_poll(ps, now);
   }
   pserver_status status = ps->status;
   pthread_mutex_unlock(&ps->lock);
@@ -560,6 +566,7 @@ void pserver_abort_waiting_locked(pserver *ps, ps_err code, const char *why) {
   }
   ps->pushed_count = 0;
   pserver_sparse_drop_pull(ps, -1, code, why);
+  pserver_ssp_drop(ps, -1, code, why);
 }
 
 void pserver_abort_waiting(pserver *ps, ps_err code, const char *why) {

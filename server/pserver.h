@@ -59,6 +59,9 @@ typedef struct trainer_state {
   int lost;            /* dropped after missing a step (--on-trainer-loss continue) */
   long registrations;  /* incarnations accepted so far (--max-registrations) */
   long stats_last;     /* sync: steps since the statistics line it pushed last in */
+  rpc_call *held;      /* ssp: its push of last_step, answered once the slowest is near */
+  double held_since;   /* ssp: when that push arrived */
+  int held_keys;       /* ssp, CTR: the held push brought next keys (in sp->trainers[].next) */
 } trainer_state;
 
 typedef enum { PSERVER_RUNNING, PSERVER_FINISHED, PSERVER_FAILED } pserver_status;
@@ -158,6 +161,12 @@ typedef struct pserver {
   uint64_t stats_in, stats_out;
   long stats_steps;       /* sync steps completed by a last push (pserver_straggler.c) */
   double stats_wait_s;    /* their summed wait from first push to last */
+  /* ssp, since the job started here (pserver_ssp.c): the largest lead a
+   * trainer was let go with, pushes applied, how many were held and for how long */
+  long ssp_max_lead;
+  long ssp_base;          /* the step trainers started at here (0, or a checkpoint's) */
+  long ssp_pushes, ssp_held;
+  double ssp_held_s;
   pserver_disk disk;
 } pserver;
 
@@ -182,6 +191,10 @@ void pserver_abort_waiting(pserver *ps, ps_err code, const char *why);
 
 /* Logs each sparse table's rows, bytes and admission counts (CTR jobs; thread-safe). */
 void pserver_log_tables(pserver *ps);
+
+/* ssp jobs: logs what the staleness bound saw (max lead, pushes held, time
+ * held); nothing for other jobs (thread-safe). */
+void pserver_log_ssp(pserver *ps);
 
 /* Steps applied so far (thread-safe). */
 long pserver_version(pserver *ps);

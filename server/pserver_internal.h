@@ -48,6 +48,13 @@ void pserver_push_async(pserver *ps, rpc_call *call, const rpc_message *msg,
 /* Logs each sparse table's rows, bytes and admission counts at `step`. */
 void pserver_log_table_stats(const pserver *ps, long step);
 
+/* Async's apply of a validated push: 1 applied, 0 a step applied before
+ * (nothing done), -1 refused (answered). */
+int pserver_apply_async(pserver *ps, rpc_call *call, const rpc_message *msg,
+                        const wire_blocks_msg *m);
+/* Async's reply to a push: `applied` as pserver_apply_async returned. */
+void pserver_reply_async(pserver *ps, rpc_call *call, int applied);
+
 /* Sync: every active trainer has pushed: apply and answer them. */
 void pserver_complete_step(pserver *ps);
 /* After a sync step's version++ (slots: the trainers summed): checkpoint,
@@ -73,6 +80,29 @@ void pserver_parts_drop(pserver *ps, int trainer, ps_err code, const char *why);
 void pserver_parts_try_apply(pserver *ps);
 /* Whether some block of the step has arrived (the step's clock runs). */
 int pserver_parts_started(const pserver *ps);
+
+/* --- pserver_ssp.c: bounded staleness ----------------------------------------- */
+
+/* A validated push of an ssp job: applied as async; its reply waits while
+ * the trainer is more than job.staleness steps ahead of the slowest. */
+void pserver_push_ssp(pserver *ps, rpc_call *call, const rpc_message *msg,
+                      const wire_blocks_msg *m);
+/* What a registration's reply says the pserver's step is (in pushes, as
+ * async counts): the slowest trainer's next step, the registering one's
+ * last push included (call before it is reset), so a trainer joining late
+ * starts at step 0 and a restarted one where it was, rather than at the
+ * average async would give. */
+uint64_t pserver_ssp_register_step(pserver *ps);
+/* Answers the held pushes the slowest trainer now allows (after a push,
+ * a Done, a trainer dropped). */
+void pserver_ssp_release(pserver *ps);
+/* Answers trainer's held push (every one: trainer -1) with code; not released. */
+void pserver_ssp_drop(pserver *ps, int trainer, ps_err code, const char *why);
+/* A push held past --step-timeout: drops (continue) or names (stop) the
+ * trainers it waits for. */
+void pserver_ssp_poll(pserver *ps, double now);
+/* The statistics line's ssp part. */
+void pserver_ssp_log(const pserver *ps, long step);
 
 /* --- pserver_sparse.c: the sparse tables' side of requests (CTR jobs) ------------ */
 

@@ -9,7 +9,8 @@
 #include "server/pserver.h"
 
 struct pserver_metrics {
-  metric_family *pushes, *bytes, *step, *rpc, *wait, *last, *rows, *table_bytes, *ckpt, *ckpt_fail;
+  metric_family *pushes, *bytes, *step, *rpc, *wait, *last, *rows, *table_bytes, *ckpt, *ckpt_fail,
+      *ssp_held, *ssp_lead;
 };
 
 /* From 100 us to a minute: a push-pull on loopback to a sync step's wait. */
@@ -54,6 +55,11 @@ ps_err pserver_metrics_create(pserver_metrics **out, metrics_registry *reg, ps_e
        COUNT(checkpoint_bounds)},
       {&pm->ckpt_fail, METRIC_COUNTER, "pstrain_pserver_checkpoint_failures_total",
        "Checkpoints that could not be written.", NULL, NULL, 0},
+      {&pm->ssp_held, METRIC_HISTOGRAM, "pstrain_pserver_ssp_held_seconds",
+       "SSP jobs: time a push's reply was held for the slowest trainer (0: not held).", NULL,
+       latency_bounds, COUNT(latency_bounds)},
+      {&pm->ssp_lead, METRIC_GAUGE, "pstrain_pserver_ssp_max_lead",
+       "SSP jobs: the most steps a trainer has been let go ahead of the slowest.", NULL, NULL, 0},
   };
   for (size_t i = 0; i < sizeof defs / sizeof defs[0]; i++) {
     *defs[i].slot = metrics_add(reg, defs[i].kind, defs[i].name, defs[i].help, defs[i].labels,
@@ -108,6 +114,12 @@ void pserver_metrics_after_step(pserver_metrics *pm, const pserver *ps, const in
     metric_set(pm->rows, name, (double)st.rows);
     metric_set(pm->table_bytes, name, (double)st.bytes);
   }
+}
+
+void pserver_metrics_ssp(pserver_metrics *pm, double held, long max_lead) {
+  if (pm == NULL) return;
+  metric_observe(pm->ssp_held, NULL, held);
+  metric_set(pm->ssp_lead, NULL, (double)max_lead);
 }
 
 void pserver_metrics_checkpoint(pserver_metrics *pm, double seconds, int ok) {

@@ -27,6 +27,9 @@ void pserver_metrics_after_step(pserver_metrics *pm, const struct pserver *ps, c
 void pserver_metrics_rpc(pserver_metrics *pm, int method, double seconds);
 /* Sync: the step waited seconds from its first push to trainer's, the last. */
 void pserver_metrics_sync_wait(pserver_metrics *pm, double seconds, uint32_t trainer);
+/* ssp: a push's reply let go after `held` seconds (0: at once); the largest
+ * lead so far. */
+void pserver_metrics_ssp(pserver_metrics *pm, double held, long max_lead);
 /* A checkpoint written (ok) or failed, and its seconds on the disk thread. */
 void pserver_metrics_checkpoint(pserver_metrics *pm, double seconds, int ok);
 

@@ -240,6 +240,7 @@ static void log_stats(pserver *ps, long step) {
   ps->stats_pushes = 0;
   ps->stats_in = ps->stats_out = 0;
   pserver_straggler_log(ps, step);
+  pserver_ssp_log(ps, step);
   pserver_log_table_stats(ps, step);
 }
 
@@ -354,9 +355,9 @@ void pserver_push_sync(pserver *ps, rpc_call *call, const rpc_message *msg,
 /* --- async -------------------------------------------------------------------- */
 
 /* Applies the push at once, scaled by 1/N, at schedule step version / N (the
- * schedule advances once per N pushes, as in sync mode), and answers with the
- * current parameters. A trainer's step it has applied already is only answered. */
-void pserver_push_async(pserver *ps, rpc_call *call, const rpc_message *msg,
+ * schedule advances once per N pushes, as in sync mode). A trainer's step it
+ * has applied already is not applied again. */
+int pserver_apply_async(pserver *ps, rpc_call *call, const rpc_message *msg,
                         const wire_blocks_msg *m) {
   trainer_state *tr = &ps->trainers[m->key.trainer_id];
   long step = (long)m->key.step;
@@ -365,7 +366,7 @@ void pserver_push_async(pserver *ps, rpc_call *call, const rpc_message *msg,
     ps_error err;
     if (ps->sp != NULL && pserver_sparse_apply_async(ps, ps->version / n, &err) != PS_ERR_OK) {
       pserver_refuse(call, "PushPull", err.code, "%s", err.msg);
-      return;
+      return -1;
     }
     float *slot = table_slot(&ps->table, 0);
     for (size_t i = 0; i < m->block_count; i++) {
@@ -385,11 +386,21 @@ void pserver_push_async(pserver *ps, rpc_call *call, const rpc_message *msg,
       log_stats(ps, ps->version / n);
       timeline_flush(ps->cfg.timeline);
     }
-    if (ps->sp != NULL) {
-      pserver_sparse_reply_async(ps, call);
-      return;
-    }
+    return 1;
   }
-  if (ps->sp != NULL) pserver_sparse_reply_lookup(ps, call);
+  return 0;
+}
+
+/* The current parameters; for CTR jobs the rows of the push's next keys
+ * (created as a pull would when applied, read only when a resend). */
+void pserver_reply_async(pserver *ps, rpc_call *call, int applied) {
+  if (ps->sp != NULL && applied) pserver_sparse_reply_async(ps, call);
+  else if (ps->sp != NULL) pserver_sparse_reply_lookup(ps, call);
   else pserver_reply_params(ps, &call, 1);
+}
+
+void pserver_push_async(pserver *ps, rpc_call *call, const rpc_message *msg,
+                        const wire_blocks_msg *m) {
+  int applied = pserver_apply_async(ps, call, msg, m);
+  if (applied >= 0) pserver_reply_async(ps, call, applied);
 }

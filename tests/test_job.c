@@ -19,9 +19,11 @@
 /* A valid job whose every field changes under mutate() and stays valid. */
 static job_config base_job(void) {
   ps_error err;
-  job_config job = {.update = UPDATE_SYNC, .trainers = 2, .pservers = 2, .block_size = 32768,
-                    .seed = 7, .batch = 64, .steps = 100, .wire_dtype = WIRE_DTYPE_BF16};
-  /* A CTR model: its job has every row, the sparse tables' too. */
+  /* ssp, a 16-bit wire dtype and a CTR model: its job has every row, the
+   * staleness's, the wire dtype's and the sparse tables' too. */
+  job_config job = {.update = UPDATE_SSP, .staleness = 0, .trainers = 2, .pservers = 2,
+                    .block_size = 32768, .seed = 7, .batch = 64, .steps = 100,
+                    .wire_dtype = WIRE_DTYPE_BF16};
   REQUIRE(model_parse("ctr:4:16", &job.model, &err) == PS_ERR_OK);
   job.optimizer = (optimizer_config){.kind = OPTIMIZER_ADAM, .lr = 0.001, .weight_decay = 0.01,
                                      .momentum = 0.9, .beta1 = 0.9, .beta2 = 0.999,
@@ -67,6 +69,7 @@ static const char *diff_name_of(job_field field) {
   static const char *const group_name[JOB_FIELD_COUNT] = {
 #define GROUP_ROW(id, group, ...) [JOB_FIELD_##id] = GROUP_NAME_##group,
 #define GROUP_NAME_JOB NULL
+#define GROUP_NAME_SSP NULL
 #define GROUP_NAME_OPT "optimizer"
 #define GROUP_NAME_SPARSE "sparse tables"
       JOB_FIELDS(GROUP_ROW)
@@ -349,13 +352,46 @@ static void check_wire_dtype_row(void) {
   CHECK_EQ_STR(joined, WIRE_DTYPE_CHOICES);
 }
 
+/* The staleness is written only for ssp jobs (sync and async jobs hash as
+ * before it existed), right after the update; a staleness sent with another
+ * update is refused, as is one past the limit. */
+static void check_ssp_rows(void) {
+  ps_error err;
+  job_config ssp = base_job(), sync = base_job(), back;
+  ssp.staleness = 4;
+  sync.update = UPDATE_SYNC;
+  char text[1024];
+  job_config_format(&sync, text, sizeof text);
+  CHECK(strstr(text, "staleness") == NULL);
+  CHECK(strstr(text, " update=sync trainers=2 ") != NULL);
+  job_config_format(&ssp, text, sizeof text);
+  CHECK(strstr(text, " update=ssp staleness=4 trainers=2 ") != NULL);
+  char diff[512];
+  job_config_diff(&ssp, &sync, diff, sizeof diff);
+  CHECK_EQ_STR(diff, "update ssp vs sync; staleness 4 vs 0");
+  Pstrain__JobConfig jc;
+  wire_job_parts parts;
+  char model[256];
+  wire_job_to_proto(&ssp, &jc, &parts, model, sizeof model);
+  CHECK_EQ_INT(wire_job_from_proto(&jc, &back, &err), PS_ERR_OK);
+  CHECK_EQ_INT(back.staleness, 4);
+  jc.update = "sync";
+  CHECK_EQ_INT(wire_job_from_proto(&jc, &back, &err), PS_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(err.msg, "staleness 4 with update sync");
+  jc.update = "ssp";
+  jc.staleness = PSTRAIN_MAX_STALENESS + 1;
+  CHECK_EQ_INT(wire_job_from_proto(&jc, &back, &err), PS_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(err.msg, "staleness 1000001 is not 0..1000000");
+}
+
 int main(void) {
   check_every_field();
   check_wire_dtype_row();
   /* Every member of job_config is a row: what no row covers is padding
-   * (after optimizer.kind, optimizer.schedule, pservers, wire_dtype,
-   * sparse.sparse_kind and sparse.admit_after on LP64). */
-  CHECK_EQ_INT(uncovered_bytes(), 24);
+   * (after optimizer.kind, optimizer.schedule, wire_dtype, sparse.sparse_kind
+   * and sparse.admit_after on LP64). */
+  CHECK_EQ_INT(uncovered_bytes(), 20);
+  check_ssp_rows();
   check_sparse_rows();
   check_golden_text();
   check_name_tables();

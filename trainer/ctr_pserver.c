@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "trainer/ctr_prefetch.h"
 #include "trainer/ps_client_sparse.h"
+#include "trainer/slowdown.h"
 
 struct ctr_pserver {
   ps_client c;
@@ -32,6 +33,7 @@ ps_err ctr_pserver_start(ctr_trainer *t, ps_error *err) {
   job_config job;
   ctr_trainer_job(t, &job); /* the model, optimizers, tables' settings and total steps */
   job.update = s->update;
+  job.staleness = s->update == UPDATE_SSP ? s->staleness : 0;
   job.trainers = t->ranks;
   job.pservers = s->pservers.count;
   job.batch = o->batch;
@@ -107,6 +109,7 @@ ps_err ctr_pserver_step(ctr_trainer *t, int count, long step, double *loss_sum, 
   ps_sparse_keys split = x->sp.cur;
   x->sp.cur = x->sp.next;
   x->sp.next = split;
+  double computing = now_s();
   if (count > 0) {
     ctr_batch b = {.size = count, .examples = t->examples, .slot = t->slot, .unique = n,
                    .wide_rows = t->wide_rows, .deep_rows = dim > 0 ? t->deep_rows : NULL};
@@ -124,6 +127,9 @@ ps_err ctr_pserver_step(ctr_trainer *t, int count, long step, double *loss_sum, 
     }
   } else {
     memset(x->grads, 0, total * sizeof(float));
+  }
+  if (slowdown_sleep(t->settings.opt.slowdown, now_s() - computing, err) != PS_ERR_OK) {
+    return err->code;
   }
   /* The next batch's keys ride on this push: the prefetch thread has it
    * (none after the job's last step). */

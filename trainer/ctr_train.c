@@ -20,6 +20,7 @@
 #include "trainer/metrics_repeat.h"
 #include "trainer/ctr_prefetch.h"
 #include "trainer/ctr_pserver.h"
+#include "trainer/slowdown.h"
 #ifdef PSTRAIN_HAVE_MPI
 #include "trainer/ctr_collective.h"
 #endif
@@ -225,6 +226,7 @@ static ps_err local_step(ctr_trainer *t, int count, long step, double *loss_sum,
 /* One step: here, or with every rank in collective mode (the exchange). */
 static ps_err train_step(ctr_trainer *t, int count, long step, double *loss_sum, ps_error *err) {
   if (t->ps != NULL) return ctr_pserver_step(t, count, step, loss_sum, err); /* evicts there */
+  double started = now_s();
 #ifdef PSTRAIN_HAVE_MPI
   if (t->exchange != NULL) {
     if (ctr_collective_step(t, count, step, loss_sum, err) != PS_ERR_OK) return err->code;
@@ -238,7 +240,7 @@ static ps_err train_step(ctr_trainer *t, int count, long step, double *loss_sum,
     sparse_table_evict(t->wide, step + 1);
     if (t->deep != NULL) sparse_table_evict(t->deep, step + 1);
   }
-  return PS_ERR_OK;
+  return slowdown_sleep(t->settings.opt.slowdown, now_s() - started, err);
 }
 
 ps_err ctr_trainer_evaluate(ctr_trainer *t, const char *path, double *auc, double *logloss,

@@ -98,7 +98,7 @@ static ps_err register_all(ps_client *c, double timeout, long *steps, ps_error *
     c->pserver_incarnation[p] = reply->pserver_incarnation;
     steps[p] = (long)reply->step;
     protobuf_c_message_free_unpacked(&reply->base, NULL);
-    if (c->job.update == UPDATE_ASYNC) steps[p] /= c->job.trainers; /* async counts pushes */
+    if (c->job.update != UPDATE_SYNC) steps[p] /= c->job.trainers; /* async, ssp count pushes */
   }
   for (int p = 0; p < n; p++) c->ops[p].wait_for_ready = 0;
   free_replies(c);
@@ -463,7 +463,7 @@ ps_err ps_client_recover(ps_client *c, long step, const float *grads, float *par
                         step, lo, hi);
       break;
     }
-    if (rc == PS_ERR_OK && (c->job.update == UPDATE_ASYNC || lo >= step)) {
+    if (rc == PS_ERR_OK && (c->job.update != UPDATE_SYNC || lo >= step)) {
       /* Every pserver has step's state or the next: the push is resent, and
        * applied once (a pserver past it answers with its parameters). */
       rc = ps_client_push_pull(c, step, grads, params, err);

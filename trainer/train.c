@@ -16,6 +16,7 @@
 #include "trainer/metrics_repeat.h"
 #include "trainer/trainer_metrics.h"
 #include "trainer/model_checkpoint.h"
+#include "trainer/slowdown.h"
 
 /* Evaluation batches are larger than training ones: no backward pass. */
 #define EVAL_BATCH 256
@@ -46,6 +47,7 @@ void trainer_job(const trainer *t, int pservers, job_config *job) {
                       .trainers = t->trainers, .pservers = pservers,
                       .block_size = (size_t)s->opt.block_size, .seed = (uint64_t)s->opt.seed,
                       .batch = s->opt.batch, .steps = steps, .wire_dtype = s->wire_dtype};
+  if (job->update == UPDATE_SSP) job->staleness = s->staleness;
 }
 
 ps_err trainer_init(trainer *t, const trainer_settings *settings, ps_error *err) {
@@ -223,6 +225,7 @@ static ps_err train_epoch(trainer *t, long epoch, long *global_step, double *mea
     t0 = timeline_span(t->tl, "forward", *global_step, t0);
     if (mlp_backward(t->model, count, err) != PS_ERR_OK) return err->code;
     timeline_span(t->tl, "backward", *global_step, t0);
+    if (slowdown_sleep(o->slowdown, now_s() - t0, err) != PS_ERR_OK) return err->code;
     if (updater_apply(t->up, *global_step, &next, err) != PS_ERR_OK) return err->code;
     if (next <= *global_step) {
       t->rewind_to = next; /* the job went back: trainer_run takes the steps again */

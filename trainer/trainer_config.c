@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -22,7 +23,14 @@ static const option_def trainer_option_table[] = {
      "collective: all-reduce gradients over MPI (start with mpirun or scripts/launch)",
      "local|pserver|collective", ANY},
     {"update", NULL, OPT_CHOICE, OFF(update), "sync",
-     "pserver mode: sync (every step waits for all trainers) or async", UPDATE_MODE_CHOICES, ANY},
+     "pserver mode: sync (every step waits for all trainers), async (never waits) or ssp "
+     "(waits while more than --staleness steps ahead of the slowest)", UPDATE_MODE_CHOICES, ANY},
+    {"staleness", NULL, OPT_STRING, OFF(staleness), "",
+     "--update ssp: steps a trainer may run ahead of the slowest (0: sync's semantics; "
+     "needed with ssp, refused without)", NULL, ANY},
+    {"slowdown", NULL, OPT_DOUBLE, OFF(slowdown), "1",
+     "make each step take this many times as long (sleeps after the step's compute; a "
+     "straggler for tests and benchmarks)", NULL, NUM(1, 1000)},
     {"pservers", "PADDLE_PSERVERS_IP_PORT_LIST", OPT_STRING, OFF(pservers), "",
      "pserver mode: every pserver's HOST:PORT, comma-separated, in the same order everywhere",
      NULL, ANY},
@@ -214,6 +222,32 @@ static ps_err ctr_settings_load(trainer_settings *s, ps_error *err) {
   return PS_ERR_OK;
 }
 
+/* --staleness: an integer 0..PSTRAIN_MAX_STALENESS, given exactly when
+ * --update is ssp (outside ssp it is not part of the job). */
+static ps_err staleness_load(trainer_settings *s, ps_error *err) {
+  const char *text = s->opt.staleness;
+  int ssp = s->update == UPDATE_SSP;
+  if (text[0] == '\0') {
+    if (!ssp) return PS_ERR_OK;
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                        "--update ssp needs --staleness S (steps a trainer may lead the slowest; "
+                        "0: sync's semantics)");
+  }
+  if (!ssp) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                        "--staleness is for --update ssp (this job's update is %s)", s->opt.update);
+  }
+  char *end;
+  errno = 0;
+  long v = strtol(text, &end, 10);
+  if (end == text || *end != '\0' || errno != 0 || v < 0 || v > PSTRAIN_MAX_STALENESS) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "--staleness '%s' is not an integer 0..%d",
+                        text, PSTRAIN_MAX_STALENESS);
+  }
+  s->staleness = (int)v;
+  return PS_ERR_OK;
+}
+
 options_result trainer_settings_load(trainer_settings *s, int argc, char **argv, ps_error *err) {
   memset(s, 0, sizeof *s);
   options_result r =
@@ -241,6 +275,7 @@ options_result trainer_settings_load(trainer_settings *s, int argc, char **argv,
                  s->collective_mode ? "all-reduces float32 gradients" : "sends nothing");
     return OPTIONS_ERROR;
   }
+  if (staleness_load(s, err) != PS_ERR_OK) return OPTIONS_ERROR;
   if (s->pserver_mode) {
     if (endpoints_check_role("TRAINER", err) != PS_ERR_OK ||
         endpoints_parse(o->pservers, "--pservers", &s->pservers, err) != PS_ERR_OK) {

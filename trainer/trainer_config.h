@@ -21,6 +21,8 @@
 typedef struct trainer_options {
   const char *mode;
   const char *update;
+  const char *staleness; /* "" when not given */
+  double slowdown;
   const char *pservers;
   long trainers;
   long id;
@@ -83,6 +85,7 @@ typedef struct trainer_settings {
   int collective_mode;
   update_mode update;
   wire_dtype wire_dtype;  /* f32 outside pserver mode */
+  int staleness; /* --staleness (ssp only) */
   endpoint_list pservers; /* pserver mode */
   char token[256];        /* from --token-file; "" for none */
   tls_config tls;         /* the --tls-* paths (checked); all empty for plaintext */

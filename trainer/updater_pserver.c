@@ -140,7 +140,8 @@ ps_err updater_pserver_create(trainer *t, updater **out, ps_error *err) {
   if (p == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "out of memory");
   p->base.ops = &pserver_ops;
   p->base.t = t;
-  t->mode_label = s->update == UPDATE_ASYNC ? "pserver-async" : "pserver-sync";
+  t->mode_label = s->update == UPDATE_ASYNC ? "pserver-async"
+                  : s->update == UPDATE_SSP ? "pserver-ssp" : "pserver-sync";
   t->id = (int)s->opt.id;
   t->trainers = (int)s->opt.trainers;
   *out = &p->base;
