@@ -18,7 +18,16 @@ typedef struct pserver_updater {
   ps_client ps;
   int connected; /* ps holds channels: ps_client_close frees them */
   long step;     /* the step the next backward pass belongs to */
+  uint64_t bytes_counted; /* of ps's sent + received, already in comm_bytes */
 } pserver_updater;
+
+/* Adds what ps sent and received since the last count: parts pushed during
+ * backward count too, not only what moved inside apply. */
+static void count_bytes(pserver_updater *p) {
+  uint64_t total = p->ps.bytes_sent + p->ps.bytes_received;
+  p->base.comm_bytes += (double)(total - p->bytes_counted);
+  p->bytes_counted = total;
+}
 
 /* Backward's report: layer's gradients are final; its blocks go out now. */
 static ps_err layer_ready(void *ctx, int layer, ps_error *err) {
@@ -28,8 +37,11 @@ static ps_err layer_ready(void *ctx, int layer, ps_error *err) {
   }
   const tensor_layout *layout = &p->ps.layout;
   const tensor_info *w = &layout->tensors[2 * (layer - 1)], *b = &layout->tensors[2 * layer - 1];
-  return ps_client_parts_push(&p->ps, p->base.t->host_grads, w->offset, b->offset + b->count,
-                              err);
+  double start = now_s();
+  ps_err rc = ps_client_parts_push(&p->ps, p->base.t->host_grads, w->offset,
+                                   b->offset + b->count, err);
+  p->base.comm_seconds += now_s() - start; /* starting the sends is communication */
+  return rc;
 }
 
 /* Registers with the pservers and takes their initial parameters. */
@@ -45,6 +57,7 @@ static ps_err pserver_start(updater *u, ps_error *err) {
   }
   p->connected = 1;
   if (ps_client_pull(&p->ps, t->host_params, err) != PS_ERR_OK) return err->code;
+  p->bytes_counted = p->ps.bytes_sent + p->ps.bytes_received; /* steps count from here */
   t->start_step = p->ps.start_step;
   p->step = t->start_step;
   if (s->update == UPDATE_SYNC && !t->staged && s->opt.overlap) {
@@ -69,7 +82,6 @@ static ps_err pserver_apply(updater *u, long step, long *next, ps_error *err) {
   trainer *t = u->t;
   if (t->staged && mlp_get_grads(t->model, t->host_grads, err) != PS_ERR_OK) return err->code;
   double start = now_s();
-  uint64_t before = p->ps.bytes_sent + p->ps.bytes_received;
   if (ps_client_parts_open(&p->ps) && p->step != step) {
     return ps_error_set(err, PS_ERR_INTERNAL, "step %ld: backward pushed parts of step %ld",
                         step, p->step);
@@ -95,7 +107,7 @@ static ps_err pserver_apply(updater *u, long step, long *next, ps_error *err) {
   }
   timeline_span(t->tl, "push", step, start); /* push-pull, the pserver's wait included */
   u->comm_seconds += now_s() - start;
-  u->comm_bytes += (double)(p->ps.bytes_sent + p->ps.bytes_received - before);
+  count_bytes(p);
   *next = p->step = step + 1;
   if (t->staged) return mlp_set_params(t->model, t->host_params, err);
   return PS_ERR_OK;
