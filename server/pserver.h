@@ -141,6 +141,7 @@ typedef struct pserver {
   rpc_call **step_calls;   /* (trainers) scratch of complete_step */
   long version;        /* steps applied */
   int pushed_count;    /* sync: trainers that pushed the current step */
+  int step_torn;       /* a step in parts was cut off half applied: no checkpoint of it */
   int active;          /* trainers not lost */
   double step_started; /* sync: when the first push of the step arrived */
   params_snapshot snapshots[PSERVER_SNAPSHOTS];

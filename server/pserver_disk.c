@@ -266,6 +266,14 @@ uint64_t pserver_checkpoint_due(pserver *ps) {
 ps_err pserver_checkpoint(pserver *ps, ps_error *err) {
   pthread_mutex_lock(&ps->lock);
   int wanted = ps->configured && ps->cfg.checkpoint_dir[0] != '\0';
+  if (wanted && ps->step_torn) {
+    /* --overlap: stopped with some blocks of the step applied. Writing them
+     * as step N would apply them twice after --resume. */
+    LOG_WARN("no checkpoint at step %ld: the step was stopped half applied; the last periodic "
+             "checkpoint stands", ps->version);
+    pthread_mutex_unlock(&ps->lock);
+    return PS_ERR_OK;
+  }
   uint64_t ticket = pserver_checkpoint_due(ps);
   long step = ps->version;
   pthread_mutex_unlock(&ps->lock);
@@ -477,6 +485,7 @@ static void apply_rollback(pserver *ps, const pserver_rollback *r, rollback_read
   char why[128];
   snprintf(why, sizeof why, "pserver %d rolled back to step %ld", ps->cfg.id, r->step);
   pserver_abort_waiting_locked(ps, PS_ERR_ABORTED, why);
+  ps->step_torn = 0; /* the checkpoint just loaded is whole */
   LOG_WARN("rolled back from step %ld to %ld, loading its checkpoint: pserver %u restarted "
            "from there (asked by trainer %u)", from, r->step, r->restarted_pserver, r->trainer);
 }

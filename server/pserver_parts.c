@@ -228,6 +228,7 @@ static void finish_step(pserver *ps, const int *slots, int count) {
   for (int i = 0; i < ps->cfg.trainers; i++) ps->trainers[i].pushed = 0;
   ps->pushed_count = 0;
   ps->version++;
+  ps->step_torn = 0;
   pserver_after_step(ps, slots, count);
 }
 
@@ -369,7 +370,9 @@ void pserver_parts_drop(pserver *ps, int trainer, ps_err code, const char *why) 
   compact(pp);
   if (trainer < 0) {
     /* Everything waiting is answered: the step starts over (a rollback
-     * reloads what was applied of it; a stop ends it). */
+     * reloads what was applied of it; a stop ends it, and the blocks already
+     * applied must not reach a checkpoint labelled with the step before). */
+    if (pp->applied_count > 0) ps->step_torn = 1;
     memset(pp->delivered, 0, (size_t)ps->cfg.trainers * pp->blocks);
     memset(pp->delivered_count, 0, (size_t)ps->cfg.trainers * sizeof *pp->delivered_count);
     memset(pp->applied, 0, pp->blocks);

@@ -7,9 +7,13 @@
  * - a part resent while held supersedes the first (ABORTED); one resent
  *   after it was applied is answered at once and its data ignored;
  * - an empty push, a repeated block, a foreign block are refused and change
- *   nothing; async jobs refuse parts. */
+ *   nothing; async jobs refuse parts;
+ * - a pserver stopped with a step half applied leaves its last checkpoint
+ *   as it was (else --resume would apply those blocks twice). */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -136,14 +140,17 @@ static void do_register(pserver *ps, uint32_t trainer) {
   free(buf);
 }
 
-static void start(pserver *ps, update_mode update) {
+static void start_in(pserver *ps, update_mode update, const char *checkpoint_dir) {
   ps_error err;
   job.update = update;
   pserver_config cfg = {.id = 0, .pservers = 1, .trainers = TRAINERS, .step_timeout = 60,
-                        .max_shard_mb = 64, .max_blocks_per_request = 64};
+                        .max_shard_mb = 64, .max_blocks_per_request = 64,
+                        .checkpoint_dir = checkpoint_dir};
   REQUIRE(pserver_init(ps, &cfg, &err) == PS_ERR_OK);
   for (uint32_t t = 0; t < TRAINERS; t++) do_register(ps, t);
 }
+
+static void start(pserver *ps, update_mode update) { start_in(ps, update, ""); }
 
 static void stop(pserver *ps) {
   pserver_abort_waiting(ps, PS_ERR_UNAVAILABLE, "test over");
@@ -296,6 +303,58 @@ static void test_refusals(void) {
   free(before);
 }
 
+/* The bytes of a file, or NULL when it cannot be read; *len its size. */
+static unsigned char *read_all(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (f == NULL) return NULL;
+  unsigned char *buf = NULL;
+  struct stat st;
+  if (fstat(fileno(f), &st) == 0 && (buf = malloc((size_t)st.st_size + 1)) != NULL) {
+    *len = fread(buf, 1, (size_t)st.st_size, f);
+  }
+  fclose(f);
+  return buf;
+}
+
+/* --overlap's step cut off by a stop after one layer was applied: the
+ * final checkpoint is not written, step 0's file stays as it was. */
+static void test_stop_half_applied(void) {
+  char dir[] = "/tmp/test_pserver_parts.XXXXXX";
+  REQUIRE(mkdtemp(dir) != NULL);
+  pserver ps;
+  ps_error err;
+  start_in(&ps, UPDATE_SYNC, dir);
+  CHECK_EQ_INT(pserver_checkpoint(&ps, &err), PS_ERR_OK);
+  char path[512];
+  pserver_checkpoint_path(&ps, 0, path, sizeof path);
+  size_t before_len = 0, after_len = 0;
+  unsigned char *before = read_all(path, &before_len);
+  REQUIRE(before != NULL);
+  float *g = malloc(n * sizeof *g), *got = malloc(n * sizeof *got);
+  REQUIRE(g != NULL && got != NULL);
+  size_t lo, hi;
+  layer_range(3, &lo, &hi);
+  gradient(g, 0, 0);
+  held a3 = send_part(&ps, 0, 0, g, lo, hi, UINT32_MAX);
+  held b3 = send_part(&ps, 1, 0, g, lo, hi, UINT32_MAX);
+  finish(&a3, PS_ERR_OK, 1, lo, hi, got);
+  finish(&b3, PS_ERR_OK, 1, lo, hi, NULL);
+  CHECK_EQ_INT(pserver_version(&ps), 0);
+  pserver_abort_waiting(&ps, PS_ERR_UNAVAILABLE, "stopping");
+  CHECK_EQ_INT(pserver_checkpoint(&ps, &err), PS_ERR_OK);
+  unsigned char *after = read_all(path, &after_len);
+  REQUIRE(after != NULL);
+  CHECK(before_len == after_len && memcmp(before, after, before_len) == 0);
+  free(before);
+  free(after);
+  free(g);
+  free(got);
+  stop(&ps);
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  CHECK_EQ_INT(system(cmd), 0);
+}
+
 int main(void) {
   ps_error err;
   rpc_global_init();
@@ -314,6 +373,7 @@ int main(void) {
   reference(want);
   test_parts_equal_whole(want);
   test_refusals();
+  test_stop_half_applied();
   free(want);
   shard_map_free(&map);
   tensor_layout_free(&layout);
