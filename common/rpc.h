@@ -194,6 +194,9 @@ void rpc_client_start(rpc_client *client, rpc_op *op);
 rpc_op *rpc_client_next(rpc_client *client, double timeout_s);
 /* Ops started and not yet collected. */
 int rpc_client_in_flight(const rpc_client *client);
+/* Cancels a started op that is not collected yet (nothing otherwise): it
+ * finishes at once with PS_ERR_CANCELLED, still to be collected. */
+void rpc_client_cancel(rpc_op *op);
 
 /* The target a channel was opened to. */
 const char *rpc_channel_target(const rpc_channel *channel);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/log.h"
 #include "common/rpc_internal.h"
 
 struct rpc_channel {
@@ -332,3 +333,11 @@ rpc_op *rpc_client_next(rpc_client *c, double timeout_s) {
 }
 
 int rpc_client_in_flight(const rpc_client *c) { return c->in_flight; }
+
+void rpc_client_cancel(rpc_op *op) {
+  call_state *s = op->internal;
+  if (s == NULL) return;
+  grpc_call_error rc = grpc_call_cancel(s->call, NULL);
+  /* Only fails for a call not started, which an op in flight is not. */
+  if (rc != GRPC_CALL_OK) LOG_WARN("cancelling a call: %s", grpc_call_error_to_string(rc));
+}

@@ -178,8 +178,13 @@ ps_err ps_client_connect(ps_client *c, const endpoint_list *pservers, const job_
 }
 
 void ps_client_close(ps_client *c) {
-  if (rpc_lease_wait(&c->lease) != PS_ERR_OK) {
-    LOG_WARN("closing the pserver client while gRPC still holds the gradient buffer");
+  ps_client_parts_abort(c);
+  int leased = rpc_lease_wait(&c->lease) != PS_ERR_OK;
+  if (leased) {
+    /* Freeing what gRPC may still read is worse than a leak at exit. */
+    LOG_WARN("closing the pserver client while gRPC still holds the gradient buffer: "
+             "the buffer is left allocated");
+    c->wire_grads = NULL;
   }
   if (c->ops != NULL) free_replies(c);
   ps_client_parts_free(c);

@@ -27,6 +27,19 @@ struct ps_client_parts {
   ps_error err;
 };
 
+void ps_client_parts_abort(ps_client *c) {
+  struct ps_client_parts *pp = c->parts;
+  if (pp == NULL || !pp->open) return;
+  for (size_t k = 0; k < pp->calls; k++) rpc_client_cancel(&pp->ops[k]);
+  /* Cancelled calls finish at once; the bound is for a gRPC that does not. */
+  double give_up = now_s() + 10;
+  while (rpc_client_in_flight(c->rpc) > 0 && now_s() < give_up) {
+    rpc_op *op = rpc_client_next(c->rpc, 1.0);
+    if (op != NULL && op->code == PS_ERR_OK) rpc_reply_free(&op->reply);
+  }
+  pp->open = 0;
+}
+
 void ps_client_parts_free(ps_client *c) {
   struct ps_client_parts *pp = c->parts;
   if (pp == NULL) return;
@@ -125,7 +138,7 @@ ps_err ps_client_parts_push(ps_client *c, const float *grads, size_t lo, size_t 
     }
     size_t count = pp->ids_used - first;
     if (count == 0) continue;
-    size_t k = pp->calls++; /* at most one call per block: within cap */
+    size_t k = pp->calls; /* at most one call per block: within cap */
     wire_writer *w = &pp->writers[k];
     if (wire_writer_begin(w, count, err) != PS_ERR_OK) return err->code;
     wire_writer_push_header(w, &key, c->hash);
@@ -140,6 +153,7 @@ ps_err ps_client_parts_push(ps_client *c, const float *grads, size_t lo, size_t 
       wire_writer_block_bytes(w, b->id, source, b->count * size, &c->lease);
     }
     if (wire_writer_check(w, err) != PS_ERR_OK) return err->code;
+    pp->calls++;
     pp->pserver[k] = p;
     pp->first[k] = first;
     pp->count[k] = count;
@@ -235,9 +249,16 @@ ps_err ps_client_parts_finish(ps_client *c, const float *grads, float *params, p
   for (size_t k = 0; k < pp->calls; k++) {
     if (pp->state[k] == PART_COLLECTED) take_reply(c, k, params);
   }
+  /* Each call ends by its deadline; past it and a margin, cancel the rest. */
+  double give_up = start + c->rpc_timeout + 10;
   while (rpc_client_in_flight(c->rpc) > 0) {
-    rpc_op *op = rpc_client_next(c->rpc, c->rpc_timeout + 5);
+    rpc_op *op = rpc_client_next(c->rpc, 1.0);
     if (op != NULL) take_reply(c, (size_t)(op - pp->ops), params);
+    if (op == NULL && now_s() > give_up) {
+      fail(pp, PS_ERR_TIMEOUT, "step %ld: a part's call outlived its deadline; cancelled",
+           pp->step);
+      for (size_t k = 0; k < pp->calls; k++) rpc_client_cancel(&pp->ops[k]);
+    }
   }
   pp->open = 0;
   /* The gradients are overwritten next step: gRPC must be done with them. */

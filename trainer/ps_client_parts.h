@@ -30,6 +30,10 @@ int ps_client_parts_open(const ps_client *c);
  * names the pserver (a recoverable code: ps_client_recover resends). */
 ps_err ps_client_parts_finish(ps_client *c, const float *grads, float *params, ps_error *err);
 
+/* Cancels the calls of an unfinished step and collects them (a trainer
+ * stopping mid-step; ps_client_close calls it). */
+void ps_client_parts_abort(ps_client *c);
+
 /* Frees the parts' buffers (ps_client_close calls it). */
 void ps_client_parts_free(ps_client *c);
 

@@ -225,7 +225,8 @@ static ps_err train_epoch(trainer *t, long epoch, long *global_step, double *mea
     t0 = timeline_span(t->tl, "forward", *global_step, t0);
     if (mlp_backward(t->model, count, err) != PS_ERR_OK) return err->code;
     timeline_span(t->tl, "backward", *global_step, t0);
-    if (slowdown_sleep(o->slowdown, now_s() - t0, err) != PS_ERR_OK) return err->code;
+    /* The whole compute (gather, forward, backward), not backward alone. */
+    if (slowdown_sleep(o->slowdown, now_s() - step_started, err) != PS_ERR_OK) return err->code;
     if (updater_apply(t->up, *global_step, &next, err) != PS_ERR_OK) return err->code;
     if (next <= *global_step) {
       t->rewind_to = next; /* the job went back: trainer_run takes the steps again */

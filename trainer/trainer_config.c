@@ -276,6 +276,12 @@ options_result trainer_settings_load(trainer_settings *s, int argc, char **argv,
     return OPTIONS_ERROR;
   }
   if (staleness_load(s, err) != PS_ERR_OK) return OPTIONS_ERROR;
+  if (o->overlap && (!s->pserver_mode || s->update != UPDATE_SYNC || model_is_ctr(&s->model))) {
+    ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                 "--overlap is for the MLP in pserver mode with --update sync (here: --mode %s, "
+                 "--update %s, --model %s)", o->mode, o->update, o->model);
+    return OPTIONS_ERROR;
+  }
   if (s->pserver_mode) {
     if (endpoints_check_role("TRAINER", err) != PS_ERR_OK ||
         endpoints_parse(o->pservers, "--pservers", &s->pservers, err) != PS_ERR_OK) {

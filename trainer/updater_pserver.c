@@ -60,6 +60,10 @@ static ps_err pserver_start(updater *u, ps_error *err) {
   p->bytes_counted = p->ps.bytes_sent + p->ps.bytes_received; /* steps count from here */
   t->start_step = p->ps.start_step;
   p->step = t->start_step;
+  if (s->opt.overlap && t->staged) {
+    LOG_WARN("--overlap: not with a device backend (its gradients reach the host at the end of "
+             "backward); one push per pserver per step");
+  }
   if (s->update == UPDATE_SYNC && !t->staged && s->opt.overlap) {
     /* Async pushes stay whole (one apply per push); a device backend's
      * gradients reach the host only at the end of backward. */
