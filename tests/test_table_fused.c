@@ -1,7 +1,9 @@
 /* table_apply_sum's single pass against the three passes it replaced (sum the
  * slots, scale, optimizer_apply over the whole shard), bit for bit: every
  * optimizer, 1-4 slots in a shuffled order, shard sizes around TABLE_CHUNK,
- * scale 1 and not 1, several steps so the optimizer state matters. */
+ * scale 1 and not 1, several steps so the optimizer state matters; and
+ * table_apply_sum_range over pieces at offsets off the chunk grid equal to
+ * the whole, touching nothing outside its range. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,6 +99,45 @@ static int compare(optimizer_kind kind, size_t n, int count, float scale, const 
   return equal;
 }
 
+/* A shard applied in three ranges (cut at `a` and `b`) against the whole,
+ * STEPS steps; and one middle range leaves the floats outside it alone. */
+static int compare_ranges(optimizer_kind kind, size_t n, size_t a, size_t b) {
+  optimizer_config opt = {.kind = kind, .lr = 0.01, .momentum = 0.9, .beta1 = 0.9,
+                          .beta2 = 0.999, .epsilon = 1e-8, .schedule = LR_CONSTANT};
+  const int order[2] = {1, 0};
+  rng r;
+  rng_seed(&r, 11, n + a + b);
+  shard whole, parts;
+  shard_make(&whole, n, &r);
+  shard_make(&parts, n, &r);
+  memcpy(parts.params, whole.params, n * sizeof(float));
+  table tw = {.n = n, .params = whole.params, .state1 = whole.state1, .state2 = whole.state2,
+              .grads = whole.grads, .slots = MAX_SLOTS};
+  table tp = {.n = n, .params = parts.params, .state1 = parts.state1, .state2 = parts.state2,
+              .grads = parts.grads, .slots = MAX_SLOTS};
+  for (long step = 0; step < STEPS; step++) {
+    for (size_t i = 0; i < MAX_SLOTS * n; i++) whole.grads[i] = gradient(&r);
+    memcpy(parts.grads, whole.grads, MAX_SLOTS * n * sizeof(float));
+    table_apply_sum(&tw, &opt, order, 2, 0.5f, step);
+    table_apply_sum_range(&tp, &opt, order, 2, 0.5f, step, b, n - b); /* any order */
+    table_apply_sum_range(&tp, &opt, order, 2, 0.5f, step, 0, a);
+    table_apply_sum_range(&tp, &opt, order, 2, 0.5f, step, a, b - a);
+  }
+  int equal = same_bits(whole.params, parts.params, n) &&
+              same_bits(whole.state1, parts.state1, n) && same_bits(whole.state2, parts.state2, n);
+  float *before = malloc(n * sizeof(float));
+  REQUIRE(before != NULL);
+  memcpy(before, parts.params, n * sizeof(float));
+  table_apply_sum_range(&tp, &opt, order, 2, 0.5f, STEPS, a, b - a);
+  equal = equal && same_bits(before, parts.params, a) &&
+          same_bits(before + b, parts.params + b, n - b) &&
+          !same_bits(before + a, parts.params + a, b - a);
+  free(before);
+  shard_free(&whole);
+  shard_free(&parts);
+  return equal;
+}
+
 int main(void) {
   const size_t sizes[] = {1, 5, TABLE_CHUNK - 1, TABLE_CHUNK, TABLE_CHUNK + 3,
                           3 * TABLE_CHUNK + 17};
@@ -120,6 +161,11 @@ int main(void) {
   CHECK_EQ_INT(cases, 3 * 4 * 6 * 3);
   /* The comparison can fail: summing the same slots in another order rounds
    * differently somewhere in 3K floats. */
+  const size_t n = 3 * TABLE_CHUNK + 17;
+  for (int kind = 0; kind < OPTIMIZER_KIND_COUNT; kind++) {
+    CHECK(compare_ranges((optimizer_kind)kind, n, 5, TABLE_CHUNK + 9));
+    CHECK(compare_ranges((optimizer_kind)kind, n, TABLE_CHUNK - 1, 2 * TABLE_CHUNK + 1));
+  }
   const int reversed[MAX_SLOTS] = {1, 3, 0, 2};
   CHECK(!compare(OPTIMIZER_SGD, 3 * TABLE_CHUNK + 17, 4, 1.0f, order, reversed));
   return check_report("test_table_fused");
