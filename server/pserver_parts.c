@@ -217,8 +217,8 @@ static int active_slots(const pserver *ps, int *slots) {
   return count;
 }
 
-/* Resets the step's bookkeeping once every block is applied. */
-static void finish_step(pserver *ps, const int *slots, int count) {
+/* Forgets what was delivered and applied of the step. */
+static void reset_step(pserver *ps) {
   pserver_parts *pp = ps->parts;
   memset(pp->delivered, 0, (size_t)ps->cfg.trainers * pp->blocks);
   memset(pp->delivered_count, 0, (size_t)ps->cfg.trainers * sizeof *pp->delivered_count);
@@ -227,6 +227,11 @@ static void finish_step(pserver *ps, const int *slots, int count) {
   pp->started = 0;
   for (int i = 0; i < ps->cfg.trainers; i++) ps->trainers[i].pushed = 0;
   ps->pushed_count = 0;
+}
+
+/* Resets the step's bookkeeping once every block is applied. */
+static void finish_step(pserver *ps, const int *slots, int count) {
+  reset_step(ps);
   ps->version++;
   ps->step_torn = 0;
   pserver_after_step(ps, slots, count);
@@ -373,13 +378,7 @@ void pserver_parts_drop(pserver *ps, int trainer, ps_err code, const char *why) 
      * reloads what was applied of it; a stop ends it, and the blocks already
      * applied must not reach a checkpoint labelled with the step before). */
     if (pp->applied_count > 0) ps->step_torn = 1;
-    memset(pp->delivered, 0, (size_t)ps->cfg.trainers * pp->blocks);
-    memset(pp->delivered_count, 0, (size_t)ps->cfg.trainers * sizeof *pp->delivered_count);
-    memset(pp->applied, 0, pp->blocks);
-    pp->applied_count = 0;
-    pp->started = 0;
-    for (int i = 0; i < ps->cfg.trainers; i++) ps->trainers[i].pushed = 0;
-    ps->pushed_count = 0;
+    reset_step(ps);
     return;
   }
   /* One trainer (registered again, or dropped): what it delivered and is not
