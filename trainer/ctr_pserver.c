@@ -34,6 +34,7 @@ ps_err ctr_pserver_start(ctr_trainer *t, ps_error *err) {
   ctr_trainer_job(t, &job); /* the model, optimizers, tables' settings and total steps */
   job.update = s->update;
   job.staleness = s->update == UPDATE_SSP ? s->staleness : 0;
+  job.geo_steps = s->update == UPDATE_GEO ? s->geo_steps : 0;
   job.trainers = t->ranks;
   job.pservers = s->pservers.count;
   job.batch = o->batch;
