@@ -7,7 +7,7 @@
 
 #include "common/hash.h"
 
-static const char *const update_names[UPDATE_MODE_COUNT] = {"sync", "async", "ssp"};
+static const char *const update_names[UPDATE_MODE_COUNT] = {"sync", "async", "ssp", "geo"};
 
 const char *update_mode_name(update_mode mode) {
   return (unsigned)mode < UPDATE_MODE_COUNT ? update_names[mode] : "unknown";
@@ -20,14 +20,15 @@ ps_err update_mode_parse(const char *name, update_mode *out, ps_error *err) {
       return PS_ERR_OK;
     }
   }
-  return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "update mode '%s' is not sync, async or ssp", name);
+  return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                      "update mode '%s' is not sync, async, ssp or geo", name);
 }
 
 /* --- the table --------------------------------------------------------------- */
 
-enum { GROUP_JOB = 0, GROUP_OPT = 1, GROUP_SPARSE = 2, GROUP_SSP = 3 };
+enum { GROUP_JOB = 0, GROUP_OPT = 1, GROUP_SPARSE = 2, GROUP_SSP = 3, GROUP_GEO = 4 };
 
-/* Groups written in brackets as one entry; SSP rows read as JOB rows. */
+/* Groups written in brackets as one entry; SSP and GEO rows read as JOB rows. */
 static int bracketed(int group) { return group == GROUP_OPT || group == GROUP_SPARSE; }
 
 static const struct {
@@ -112,6 +113,7 @@ static void emit_field(sink *s, const job_config *job, int f) {
  * is unchanged. */
 static int group_written(const job_config *job, int group) {
   if (group == GROUP_SSP) return job->update == UPDATE_SSP;
+  if (group == GROUP_GEO) return job->update == UPDATE_GEO;
   return group != GROUP_SPARSE || model_is_ctr(&job->model);
 }
 

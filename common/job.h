@@ -16,11 +16,13 @@
 #include "common/wire_dtype.h"
 
 /* UPDATE_SSP: applied on arrival as async, a push's reply held while its
- * trainer is more than `staleness` steps ahead of the slowest. */
-typedef enum { UPDATE_SYNC, UPDATE_ASYNC, UPDATE_SSP } update_mode;
-#define UPDATE_MODE_COUNT (UPDATE_SSP + 1)
+ * trainer is more than `staleness` steps ahead of the slowest. UPDATE_GEO:
+ * trainers step their own optimizer and every `geo_steps` steps push the
+ * change since their last exchange, which pservers add scaled by 1/N. */
+typedef enum { UPDATE_SYNC, UPDATE_ASYNC, UPDATE_SSP, UPDATE_GEO } update_mode;
+#define UPDATE_MODE_COUNT (UPDATE_GEO + 1)
 /* The names of update_mode_name, for option tables' choices. */
-#define UPDATE_MODE_CHOICES "sync|async|ssp"
+#define UPDATE_MODE_CHOICES "sync|async|ssp|geo"
 
 /* The CTR models' table settings (all zero for the MLP, and then outside the
  * job's text and hash, so MLP jobs hash as before). */
@@ -39,6 +41,7 @@ typedef struct job_config {
   optimizer_config optimizer;
   update_mode update;
   int staleness; /* ssp: steps a trainer may lead the slowest (0 otherwise) */
+  int geo_steps; /* geo: local steps between a trainer's exchanges (0 otherwise) */
   int trainers;
   int pservers;
   size_t block_size;

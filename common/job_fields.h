@@ -8,8 +8,9 @@
  * X(id, group, type, text, name, lo, hi)
  *   id     the member: of job_config (group JOB) or of its optimizer (OPT),
  *          and of Pstrain__JobConfig, Pstrain__OptimizerConfig or Pstrain__SparseConfig alike
- *   group  JOB, OPT, SPARSE or SSP; SSP rows are JOB rows written only when
- *          update is ssp (older jobs' text and hash unchanged); OPT rows stay together: the canonical text
+ *   group  JOB, OPT, SPARSE, SSP or GEO; SSP and GEO rows are JOB rows written
+ *          only when update is ssp or geo (older jobs' text and hash
+ *          unchanged); OPT rows stay together: the canonical text
  *          puts them in "optimizer=[...]" and differences name them as
  *          "optimizer"; SPARSE rows likewise in "sparse=[...]", written only
  *          for the CTR models (an MLP job's text is what it always was)
@@ -47,6 +48,7 @@
   X(min_lr,       OPT, DOUBLE,   " min_lr=",      "min lr",         0, 0)               \
   X(update,       JOB, UPDATE,   " update=",      "update",         0, 0)               \
   X(staleness,    SSP, INT,      " staleness=",   "staleness",      0, PSTRAIN_MAX_STALENESS) \
+  X(geo_steps,    GEO, INT,      " geo_steps=",   "geo steps",      0, PSTRAIN_MAX_GEO_STEPS) \
   X(trainers,     JOB, INT,      " trainers=",    "trainers",       1, PSTRAIN_MAX_TRAINERS) \
   X(pservers,     JOB, INT,      " pservers=",    "pservers",       1, PSTRAIN_MAX_PSERVERS) \
   X(block_size,   JOB, SIZE,     " block_size=",  "block size",     1, 1u << 26)        \
@@ -69,5 +71,6 @@
 #define JOB_MEMBER_OPT(job, id) ((job)->optimizer.id)
 #define JOB_MEMBER_SPARSE(job, id) ((job)->sparse.id)
 #define JOB_MEMBER_SSP(job, id) ((job)->id)
+#define JOB_MEMBER_GEO(job, id) ((job)->id)
 
 #endif

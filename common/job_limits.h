@@ -10,5 +10,7 @@
 #define PSTRAIN_MAX_TRAINERS 4096
 /* --staleness: steps an SSP trainer may lead the slowest. */
 #define PSTRAIN_MAX_STALENESS 1000000
+/* --geo-steps: local steps between a GEO trainer's exchanges. */
+#define PSTRAIN_MAX_GEO_STEPS 1000000
 
 #endif

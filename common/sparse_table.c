@@ -516,6 +516,65 @@ ps_err sparse_table_push(sparse_table *t, const uint64_t *keys, size_t n, const 
   return PS_ERR_OK;
 }
 
+/* Rows of keys = values * scale (assign) or += values * scale, creating
+ * missing rows first whatever the admission filter says. */
+static ps_err write_rows(sparse_table *t, const uint64_t *keys, size_t n, const float *values,
+                         float scale, int assign, long step, ps_error *err) {
+  ps_err rc = check_step(t, step, err);
+  if (rc != PS_ERR_OK || n == 0) return rc;
+  t->pulled.keys = NULL;
+  size_t missing = 0;
+  for (size_t i = 0; i < n; i++) {
+    int found;
+    st_map_find(t, keys[i], &found);
+    missing += !found;
+  }
+  if (missing > 0) {
+    size_t hw = t->high_water + (missing > t->n_free ? missing - t->n_free : 0);
+    if (t->live + missing > ST_MAX_ROWS ||
+        (t->cfg.max_bytes > 0 && st_bytes_for(t, hw, t->live + missing) > t->cfg.max_bytes)) {
+      return st_limit_error(t, t->live + missing, err);
+    }
+    rc = st_reserve(t, hw, t->live + missing, err);
+    if (rc != PS_ERR_OK) return rc;
+  }
+  size_t dim = t->dim;
+  for (size_t i = 0; i < n; i++) {
+    int found;
+    size_t slot = st_map_find(t, keys[i], &found); /* after st_reserve: the map may have moved */
+    uint32_t r = found ? t->map_rows[slot] : st_take_row(t);
+    float *row = st_row(t, r);
+    if (!found) {
+      t->map_keys[slot] = keys[i];
+      t->map_rows[slot] = r;
+      sparse_table_init_row(&t->cfg, keys[i], row);
+      st_init_state(t, row);
+      st_meta_set(t, row, st_meta_make(step, 0));
+      t->admitted++;
+    }
+    const float *v = values + i * dim;
+    if (assign) {
+      copy_row(row, v, dim);
+    } else {
+      for (size_t k = 0; k < dim; k++) row[k] += v[k] * scale;
+    }
+    uint64_t m = st_meta_get(t, row);
+    if (st_meta_step(m) < step) st_meta_set(t, row, st_meta_make(step, st_meta_count(m)));
+  }
+  if (step > t->last_step) t->last_step = step;
+  return PS_ERR_OK;
+}
+
+ps_err sparse_table_add_rows(sparse_table *t, const uint64_t *keys, size_t n, const float *values,
+                             float scale, long step, ps_error *err) {
+  return write_rows(t, keys, n, values, scale, 0, step, err);
+}
+
+ps_err sparse_table_set_rows(sparse_table *t, const uint64_t *keys, size_t n, const float *values,
+                             long step, ps_error *err) {
+  return write_rows(t, keys, n, values, 1.0f, 1, step, err);
+}
+
 void sparse_table_stats_get(const sparse_table *t, sparse_table_stats *out) {
   out->rows = t->live;
   out->bytes = st_bytes_for(t, 0, 0);

@@ -92,6 +92,17 @@ void sparse_table_lookup(const sparse_table *t, const uint64_t *keys, size_t n, 
 ps_err sparse_table_push(sparse_table *t, const uint64_t *keys, size_t n, const float *grads,
                          long step, ps_error *err);
 
+/* GEO's merge: adds values[i] * scale (n * dim floats) to the row of each
+ * of n distinct keys, creating missing rows (their initial values, whatever
+ * the admission filter says) and marking them seen at `step`; optimizer
+ * state is untouched. RESOURCE_EXHAUSTED, changing nothing, when the new
+ * rows would pass max_bytes (nothing is evicted for them). */
+ps_err sparse_table_add_rows(sparse_table *t, const uint64_t *keys, size_t n, const float *values,
+                             float scale, long step, ps_error *err);
+/* The same, the rows set to values (a GEO trainer takes the fresh rows). */
+ps_err sparse_table_set_rows(sparse_table *t, const uint64_t *keys, size_t n, const float *values,
+                             long step, ps_error *err);
+
 /* Drops the rows unseen for evict_after steps before `step`; returns how
  * many. A no-op without evict_after. A sweep over the map (O(rows)): call it
  * every max(1, evict_after / 4) steps, so rows live at most 1.25x evict_after. */

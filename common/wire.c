@@ -13,8 +13,8 @@ enum { WT_VARINT = 0, WT_FIXED64 = 1, WT_LEN = 2, WT_FIXED32 = 5 };
 /* Longest header of a SparseRows: tag, length, table, and three data headers. */
 #define SPARSE_HEADER_MAX (1 + 10 + 1 + 5 + 3 * (1 + 10))
 /* Room wire_writer_begin keeps beyond the blocks: the SparseRows, a pull
- * kind and a dtype. */
-#define SPARSE_ROOM_BYTES (WIRE_MAX_SPARSE * SPARSE_HEADER_MAX + 2 * (1 + 5))
+ * kind, a dtype and the deltas flag. */
+#define SPARSE_ROOM_BYTES (WIRE_MAX_SPARSE * SPARSE_HEADER_MAX + 3 * (1 + 5))
 #define SPARSE_ROOM_PARTS (WIRE_MAX_SPARSE * 4 + 1)
 
 /* --- protobuf-c ------------------------------------------------------------- */
@@ -200,6 +200,11 @@ ps_err wire_writer_dtype(wire_writer *w, wire_dtype dtype) {
   buf[n++] = tag(WIRE_FIELD_DTYPE, WT_VARINT);
   n += put_varint(buf + n, (uint32_t)dtype);
   return add_bytes(w, buf, n);
+}
+
+ps_err wire_writer_deltas(wire_writer *w) {
+  const uint8_t buf[2] = {tag(WIRE_FIELD_DELTAS, WT_VARINT), 1};
+  return add_bytes(w, buf, sizeof buf);
 }
 
 ps_err wire_writer_block(wire_writer *w, uint32_t id, const float *data, size_t count,
@@ -467,6 +472,7 @@ ps_err wire_parse_blocks(const rpc_message *msg, wire_blocks_msg *out, ps_error 
   out->block_count = 0;
   out->kind = 0;
   out->dtype = 0;
+  out->deltas = 0;
   out->sparse_count = 0;
   while (c.at < c.end) {
     unsigned field, wt;
@@ -501,6 +507,10 @@ ps_err wire_parse_blocks(const rpc_message *msg, wire_blocks_msg *out, ps_error 
       uint64_t v;
       if (!read_varint(&c, &v) || v > UINT32_MAX) goto malformed;
       out->dtype = (uint32_t)v;
+    } else if (field == WIRE_FIELD_DELTAS && wt == WT_VARINT) {
+      uint64_t v;
+      if (!read_varint(&c, &v) || v > 1) goto malformed;
+      out->deltas = (int)v;
     } else if (field == 0 || !skip_field(&c, wt)) {
       goto malformed;
     }

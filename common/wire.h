@@ -87,6 +87,8 @@ enum {
 };
 /* PushRequest.dtype and ParamsReply.dtype: the dense blocks' element type. */
 #define WIRE_FIELD_DTYPE 7
+/* PushRequest.deltas: a geo push of parameter changes. */
+#define WIRE_FIELD_DELTAS 8
 
 /* Most blocks one message may hold: its parts (two a block, and the
  * SparseRows') are counted in an int. */
@@ -103,6 +105,8 @@ ps_err wire_writer_params_header(wire_writer *w, uint64_t incarnation, uint64_t 
 /* The blocks' dtype (field 7), after the header; nothing for f32, which an
  * absent field means. */
 ps_err wire_writer_dtype(wire_writer *w, wire_dtype dtype);
+/* PushRequest.deltas (field 8) set, after the header: a geo push. */
+ps_err wire_writer_deltas(wire_writer *w);
 /* A Block (field 3) whose data is borrowed under lease (NULL: copied). */
 ps_err wire_writer_block(wire_writer *w, uint32_t id, const float *data, size_t count,
                          rpc_lease *lease);
@@ -151,6 +155,7 @@ typedef struct wire_blocks_msg {
   size_t block_cap;
   uint32_t kind;          /* PullRequest.kind */
   uint32_t dtype;         /* field 7: the blocks' wire_dtype (0, f32, when absent) */
+  int deltas;             /* PushRequest.deltas: a geo push of parameter changes */
   size_t sparse_count;
   wire_sparse_ref sparse[WIRE_MAX_SPARSE];
 } wire_blocks_msg;

@@ -12,10 +12,12 @@
 #define PROTO_OUT_OPT(id) parts->optimizer.id
 #define PROTO_OUT_SPARSE(id) parts->sparse.id
 #define PROTO_OUT_SSP(id) out->id
+#define PROTO_OUT_GEO(id) out->id
 #define PROTO_IN_JOB(id) in->id
 #define PROTO_IN_OPT(id) in->optimizer->id
 #define PROTO_IN_SPARSE(id) sparse->id
 #define PROTO_IN_SSP(id) in->id
+#define PROTO_IN_GEO(id) in->id
 
 #define TO_PROTO_MODEL(p, v) (model_format(&(v), text, text_len), (p) = text)
 #define TO_PROTO_KIND(p, v) ((p) = (char *)optimizer_kind_name(v))
@@ -104,6 +106,25 @@ ps_err wire_job_from_proto(const Pstrain__JobConfig *in, job_config *job, ps_err
     return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
                         "job description: staleness %d with update %s (only ssp has one)",
                         job->staleness, update_mode_name(job->update));
+  }
+  /* Likewise geo_steps; geo itself needs at least one step per exchange. */
+  if (job->update != UPDATE_GEO && job->geo_steps != 0) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                        "job description: geo steps %d with update %s (only geo has them)",
+                        job->geo_steps, update_mode_name(job->update));
+  }
+  if (job->update == UPDATE_GEO && job->geo_steps < 1) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                        "job description: update geo with geo steps %d (at least 1)",
+                        job->geo_steps);
+  }
+  /* GEO trainers keep every row they touch: a row admitted or evicted on
+   * one side only would turn into a wrong change. */
+  if (job->update == UPDATE_GEO && (job->sparse.admit_after > 1 || job->sparse.evict_after > 0)) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                        "job description: update geo with admission or eviction of rows "
+                        "(admit after %d, evict after %ld)",
+                        job->sparse.admit_after, job->sparse.evict_after);
   }
   if (model_is_ctr(&job->model) && in->sparse == NULL) {
     return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,

@@ -397,6 +397,7 @@ static int serve(pserver *ps) {
       LOG_INFO("every trainer is done at step %ld: exiting", pserver_version(ps));
       pserver_log_tables(ps);
       pserver_log_ssp(ps);
+      pserver_log_geo(ps);
       pserver_abort_waiting(ps, PS_ERR_FAILED_PRECONDITION, "the job is finished");
       if (pserver_checkpoint(ps, &err) != PS_ERR_OK) {
         LOG_ERROR("final checkpoint: %s", err.msg);
@@ -407,6 +408,7 @@ static int serve(pserver *ps) {
     if (s == PSERVER_FAILED) {
       LOG_ERROR("stopping the job: %s", ps->failure);
       pserver_log_ssp(ps);
+      pserver_log_geo(ps);
       pserver_abort_waiting(ps, PS_ERR_FAILED_PRECONDITION, ps->failure);
       return 1;
     }
@@ -415,6 +417,7 @@ static int serve(pserver *ps) {
                pserver_version(ps));
       pserver_log_tables(ps);
       pserver_log_ssp(ps);
+      pserver_log_geo(ps);
       pserver_abort_waiting(ps, PS_ERR_UNAVAILABLE, "the pserver is shutting down");
       if (pserver_checkpoint(ps, &err) != PS_ERR_OK) {
         LOG_ERROR("checkpoint on shutdown: %s", err.msg);

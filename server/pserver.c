@@ -275,8 +275,10 @@ static ps_err check_registration(const pserver *ps, const Pstrain__RegisterReque
  * the trainer's state starts over for a new incarnation. */
 static void accept_registration(pserver *ps, rpc_call *call, const Pstrain__RequestKey *key) {
   trainer_state *tr = &ps->trainers[key->trainer_id];
-  uint64_t step = ps->job.update == UPDATE_SSP ? pserver_ssp_register_step(ps)
-                                               : (uint64_t)ps->version;
+  int id = (int)key->trainer_id;
+  uint64_t step = ps->job.update == UPDATE_SSP   ? pserver_ssp_register_step(ps)
+                  : ps->job.update == UPDATE_GEO ? pserver_geo_register_step(ps, id)
+                                                 : (uint64_t)ps->version;
   if (tr->registered && tr->incarnation != key->incarnation) {
     /* A restarted trainer: nothing of the old process counts any more. */
     LOG_WARN("trainer %u registered again with a new incarnation", key->trainer_id);
@@ -353,12 +355,14 @@ static void handle_push(pserver *ps, rpc_call *call, const rpc_message *msg) {
     pserver_refuse(call, "PushPull", err.code, "%s", err.msg);
   } else if (check_sender(ps, call, "PushPull", m.has_key, &m.key, m.config_hash) == PS_ERR_OK &&
              check_blocks(ps, call, &m) == PS_ERR_OK &&
+             pserver_geo_check(ps, call, &m) == PS_ERR_OK &&
              pserver_sparse_check(ps, call, "PushPull", msg, &m, 0) == PS_ERR_OK) {
     ps->stats_pushes++;
     ps->stats_in += msg->total;
     pserver_metrics_push(ps->cfg.metrics, m.key.trainer_id, msg->total);
     if (ps->job.update == UPDATE_SYNC) pserver_push_sync(ps, call, msg, &m);
     else if (ps->job.update == UPDATE_SSP) pserver_push_ssp(ps, call, msg, &m);
+    else if (ps->job.update == UPDATE_GEO) pserver_push_geo(ps, call, msg, &m);
     else pserver_push_async(ps, call, msg, &m);
   }
   pthread_mutex_unlock(&ps->lock);

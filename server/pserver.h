@@ -8,7 +8,8 @@
  * Files: pserver.c (dispatch, validation, registration, pull, done, poll),
  * pserver_step.c (the sync and async step, replies, statistics),
  * pserver_parts.c (the sync step of dense jobs in parts: blocks applied as
- * every trainer's arrive),
+ * every trainer's arrive), pserver_ssp.c (bounded staleness),
+ * pserver_geo.c (GEO-SGD: trainers' parameter changes added on arrival),
  * pserver_sparse.c (the sparse tables' requests: checks, merges, pulls),
  * pserver_disk.c (checkpoints, resume, rollback, the disk thread),
  * pserver_shard_file.c (a checkpoint's tensors: dense shard and table rows),
@@ -168,6 +169,10 @@ typedef struct pserver {
   long ssp_base;          /* the step trainers started at here (0, or a checkpoint's) */
   long ssp_pushes, ssp_held;
   double ssp_held_s;
+  /* geo, since the job started here (pserver_geo.c): pushes merged, rows in them */
+  long geo_pushes;
+  uint64_t geo_rows;
+  long geo_base; /* the step trainers started at here (0, or a checkpoint's) */
   pserver_disk disk;
 } pserver;
 
@@ -196,6 +201,10 @@ void pserver_log_tables(pserver *ps);
 /* ssp jobs: logs what the staleness bound saw (max lead, pushes held, time
  * held); nothing for other jobs (thread-safe). */
 void pserver_log_ssp(pserver *ps);
+
+/* geo jobs: logs the pushes and rows merged; nothing for other jobs
+ * (thread-safe). */
+void pserver_log_geo(pserver *ps);
 
 /* Steps applied so far (thread-safe). */
 long pserver_version(pserver *ps);

@@ -55,6 +55,11 @@ int pserver_apply_async(pserver *ps, rpc_call *call, const rpc_message *msg,
 /* Async's reply to a push: `applied` as pserver_apply_async returned. */
 void pserver_reply_async(pserver *ps, rpc_call *call, int applied);
 
+/* Async-like steps (geo: by a push's steps) moved the job's step from
+ * `from` to `to`: a checkpoint and statistics line when a multiple of their
+ * --checkpoint-every / --log-every was passed; timeline flush. */
+void pserver_after_steps(pserver *ps, long from, long to);
+
 /* Sync: every active trainer has pushed: apply and answer them. */
 void pserver_complete_step(pserver *ps);
 /* After a sync step's version++ (slots: the trainers summed): checkpoint,
@@ -103,6 +108,23 @@ void pserver_ssp_drop(pserver *ps, int trainer, ps_err code, const char *why);
 void pserver_ssp_poll(pserver *ps, double now);
 /* The statistics line's ssp part. */
 void pserver_ssp_log(const pserver *ps, long step);
+
+/* --- pserver_geo.c: GEO-SGD ------------------------------------------------------ */
+
+/* A push's deltas flag against the job's update: geo pushes in geo jobs
+ * only, and only geo pushes there; answers and returns the code if not. */
+ps_err pserver_geo_check(pserver *ps, rpc_call *call, const wire_blocks_msg *m);
+/* A validated geo push: changes / N added to the weights (and rows), the
+ * fresh values answered; a resend (step applied before) only answered. */
+void pserver_push_geo(pserver *ps, rpc_call *call, const rpc_message *msg,
+                      const wire_blocks_msg *m);
+/* What a registration's reply says the step is (merged trainer steps, as
+ * async counts): N times the trainer's last exchange when it pushed here
+ * before (call before its state is reset), else times the job's step
+ * before any trainer pushed here. */
+uint64_t pserver_geo_register_step(pserver *ps, int trainer);
+/* The statistics line's geo part. */
+void pserver_geo_log(const pserver *ps, long step);
 
 /* --- pserver_sparse.c: the sparse tables' side of requests (CTR jobs) ------------ */
 

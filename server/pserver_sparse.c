@@ -73,7 +73,8 @@ ps_err pserver_sparse_configure(pserver *ps, ps_error *err) {
     return ps_error_set(err, PS_ERR_NO_MEMORY, "pserver: out of memory for the sparse state");
   }
   sparse_dedup_init(&sp->dedup);
-  sp->max_keys = (size_t)ps->job.batch * CTR_CAT_FIELDS;
+  sp->max_keys = (size_t)ps->job.batch * CTR_CAT_FIELDS * /* geo: the rows of K steps */
+                 (ps->job.geo_steps > 0 ? (size_t)ps->job.geo_steps : 1);
   sp->pulled_step = -1;
   ps->sp = sp;
   return PS_ERR_OK;

@@ -241,6 +241,7 @@ static void log_stats(pserver *ps, long step) {
   ps->stats_in = ps->stats_out = 0;
   pserver_straggler_log(ps, step);
   pserver_ssp_log(ps, step);
+  pserver_geo_log(ps, step);
   pserver_log_table_stats(ps, step);
 }
 
@@ -252,6 +253,15 @@ static void maybe_checkpoint(pserver *ps, long step) {
     return;
   }
   pserver_checkpoint_due(ps);
+}
+
+void pserver_after_steps(pserver *ps, long from, long to) {
+  long every = ps->cfg.checkpoint_every, log = ps->cfg.log_every;
+  if (ps->cfg.checkpoint_dir[0] != '\0' && every > 0 && to / every > from / every) {
+    pserver_checkpoint_due(ps);
+  }
+  if (log > 0 && to / log > from / log) log_stats(ps, to / log * log);
+  timeline_flush(ps->cfg.timeline);
 }
 
 /* --- sync --------------------------------------------------------------------- */

@@ -19,8 +19,8 @@
 /* A valid job whose every field changes under mutate() and stays valid. */
 static job_config base_job(void) {
   ps_error err;
-  /* ssp, a 16-bit wire dtype and a CTR model: its job has every row, the
-   * staleness's, the wire dtype's and the sparse tables' too. */
+  /* ssp, a 16-bit wire dtype and a CTR model: its job has every row but
+   * geo's, the staleness's, the wire dtype's and the sparse tables' too. */
   job_config job = {.update = UPDATE_SSP, .staleness = 0, .trainers = 2, .pservers = 2,
                     .block_size = 32768, .seed = 7, .batch = 64, .steps = 100,
                     .wire_dtype = WIRE_DTYPE_BF16};
@@ -33,6 +33,17 @@ static job_config base_job(void) {
                             .sparse_epsilon = 1e-8, .sparse_initial_accumulator = 0.1,
                             .sparse_beta1 = 0.9, .sparse_beta2 = 0.999, .admit_after = 2,
                             .evict_after = 100};
+  return job;
+}
+
+/* The geo job: base_job's with geo's row (no admission or eviction of
+ * rows, which geo refuses). */
+static job_config base_geo_job(void) {
+  job_config job = base_job();
+  job.update = UPDATE_GEO;
+  job.geo_steps = 10;
+  job.sparse.admit_after = 0;
+  job.sparse.evict_after = 0;
   return job;
 }
 
@@ -70,6 +81,7 @@ static const char *diff_name_of(job_field field) {
 #define GROUP_ROW(id, group, ...) [JOB_FIELD_##id] = GROUP_NAME_##group,
 #define GROUP_NAME_JOB NULL
 #define GROUP_NAME_SSP NULL
+#define GROUP_NAME_GEO NULL
 #define GROUP_NAME_OPT "optimizer"
 #define GROUP_NAME_SPARSE "sparse tables"
       JOB_FIELDS(GROUP_ROW)
@@ -98,8 +110,19 @@ static void round_trip(const job_config *job, job_config *back) {
   free(packed);
 }
 
-static void check_every_field(void) {
-  const job_config base = base_job();
+/* Each row's group, as job_fields.h names it ("JOB", "GEO", ...). */
+static const char *group_of(job_field field) {
+  static const char *const group[JOB_FIELD_COUNT] = {
+#define GROUP_ID_ROW(id, grp, ...) [JOB_FIELD_##id] = #grp,
+      JOB_FIELDS(GROUP_ID_ROW)
+#undef GROUP_ID_ROW
+  };
+  return group[field];
+}
+
+/* The rows of group `only` (NULL: every row but geo's) against base. */
+static void check_every_field(const job_config *base_in, const char *only) {
+  const job_config base = *base_in;
   char base_text[1024], text[1024], diff[1024], names[256], agree_base[2048], agree[2048];
   char value[256], want[300];
   ps_error err;
@@ -109,7 +132,8 @@ static void check_every_field(void) {
   round_trip(&base, &back);
   CHECK(job_config_hash(&back) == job_config_hash(&base));
   for (int f = 0; f < JOB_FIELD_COUNT; f++) {
-    const char *name = job_field_name((job_field)f);
+    const char *name = job_field_name((job_field)f), *group = group_of((job_field)f);
+    if (only != NULL ? strcmp(group, only) != 0 : strcmp(group, "GEO") == 0) continue;
     /* The field's value is in the canonical text and the agreement text. */
     job_field_format(&base, (job_field)f, value, sizeof value);
     CHECK(value[0] != '\0');
@@ -384,14 +408,57 @@ static void check_ssp_rows(void) {
   CHECK_CONTAINS(err.msg, "staleness 1000001 is not 0..1000000");
 }
 
+/* geo_steps is written only for geo jobs, right after the update; it is
+ * refused with another update, below 1 with geo, past the limit, and geo
+ * refuses the tables' admission and eviction. */
+static void check_geo_rows(void) {
+  ps_error err;
+  job_config geo = base_geo_job(), sync = base_geo_job(), back;
+  sync.update = UPDATE_SYNC;
+  sync.geo_steps = 0;
+  char text[1024];
+  job_config_format(&sync, text, sizeof text);
+  CHECK(strstr(text, "geo_steps") == NULL);
+  job_config_format(&geo, text, sizeof text);
+  CHECK(strstr(text, " update=geo geo_steps=10 trainers=2 ") != NULL);
+  char diff[512];
+  job_config_diff(&geo, &sync, diff, sizeof diff);
+  CHECK_EQ_STR(diff, "update geo vs sync; geo steps 10 vs 0");
+  Pstrain__JobConfig jc;
+  wire_job_parts parts;
+  char model[256];
+  wire_job_to_proto(&geo, &jc, &parts, model, sizeof model);
+  CHECK_EQ_INT(jc.geo_steps, 10);
+  CHECK_EQ_INT(wire_job_from_proto(&jc, &back, &err), PS_ERR_OK);
+  CHECK_EQ_INT(back.geo_steps, 10);
+  CHECK(job_config_hash(&back) == job_config_hash(&geo));
+  jc.update = "async";
+  CHECK_EQ_INT(wire_job_from_proto(&jc, &back, &err), PS_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(err.msg, "geo steps 10 with update async");
+  jc.update = "geo";
+  jc.geo_steps = 0;
+  CHECK_EQ_INT(wire_job_from_proto(&jc, &back, &err), PS_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(err.msg, "update geo with geo steps 0 (at least 1)");
+  jc.geo_steps = PSTRAIN_MAX_GEO_STEPS + 1;
+  CHECK_EQ_INT(wire_job_from_proto(&jc, &back, &err), PS_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(err.msg, "geo steps 1000001 is not 0..1000000");
+  jc.geo_steps = 10;
+  parts.sparse.evict_after = 5;
+  CHECK_EQ_INT(wire_job_from_proto(&jc, &back, &err), PS_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(err.msg, "update geo with admission or eviction of rows");
+}
+
 int main(void) {
-  check_every_field();
+  const job_config ssp = base_job(), geo = base_geo_job();
+  check_every_field(&ssp, NULL);
+  check_every_field(&geo, "GEO");
   check_wire_dtype_row();
   /* Every member of job_config is a row: what no row covers is padding
-   * (after optimizer.kind, optimizer.schedule, wire_dtype, sparse.sparse_kind
-   * and sparse.admit_after on LP64). */
-  CHECK_EQ_INT(uncovered_bytes(), 20);
+   * (after optimizer.kind, optimizer.schedule, pservers, wire_dtype,
+   * sparse.sparse_kind and sparse.admit_after on LP64). */
+  CHECK_EQ_INT(uncovered_bytes(), 24);
   check_ssp_rows();
+  check_geo_rows();
   check_sparse_rows();
   check_golden_text();
   check_name_tables();

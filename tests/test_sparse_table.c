@@ -1,7 +1,7 @@
 /* Sparse tables: deduplication, deterministic rows, the row optimizers
  * against double-precision references, eviction (with a map stress test
  * against a plain reference), admission, the memory limit, dump and load,
- * and the bytes the table reports. */
+ * GEO's add and set of rows, and the bytes the table reports. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -577,6 +577,58 @@ static void test_limit(void) {
   free(out);
 }
 
+/* add_rows: row += v * scale, missing rows made from their initial values
+ * even where admission would refuse them; set_rows: row = v; neither
+ * touches optimizer state; past max_bytes nothing changes. */
+static void test_add_set_rows(void) {
+  sparse_table_config c = config(SPARSE_OPT_ADAGRAD, 3);
+  c.admit_after = 5;
+  sparse_table *t = make(&c);
+  uint64_t keys[3] = {7, 8, 9};
+  float v[9], out[9], init[3];
+  for (int i = 0; i < 9; i++) v[i] = 0.25f * (float)(i - 4);
+  ps_error err;
+  CHECK(sparse_table_add_rows(t, keys, 2, v, 0.5f, 3, &err) == PS_ERR_OK);
+  CHECK_EQ_INT(rows_of(t), 2);
+  sparse_table_lookup(t, keys, 2, out);
+  for (int j = 0; j < 2; j++) {
+    sparse_table_init_row(&c, keys[j], init);
+    for (int k = 0; k < 3; k++) CHECK(out[j * 3 + k] == init[k] + v[j * 3 + k] * 0.5f);
+  }
+  CHECK(sparse_table_add_rows(t, keys + 1, 2, v, 0.25f, 4, &err) == PS_ERR_OK);
+  float again[9];
+  sparse_table_lookup(t, keys, 3, again);
+  sparse_table_init_row(&c, keys[2], init);
+  for (int k = 0; k < 3; k++) {
+    CHECK(again[k] == out[k]);
+    CHECK(again[3 + k] == out[3 + k] + v[k] * 0.25f);
+    CHECK(again[6 + k] == init[k] + v[3 + k] * 0.25f);
+  }
+  CHECK(sparse_table_set_rows(t, keys, 3, v, 5, &err) == PS_ERR_OK);
+  sparse_table_lookup(t, keys, 3, out);
+  CHECK(memcmp(out, v, sizeof v) == 0);
+  snap s = take(t);
+  for (size_t i = 0; i < s.n; i++) CHECK(s.state[i] == (float)c.opt.initial_accumulator);
+  CHECK_EQ_INT(s.meta[0], 5); /* last seen at the set */
+  snap_free(&s);
+  sparse_table_destroy(t);
+  c.admit_after = 0;
+  c.max_bytes = 1024 * 6 * 4 + 16 * 12; /* slab 0 and a map of 16 slots: 11 rows */
+  t = make(&c);
+  uint64_t many[12];
+  float vals[36] = {0};
+  for (int i = 0; i < 12; i++) many[i] = 100 + (uint64_t)i;
+  CHECK(sparse_table_add_rows(t, many, 11, vals, 1.0f, 0, &err) == PS_ERR_OK);
+  snap before = take(t);
+  CHECK(sparse_table_add_rows(t, many, 12, v, 1.0f, 1, &err) == PS_ERR_RESOURCE_EXHAUSTED);
+  CHECK_CONTAINS(err.msg, "table 'embedding' would pass its limit");
+  snap after = take(t);
+  CHECK(snap_equal(&before, &after));
+  snap_free(&before);
+  snap_free(&after);
+  sparse_table_destroy(t);
+}
+
 static void test_dump_load(void) {
   sparse_table_config c = config(SPARSE_OPT_ADAM, 6);
   sparse_table *a = make(&c), *b = make(&c);
@@ -731,6 +783,7 @@ int main(void) {
   test_push_reuses_pull();
   test_admission();
   test_limit();
+  test_add_set_rows();
   test_dump_load();
   test_dump_order();
   test_stats_and_config();

@@ -561,7 +561,7 @@ int main(void) {
   oc.optimizer.lr = 0.001;
   jc.update = "eventually";
   CHECK_EQ_INT(wire_job_from_proto(&jc, &back, &err), PS_ERR_INVALID_ARGUMENT);
-  CHECK_CONTAINS(err.msg, "'eventually' is not sync, async or ssp");
+  CHECK_CONTAINS(err.msg, "'eventually' is not sync, async, ssp or geo");
 
   check_small_message_prefixes(&jc);
   check_writer_limits();

@@ -8,6 +8,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "trainer/ctr_geo.h"
 #include "trainer/ctr_prefetch.h"
 #include "trainer/ps_client_sparse.h"
 #include "trainer/slowdown.h"
@@ -20,8 +21,9 @@ struct ctr_pserver {
   float *next_rows[CTR_TABLES_MAX]; /* (batch * 26, dim) the next step's rows, batch order */
   int need_pull;                 /* the next step's rows are not here yet: PULL_STEP first */
   long version;                  /* the parameters' step after the last reply */
-  long steps;                    /* pushed */
+  long steps;                    /* pushed (geo: taken) */
   double seconds;                /* in push-pulls */
+  ctr_geo *geo;                  /* --update geo: local steps, exchanges (ctr_geo.c) */
 };
 
 ps_err ctr_pserver_start(ctr_trainer *t, ps_error *err) {
@@ -34,6 +36,7 @@ ps_err ctr_pserver_start(ctr_trainer *t, ps_error *err) {
   ctr_trainer_job(t, &job); /* the model, optimizers, tables' settings and total steps */
   job.update = s->update;
   job.staleness = s->update == UPDATE_SSP ? s->staleness : 0;
+  job.geo_steps = s->update == UPDATE_GEO ? s->geo_steps : 0;
   job.trainers = t->ranks;
   job.pservers = s->pservers.count;
   job.batch = o->batch;
@@ -58,6 +61,9 @@ ps_err ctr_pserver_start(ctr_trainer *t, ps_error *err) {
   if (!ok) return ps_error_set(err, PS_ERR_NO_MEMORY, "pserver mode: out of memory");
   x->need_pull = 1;
   x->version = t->start_step = x->c.start_step;
+  if (s->update == UPDATE_GEO && ctr_geo_create(&x->geo, t, &x->c, err) != PS_ERR_OK) {
+    return err->code;
+  }
   if (t->start_step > 0) {
     LOG_INFO("resuming at step %ld (epoch %ld, step %ld of it), where the pservers are",
              t->start_step, t->start_step / t->steps_per_epoch + 1,
@@ -101,6 +107,11 @@ static float grad_scale(const ctr_trainer *t, int count, long step) {
 
 ps_err ctr_pserver_step(ctr_trainer *t, int count, long step, double *loss_sum, ps_error *err) {
   struct ctr_pserver *x = t->ps;
+  if (x->geo != NULL) {
+    x->steps++;
+    x->version = step + 1;
+    return ctr_geo_step(x->geo, t, count, step, loss_sum, &x->seconds, err);
+  }
   const size_t n = count > 0 ? t->dedup.n_unique : 0, dim = t->deep != NULL ? x->sp.dim[1] : 0;
   const size_t total = t->model->layout.total;
   if (rows_of_step(t, n, step, err) != PS_ERR_OK) return err->code;
@@ -206,12 +217,17 @@ ps_err ctr_pserver_finish(ctr_trainer *t, long steps, ps_error *err) {
            "MB sent, %.1f MB received), %.2fs in push-pulls",
            t->rank, x->steps, x->steps > 0 ? bytes / (double)x->steps : 0.0,
            (double)x->c.bytes_sent / 1e6, (double)x->c.bytes_received / 1e6, x->seconds);
+  if (x->geo != NULL) {
+    LOG_INFO("communication: %ld GEO exchanges (--geo-steps %d)", ctr_geo_exchanges(x->geo),
+             x->c.job.geo_steps);
+  }
   return ps_client_done(&x->c, steps, err);
 }
 
 void ctr_pserver_stop(ctr_trainer *t) {
   struct ctr_pserver *x = t->ps;
   if (x == NULL) return;
+  ctr_geo_destroy(x->geo);
   ps_sparse_free(&x->sp);
   if (x->connected) ps_client_close(&x->c);
   free(x->params);

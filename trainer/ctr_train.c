@@ -201,8 +201,7 @@ static ctr_batch batch_of(const ctr_trainer *t, int count) {
                      .deep_rows = t->deep != NULL ? t->deep_rows : NULL};
 }
 
-/* One training step on the `count` examples in t->examples, deduplicated. */
-static ps_err local_step(ctr_trainer *t, int count, long step, double *loss_sum, ps_error *err) {
+ps_err ctr_local_step(ctr_trainer *t, int count, long step, double *loss_sum, ps_error *err) {
   const sparse_dedup *d = &t->dedup;
   if (sparse_table_pull(t->wide, d->unique, d->n_unique, d->counts, step, t->wide_rows, err) !=
           PS_ERR_OK ||
@@ -232,7 +231,7 @@ static ps_err train_step(ctr_trainer *t, int count, long step, double *loss_sum,
     if (ctr_collective_step(t, count, step, loss_sum, err) != PS_ERR_OK) return err->code;
   } else
 #endif
-  if (local_step(t, count, step, loss_sum, err) != PS_ERR_OK) {
+  if (ctr_local_step(t, count, step, loss_sum, err) != PS_ERR_OK) {
     return err->code;
   }
   long every = t->settings.opt.evict_after / 4 > 0 ? t->settings.opt.evict_after / 4 : 1;

@@ -57,6 +57,12 @@ typedef struct ctr_summary {
  * is left allocated on error. */
 ps_err ctr_trainer_init(ctr_trainer *t, const trainer_settings *settings, ps_error *err);
 ps_err ctr_trainer_run(ctr_trainer *t, ctr_summary *summary, ps_error *err);
+/* One step as --mode local takes it on the `count` examples in t->examples,
+ * deduplicated in t->dedup: rows pulled from t's tables at `step` (left in
+ * t->wide_rows and t->deep_rows), forward, backward, the dense optimizer
+ * and the rows' updates. Adds the batch's summed logloss to *loss_sum. */
+ps_err ctr_local_step(ctr_trainer *t, int count, long step, double *loss_sum, ps_error *err);
+
 /* AUC and mean logloss on path; rows of keys never trained read zeros. */
 ps_err ctr_trainer_evaluate(ctr_trainer *t, const char *path, double *auc, double *logloss,
                             long *examples, ps_error *err);

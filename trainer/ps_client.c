@@ -98,7 +98,8 @@ static ps_err register_all(ps_client *c, double timeout, long *steps, ps_error *
     c->pserver_incarnation[p] = reply->pserver_incarnation;
     steps[p] = (long)reply->step;
     protobuf_c_message_free_unpacked(&reply->base, NULL);
-    if (c->job.update != UPDATE_SYNC) steps[p] /= c->job.trainers; /* async, ssp count pushes */
+    /* async and ssp count pushes, geo merged steps */
+    if (c->job.update != UPDATE_SYNC) steps[p] /= c->job.trainers;
   }
   for (int p = 0; p < n; p++) c->ops[p].wait_for_ready = 0;
   free_replies(c);
@@ -348,6 +349,7 @@ ps_err ps_client_push_pull(ps_client *c, long step, const float *grads, float *p
     if (wire_writer_begin(w, c->map.shard_blocks[p], err) != PS_ERR_OK) return err->code;
     wire_writer_push_header(w, &key, c->hash);
     wire_writer_dtype(w, dtype);
+    if (c->job.update == UPDATE_GEO) wire_writer_deltas(w); /* grads hold parameter changes */
     for (size_t i = 0; i < c->map.block_count; i++) {
       const shard_block *b = &c->map.blocks[i];
       if (b->pserver == p) {

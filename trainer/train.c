@@ -48,6 +48,7 @@ void trainer_job(const trainer *t, int pservers, job_config *job) {
                       .block_size = (size_t)s->opt.block_size, .seed = (uint64_t)s->opt.seed,
                       .batch = s->opt.batch, .steps = steps, .wire_dtype = s->wire_dtype};
   if (job->update == UPDATE_SSP) job->staleness = s->staleness;
+  if (job->update == UPDATE_GEO) job->geo_steps = s->geo_steps;
 }
 
 ps_err trainer_init(trainer *t, const trainer_settings *settings, ps_error *err) {

@@ -23,11 +23,17 @@ static const option_def trainer_option_table[] = {
      "collective: all-reduce gradients over MPI (start with mpirun or scripts/launch)",
      "local|pserver|collective", ANY},
     {"update", NULL, OPT_CHOICE, OFF(update), "sync",
-     "pserver mode: sync (every step waits for all trainers), async (never waits) or ssp "
-     "(waits while more than --staleness steps ahead of the slowest)", UPDATE_MODE_CHOICES, ANY},
+     "pserver mode: sync (every step waits for all trainers), async (never waits), ssp "
+     "(waits while more than --staleness steps ahead of the slowest) or geo (GEO-SGD: the "
+     "optimizer runs here; every --geo-steps steps the change since the last exchange goes to "
+     "the pservers, which add it / trainers, and the fresh values come back)",
+     UPDATE_MODE_CHOICES, ANY},
     {"staleness", NULL, OPT_STRING, OFF(staleness), "",
      "--update ssp: steps a trainer may run ahead of the slowest (0: sync's semantics; "
      "needed with ssp, refused without)", NULL, ANY},
+    {"geo-steps", NULL, OPT_STRING, OFF(geo_steps), "",
+     "--update geo: local steps between exchanges with the pservers (1..1000000; needed with "
+     "geo, refused without)", NULL, ANY},
     {"slowdown", NULL, OPT_DOUBLE, OFF(slowdown), "1",
      "make each step take this many times as long (sleeps after the step's compute; a "
      "straggler for tests and benchmarks)", NULL, NUM(1, 1000)},
@@ -248,6 +254,38 @@ static ps_err staleness_load(trainer_settings *s, ps_error *err) {
   return PS_ERR_OK;
 }
 
+/* --geo-steps: an integer 1..PSTRAIN_MAX_GEO_STEPS, given exactly when
+ * --update is geo; geo trainers keep every row they touch, so no admission
+ * or eviction of rows. */
+static ps_err geo_load(trainer_settings *s, ps_error *err) {
+  const char *text = s->opt.geo_steps;
+  int geo = s->update == UPDATE_GEO;
+  if (text[0] == '\0') {
+    if (!geo) return PS_ERR_OK;
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                        "--update geo needs --geo-steps K (local steps between a trainer's "
+                        "exchanges with the pservers)");
+  }
+  if (!geo) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                        "--geo-steps is for --update geo (this job's update is %s)", s->opt.update);
+  }
+  char *end;
+  errno = 0;
+  long v = strtol(text, &end, 10);
+  if (end == text || *end != '\0' || errno != 0 || v < 1 || v > PSTRAIN_MAX_GEO_STEPS) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "--geo-steps '%s' is not an integer 1..%d",
+                        text, PSTRAIN_MAX_GEO_STEPS);
+  }
+  if (s->opt.admit_after > 1 || s->opt.evict_after > 0) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                        "--update geo: --admit-after and --evict-after are for sync, async and "
+                        "ssp (a GEO trainer keeps every row it touches until it sends its change)");
+  }
+  s->geo_steps = (int)v;
+  return PS_ERR_OK;
+}
+
 options_result trainer_settings_load(trainer_settings *s, int argc, char **argv, ps_error *err) {
   memset(s, 0, sizeof *s);
   options_result r =
@@ -275,7 +313,7 @@ options_result trainer_settings_load(trainer_settings *s, int argc, char **argv,
                  s->collective_mode ? "all-reduces float32 gradients" : "sends nothing");
     return OPTIONS_ERROR;
   }
-  if (staleness_load(s, err) != PS_ERR_OK) return OPTIONS_ERROR;
+  if (staleness_load(s, err) != PS_ERR_OK || geo_load(s, err) != PS_ERR_OK) return OPTIONS_ERROR;
   if (o->overlap && (!s->pserver_mode || s->update != UPDATE_SYNC || model_is_ctr(&s->model))) {
     ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
                  "--overlap is for the MLP in pserver mode with --update sync (here: --mode %s, "

@@ -22,6 +22,7 @@ typedef struct trainer_options {
   const char *mode;
   const char *update;
   const char *staleness; /* "" when not given */
+  const char *geo_steps; /* "" when not given */
   double slowdown;
   const char *pservers;
   long trainers;
@@ -86,6 +87,7 @@ typedef struct trainer_settings {
   update_mode update;
   wire_dtype wire_dtype;  /* f32 outside pserver mode */
   int staleness; /* --staleness (ssp only) */
+  int geo_steps; /* --geo-steps (geo only) */
   endpoint_list pservers; /* pserver mode */
   char token[256];        /* from --token-file; "" for none */
   tls_config tls;         /* the --tls-* paths (checked); all empty for plaintext */

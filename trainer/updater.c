@@ -6,6 +6,9 @@
 
 ps_err updater_create(trainer *t, updater **out, ps_error *err) {
   *out = NULL;
+  if (t->settings.pserver_mode && t->settings.update == UPDATE_GEO) {
+    return updater_geo_create(t, out, err);
+  }
   if (t->settings.pserver_mode) return updater_pserver_create(t, out, err);
   if (t->settings.collective_mode) {
 #ifdef PSTRAIN_HAVE_MPI

@@ -15,7 +15,7 @@ struct trainer;
 typedef struct updater updater;
 
 typedef struct updater_ops {
-  const char *name; /* "local", "pserver", "mpi", "nccl" */
+  const char *name; /* "local", "pserver", "geo", "mpi", "nccl" */
   /* 1: the trainers hold the whole model and its optimizer state, so trainer
    * 0 checkpoints it; 0: the pservers hold it and write the checkpoints. */
   int holds_state;
@@ -53,6 +53,7 @@ ps_err updater_create(struct trainer *t, updater **out, ps_error *err);
 /* The implementations updater_create chooses between. */
 ps_err updater_local_create(struct trainer *t, updater **out, ps_error *err);
 ps_err updater_pserver_create(struct trainer *t, updater **out, ps_error *err);
+ps_err updater_geo_create(struct trainer *t, updater **out, ps_error *err);
 #ifdef PSTRAIN_HAVE_MPI
 ps_err updater_mpi_create(struct trainer *t, updater **out, ps_error *err);
 #endif

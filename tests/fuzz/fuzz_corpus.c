@@ -53,7 +53,7 @@ typedef struct seq {
 } seq;
 
 static void seq_begin(seq *s, uint8_t mode) {
-  fuzz_job(&s->job, (mode & FUZZ_MODE_ASYNC) ? UPDATE_ASYNC : UPDATE_SYNC);
+  fuzz_job(&s->job, fuzz_update(mode));
   fuzz_map(&s->job, &s->layout, &s->map);
   s->bytes[0] = mode;
   s->len = 1;
@@ -71,11 +71,17 @@ static void add_register(seq *s, uint32_t trainer, uint64_t incarnation, const j
   s->len = fuzz_frame(s->bytes, s->len, sizeof s->bytes, FUZZ_OP(0, 1), body, len);
 }
 
-static void add_push(seq *s, uint32_t trainer, uint64_t step, int segments) {
+/* A push as the job's trainers send it (geo: parameter changes). */
+static void add_push_as(seq *s, uint32_t trainer, uint64_t step, int segments, int deltas) {
   uint8_t body[4096];
   wire_key key = {trainer, FUZZ_INCARNATION(trainer), step};
-  size_t len = fuzz_push_bytes(&s->map, 0, &key, job_config_hash(&s->job), body, sizeof body);
+  size_t len = fuzz_push_bytes(&s->map, 0, &key, job_config_hash(&s->job), deltas, body,
+                               sizeof body);
   s->len = fuzz_frame(s->bytes, s->len, sizeof s->bytes, FUZZ_OP(1, segments), body, len);
+}
+
+static void add_push(seq *s, uint32_t trainer, uint64_t step, int segments) {
+  add_push_as(s, trainer, step, segments, s->job.update == UPDATE_GEO);
 }
 
 static void add_small(seq *s, int done, uint32_t trainer, uint64_t step) {
@@ -158,6 +164,20 @@ static void pserver_seeds(void) {
     s.len = fuzz_frame(s.bytes, s.len, sizeof s.bytes, FUZZ_OP(4, 1), body, len);
   }
   seq_end(&s, "rollback");
+  /* geo: both trainers' changes at step 3, a resend, a last partial
+   * exchange, a gradient push (refused), a trainer registering again. */
+  seq_begin(&s, FUZZ_MODE_GEO);
+  add_register(&s, 0, FUZZ_INCARNATION(0), &s.job);
+  add_register(&s, 1, FUZZ_INCARNATION(1), &s.job);
+  add_small(&s, 0, 0, 0);
+  add_push(&s, 0, 3, 1);
+  add_push(&s, 1, 3, 2);
+  add_push(&s, 0, 3, 1); /* resend: answered, not applied */
+  add_push(&s, 0, 5, 3);
+  add_push_as(&s, 1, 6, 1, 0);
+  add_register(&s, 1, 1000, &s.job);
+  add_small(&s, 1, 0, 5);
+  seq_end(&s, "geo-job");
 }
 
 /* --- CTR request sequences (FUZZ_MODE_CTR) ------------------------------------- */
@@ -183,7 +203,8 @@ static void add_written(seq *s, int method, int segments, const wire_writer *w) 
 }
 
 /* A CTR push of `step`: pserver 0's dense blocks, gradients of n keys from
- * `from` in both tables and the next step's keys from `next`, n_next. */
+ * `from` in both tables and the next step's keys from `next`, n_next (< 0:
+ * none, as geo pushes carry; theirs are changes, flagged as such). */
 static void add_ctr_push(seq *s, uint32_t trainer, uint64_t step, int from, int n, int next,
                          int n_next, int segments) {
   uint64_t keys[16], next_keys[16];
@@ -199,6 +220,7 @@ static void add_ctr_push(seq *s, uint32_t trainer, uint64_t step, int from, int 
   if (wire_writer_begin(&w, s->map.block_count, &err) != PS_ERR_OK) fuzz_die("writer", &err);
   wire_key key = {trainer, FUZZ_INCARNATION(trainer), step};
   wire_writer_push_header(&w, &key, job_config_hash(&s->job));
+  if (s->job.update == UPDATE_GEO) wire_writer_deltas(&w);
   for (size_t i = 0; i < s->map.block_count; i++) {
     const shard_block *b = &s->map.blocks[i];
     if (b->pserver == 0) wire_writer_block(&w, b->id, grads + b->offset, b->count, NULL);
@@ -207,7 +229,7 @@ static void add_ctr_push(seq *s, uint32_t trainer, uint64_t step, int from, int 
     wire_writer_sparse(&w, WIRE_SPARSE_GRADS, t, keys, (size_t)n, values,
                        (size_t)n * (t == 0 ? 1 : 2), NULL, NULL);
   }
-  for (uint32_t t = 0; t < 2; t++) {
+  for (uint32_t t = 0; t < 2 && n_next >= 0; t++) {
     wire_writer_sparse(&w, WIRE_SPARSE_KEYS, t, next_keys, (size_t)n_next, NULL, 0, next_counts,
                        NULL);
   }
@@ -237,7 +259,7 @@ static void add_ctr_pull(seq *s, uint32_t trainer, uint64_t step, uint32_t kind,
 }
 
 static void ctr_seq_begin(seq *s, uint8_t mode) {
-  fuzz_ctr_job(&s->job, (mode & FUZZ_MODE_ASYNC) ? UPDATE_ASYNC : UPDATE_SYNC);
+  fuzz_ctr_job(&s->job, fuzz_update(mode));
   fuzz_map(&s->job, &s->layout, &s->map);
   s->bytes[0] = mode | FUZZ_MODE_CTR;
   s->len = 1;
@@ -285,6 +307,19 @@ static void ctr_pserver_seeds(void) {
   add_small(&s, 0, 0, 0);
   add_ctr_pull(&s, 0, 0, PSTRAIN__PULL_KIND__PULL_LOOKUP, 0, 0);
   seq_end(&s, "ctr-plain-pull");
+  /* geo: rows' changes added on arrival, fresh rows back; a resend, a push
+   * with next keys (refused), a lookup, done. */
+  ctr_seq_begin(&s, FUZZ_MODE_GEO);
+  add_register(&s, 0, FUZZ_INCARNATION(0), &s.job);
+  add_register(&s, 1, FUZZ_INCARNATION(1), &s.job);
+  add_small(&s, 0, 0, 0);
+  add_ctr_push(&s, 0, 3, 0, 6, 0, -1, 1);
+  add_ctr_push(&s, 1, 3, 3, 6, 0, -1, 2);
+  add_ctr_push(&s, 1, 3, 3, 6, 0, -1, 1); /* resend */
+  add_ctr_push(&s, 0, 6, 0, 16, 0, 2, 1);
+  add_ctr_pull(&s, 0, 6, PSTRAIN__PULL_KIND__PULL_LOOKUP, 0, 9);
+  add_small(&s, 1, 0, 6);
+  seq_end(&s, "ctr-geo-job");
 }
 
 /* --- single messages for fuzz_wire ------------------------------------------- */
@@ -306,10 +341,10 @@ static void wire_seeds(void) {
   uint8_t body[4096];
   /* control byte: segments - 1 in bits 0-2, block capacity (bits 3-7) * 2 + 1 */
   wire_key key = {1, FUZZ_INCARNATION(1), 3};
-  size_t len = fuzz_push_bytes(&map, 0, &key, job_config_hash(&job), body, sizeof body);
+  size_t len = fuzz_push_bytes(&map, 0, &key, job_config_hash(&job), 0, body, sizeof body);
   wire_seed("push", 0x20, body, len);
   wire_seed("push-segments", 0x27, body, len);
-  len = fuzz_push_bytes(&map, 1, &key, job_config_hash(&job), body, sizeof body);
+  len = fuzz_push_bytes(&map, 1, &key, job_config_hash(&job), 0, body, sizeof body);
   wire_seed("push-other-pserver", 0x22, body, len);
   /* A ParamsReply: incarnation, step, the blocks. */
   wire_writer w = {0};

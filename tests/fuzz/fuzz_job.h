@@ -33,11 +33,13 @@ static inline void fuzz_job(job_config *job, update_mode update) {
   job->seed = 3;
   job->batch = 4;
   job->steps = 100;
+  job->geo_steps = update == UPDATE_GEO ? 3 : 0;
 }
 
 /* The CTR variant (FUZZ_MODE_CTR): ctr:2:3, both sparse tables, admission
- * after 2 occurrences and eviction after 3 steps so both paths run; a
- * batch of 4 lets a request carry 104 keys per table. */
+ * after 2 occurrences and eviction after 3 steps so both paths run (not for
+ * geo, which refuses them); a batch of 4 lets a request carry 104 keys per
+ * table (geo: 3 batches'). */
 static inline void fuzz_ctr_job(job_config *job, update_mode update) {
   fuzz_job(job, update);
   ps_error err;
@@ -47,7 +49,8 @@ static inline void fuzz_ctr_job(job_config *job, update_mode update) {
   }
   sparse_optimizer_config opt = {.kind = SPARSE_OPT_ADAGRAD, .lr = 0.1, .epsilon = 1e-8,
                                  .initial_accumulator = 0.1};
-  job->sparse = job_sparse_of(&opt, 2, 3);
+  int geo = update == UPDATE_GEO;
+  job->sparse = job_sparse_of(&opt, geo ? 0 : 2, geo ? 0 : 3);
 }
 
 /* The i-th key (from 0) that pserver 0 of 2 owns. */
@@ -76,7 +79,14 @@ enum {
   FUZZ_MODE_ASYNC = 2,      /* the job is async (else sync) */
   FUZZ_MODE_TOKEN = 4,      /* the pserver runs behind a token */
   FUZZ_MODE_CTR = 8,        /* the job is fuzz_ctr_job's (sparse tables) */
+  FUZZ_MODE_GEO = 16,       /* the job is geo, --geo-steps 3 (ASYNC then ignored) */
 };
+
+/* The job's update an input's mode byte names. */
+static inline update_mode fuzz_update(uint8_t mode) {
+  if (mode & FUZZ_MODE_GEO) return UPDATE_GEO;
+  return (mode & FUZZ_MODE_ASYNC) ? UPDATE_ASYNC : UPDATE_SYNC;
+}
 /* op: bits 0-2 the method (pserver_methods order, modulo their count), bits
  * 3-5 the segments - 1 the body arrives in, as gRPC hands over a message in
  * several slices. */
@@ -139,9 +149,10 @@ static inline size_t fuzz_small_bytes(int done, const wire_key *k, uint64_t hash
 }
 
 /* The push of key to pserver p: every block p holds, filled with gradients
- * that depend on the trainer and step. Flattened into out. */
+ * (deltas: geo's parameter changes) that depend on the trainer and step.
+ * Flattened into out. */
 static inline size_t fuzz_push_bytes(const shard_map *map, int p, const wire_key *key,
-                                     uint64_t hash, uint8_t *out, size_t cap) {
+                                     uint64_t hash, int deltas, uint8_t *out, size_t cap) {
   float *grads = malloc(map->total * sizeof *grads);
   if (grads == NULL) fuzz_die("out of memory", NULL);
   for (size_t i = 0; i < map->total; i++) {
@@ -151,6 +162,7 @@ static inline size_t fuzz_push_bytes(const shard_map *map, int p, const wire_key
   ps_error err;
   if (wire_writer_begin(&w, map->block_count, &err) != PS_ERR_OK) fuzz_die("writer", &err);
   wire_writer_push_header(&w, key, hash);
+  if (deltas) wire_writer_deltas(&w);
   for (size_t i = 0; i < map->block_count; i++) {
     const shard_block *b = &map->blocks[i];
     if (b->pserver == p) wire_writer_block(&w, b->id, grads + b->offset, b->count, NULL);

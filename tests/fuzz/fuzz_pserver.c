@@ -8,7 +8,7 @@
  * this pserver's blocks at their sizes; an accepted registration gets a
  * RegisterReply. With FUZZ_MODE_CTR the job has sparse tables: their rows
  * (a dump) are part of what a refusal must leave alone, and a sync Pull may
- * wait at the pull barrier like a push. */
+ * wait at the pull barrier like a push. FUZZ_MODE_GEO makes the job geo. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,8 +136,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1) return 0;
   uint8_t mode = data[0];
   job_config job;
-  if (mode & FUZZ_MODE_CTR) fuzz_ctr_job(&job, (mode & FUZZ_MODE_ASYNC) ? UPDATE_ASYNC : UPDATE_SYNC);
-  else fuzz_job(&job, (mode & FUZZ_MODE_ASYNC) ? UPDATE_ASYNC : UPDATE_SYNC);
+  if (mode & FUZZ_MODE_CTR) fuzz_ctr_job(&job, fuzz_update(mode));
+  else fuzz_job(&job, fuzz_update(mode));
   pserver_config cfg = fuzz_pserver_config(NULL);
   cfg.authenticated = (mode & FUZZ_MODE_TOKEN) != 0;
   static pserver ps;

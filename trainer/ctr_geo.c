@@ -1,0 +1,304 @@
+/* GEO-SGD for the CTR models (see ctr_geo.h). */
+#define _POSIX_C_SOURCE 200809L
+#include "trainer/ctr_geo.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/ctr_tables.h"
+#include "common/log.h"
+#include "common/rng.h"
+#include "common/shard_map.h"
+#include "trainer/slowdown.h"
+
+struct ctr_geo {
+  ps_client *c;                          /* borrowed */
+  const ps_client_sparse_ops *eval_ops;  /* c->sparse outside exchanges */
+  ps_client_sparse_ops ops;              /* an exchange's rows */
+  int tables, pservers;
+  size_t dim[CTR_TABLES_MAX];
+  sparse_table *local[CTR_TABLES_MAX];   /* t's tables, borrowed */
+  size_t total;                          /* dense floats */
+  float *dense_base, *dense_change, *dense_fresh; /* (total) */
+  /* Rows touched since the last exchange, in first-touch order: keys and
+   * their values when first touched, the base of their change. */
+  size_t n, cap;
+  uint64_t *keys;
+  float *base[CTR_TABLES_MAX];           /* (cap, dim) */
+  /* An exchange's: keys grouped by pserver (pserver p's from first[p]),
+   * their changes and, in the same order, the fresh rows that come back. */
+  uint64_t *grouped;
+  uint32_t *at;                          /* (cap) where keys[j] lies in grouped */
+  float *change[CTR_TABLES_MAX], *fresh[CTR_TABLES_MAX]; /* (cap, dim) */
+  size_t *first, *fill;                  /* (pservers + 1), (pservers) */
+  /* keys' index + 1 by key (open addressing, 0: empty, at most half full) */
+  uint32_t *slots;
+  size_t slot_cap;
+  long steps, since, exchanges;
+};
+
+/* --- the rows touched since the last exchange ------------------------------------ */
+
+static size_t slot_of(const ctr_geo *g, uint64_t key, int *found) {
+  size_t mask = g->slot_cap - 1, i = (size_t)rng_mix64(key) & mask;
+  for (; g->slots[i] != 0; i = (i + 1) & mask) {
+    if (g->keys[g->slots[i] - 1] == key) {
+      *found = 1;
+      return i;
+    }
+  }
+  *found = 0;
+  return i;
+}
+
+static int grow(void *p, size_t count, size_t size) {
+  void **ptr = p;
+  void *q = realloc(*ptr, (count > 0 ? count : 1) * size);
+  if (q == NULL) return 0;
+  *ptr = q;
+  return 1;
+}
+
+/* Room for `need` touched rows; a failure leaves what is there intact. */
+static ps_err reserve(ctr_geo *g, size_t need, ps_error *err) {
+  if (need > UINT32_MAX / 4) {
+    return ps_error_set(err, PS_ERR_OUT_OF_RANGE, "--update geo: %zu rows touched between "
+                        "exchanges, too many (use a smaller --geo-steps)", need);
+  }
+  if (need > g->cap || g->keys == NULL) {
+    size_t cap = 2 * g->cap > need ? 2 * g->cap : need;
+    int ok = grow(&g->keys, cap, sizeof *g->keys) && grow(&g->grouped, cap, sizeof *g->grouped) &&
+             grow(&g->at, cap, sizeof *g->at);
+    for (int t = 0; t < g->tables && ok; t++) {
+      ok = grow(&g->base[t], cap * g->dim[t], sizeof(float)) &&
+           grow(&g->change[t], cap * g->dim[t], sizeof(float)) &&
+           grow(&g->fresh[t], cap * g->dim[t], sizeof(float));
+    }
+    if (!ok) {
+      return ps_error_set(err, PS_ERR_NO_MEMORY, "--update geo: out of memory for %zu rows", cap);
+    }
+    g->cap = cap;
+  }
+  if (2 * need <= g->slot_cap && g->slots != NULL) return PS_ERR_OK;
+  size_t slot_cap = 16;
+  while (slot_cap < 2 * need) slot_cap *= 2;
+  uint32_t *slots = calloc(slot_cap, sizeof *slots);
+  if (slots == NULL) {
+    return ps_error_set(err, PS_ERR_NO_MEMORY, "--update geo: out of memory for %zu rows", need);
+  }
+  free(g->slots);
+  g->slots = slots;
+  g->slot_cap = slot_cap;
+  for (size_t j = 0; j < g->n; j++) {
+    int found;
+    g->slots[slot_of(g, g->keys[j], &found)] = (uint32_t)(j + 1);
+  }
+  return PS_ERR_OK;
+}
+
+/* After a local step: the batch's keys not touched before in this interval
+ * join, with the values the step pulled (before its update) as their base. */
+static ps_err note_touched(ctr_geo *g, const ctr_trainer *t, ps_error *err) {
+  const sparse_dedup *d = &t->dedup;
+  if (reserve(g, g->n + d->n_unique, err) != PS_ERR_OK) return err->code;
+  const float *rows[CTR_TABLES_MAX] = {t->wide_rows, t->deep_rows};
+  for (size_t j = 0; j < d->n_unique; j++) {
+    int found;
+    size_t s = slot_of(g, d->unique[j], &found);
+    if (found) continue;
+    g->slots[s] = (uint32_t)(g->n + 1);
+    g->keys[g->n] = d->unique[j];
+    for (int i = 0; i < g->tables; i++) {
+      memcpy(g->base[i] + g->n * g->dim[i], rows[i] + j * g->dim[i], g->dim[i] * sizeof(float));
+    }
+    g->n++;
+  }
+  return PS_ERR_OK;
+}
+
+/* --- the exchange's sparse rows (the client's sparse ops) --------------------------- */
+
+static size_t part_of(const ctr_geo *g, int p) { return g->first[p + 1] - g->first[p]; }
+
+static ps_err geo_append(void *ctx, int p, wire_writer *w, rpc_lease *lease, ps_error *err) {
+  ctr_geo *g = ctx;
+  size_t from = g->first[p], n = part_of(g, p);
+  for (int t = 0; t < g->tables; t++) {
+    wire_writer_sparse(w, WIRE_SPARSE_GRADS, (uint32_t)t, g->grouped + from, n,
+                       g->change[t] + from * g->dim[t], n * g->dim[t], NULL, lease);
+    g->c->bytes_sent += n * (8 + 4 * g->dim[t]);
+  }
+  return wire_writer_check(w, err);
+}
+
+/* Checks pserver p's fresh rows (every table's, in the order sent) before
+ * copying any. */
+static ps_err geo_take(void *ctx, int p, const rpc_message *msg, const wire_blocks_msg *m,
+                       ps_error *err) {
+  ctr_geo *g = ctx;
+  size_t from = g->first[p], n = part_of(g, p);
+  const wire_sparse_ref *found[CTR_TABLES_MAX] = {NULL, NULL};
+  for (size_t i = 0; i < m->sparse_count; i++) {
+    const wire_sparse_ref *r = &m->sparse[i];
+    if (r->field != WIRE_SPARSE_ROWS) continue;
+    if (r->table >= (uint32_t)g->tables || found[r->table] != NULL) {
+      return ps_error_set(err, PS_ERR_CORRUPT_DATA, "rows of table %u, %s", r->table,
+                          r->table >= (uint32_t)g->tables ? "which the job lacks" : "twice");
+    }
+    if (r->values.len != n * g->dim[r->table] * sizeof(float)) {
+      return ps_error_set(err, PS_ERR_CORRUPT_DATA,
+                          "table %u: %zu bytes of fresh rows for the %zu rows sent", r->table,
+                          r->values.len, n);
+    }
+    found[r->table] = r;
+  }
+  for (int t = 0; t < g->tables; t++) {
+    if (found[t] == NULL && n > 0) {
+      return ps_error_set(err, PS_ERR_CORRUPT_DATA, "no fresh rows of table %d in the reply", t);
+    }
+  }
+  for (int t = 0; t < g->tables && n > 0; t++) {
+    wire_copy_block(msg, &found[t]->values, g->fresh[t] + from * g->dim[t]);
+  }
+  return PS_ERR_OK;
+}
+
+/* --- the exchange --------------------------------------------------------------------- */
+
+/* Groups the touched keys by owner (shard_of_key), each pserver's in
+ * first-touch order, and writes each row's change there. */
+static void group_changes(ctr_geo *g) {
+  memset(g->first, 0, ((size_t)g->pservers + 1) * sizeof *g->first);
+  for (size_t j = 0; j < g->n; j++) g->first[shard_of_key(g->keys[j], g->pservers) + 1]++;
+  for (int p = 0; p < g->pservers; p++) {
+    g->first[p + 1] += g->first[p];
+    g->fill[p] = g->first[p];
+  }
+  for (size_t j = 0; j < g->n; j++) {
+    g->at[j] = (uint32_t)g->fill[shard_of_key(g->keys[j], g->pservers)]++;
+    g->grouped[g->at[j]] = g->keys[j];
+  }
+  for (int t = 0; t < g->tables; t++) {
+    const size_t dim = g->dim[t];
+    float *now = g->fresh[t]; /* the current rows, first-touch order, until the reply */
+    sparse_table_lookup(g->local[t], g->keys, g->n, now);
+    for (size_t j = 0; j < g->n; j++) {
+      float *out = g->change[t] + (size_t)g->at[j] * dim;
+      for (size_t k = 0; k < dim; k++) out[k] = now[j * dim + k] - g->base[t][j * dim + k];
+    }
+  }
+}
+
+/* Sends the changes (key step `done`: the steps taken) and takes the fresh
+ * values; a lost or restarted pserver is waited for and the same changes
+ * resent (applied once). */
+static ps_err exchange(ctr_geo *g, ctr_trainer *t, long done, ps_error *err) {
+  ps_client *c = g->c;
+  group_changes(g);
+  if (ctr_model_get_params(t->model, g->dense_fresh, err) != PS_ERR_OK) return err->code;
+  for (size_t i = 0; i < g->total; i++) g->dense_change[i] = g->dense_fresh[i] - g->dense_base[i];
+  c->sparse = &g->ops;
+  ps_err rc = ps_client_push_pull(c, done, g->dense_change, g->dense_fresh, err);
+  double timeout = t->settings.opt.recover_timeout;
+  if (rc != PS_ERR_OK && ps_client_recoverable(rc) && timeout > 0) {
+    LOG_WARN("%s: recovering (--recover-timeout %.0f s)", err->msg, timeout);
+    long resume_at;
+    rc = ps_client_recover(c, done, g->dense_change, g->dense_fresh, timeout, &resume_at, err);
+  }
+  c->sparse = g->eval_ops;
+  if (rc != PS_ERR_OK) return rc;
+  for (int i = 0; i < g->tables; i++) {
+    if (sparse_table_set_rows(g->local[i], g->grouped, g->n, g->fresh[i], done - 1, err) !=
+        PS_ERR_OK) {
+      return err->code;
+    }
+  }
+  if (ctr_model_set_params(t->model, g->dense_fresh, err) != PS_ERR_OK) return err->code;
+  memcpy(g->dense_base, g->dense_fresh, g->total * sizeof(float));
+  memset(g->slots, 0, g->slot_cap * sizeof *g->slots);
+  g->n = 0;
+  g->since = 0;
+  g->exchanges++;
+  return PS_ERR_OK;
+}
+
+ps_err ctr_geo_step(ctr_geo *g, ctr_trainer *t, int count, long step, double *loss_sum,
+                    double *comm_seconds, ps_error *err) {
+  double computing = now_s();
+  if (count > 0 && (ctr_local_step(t, count, step, loss_sum, err) != PS_ERR_OK ||
+                    note_touched(g, t, err) != PS_ERR_OK)) {
+    return err->code;
+  }
+  if (slowdown_sleep(t->settings.opt.slowdown, now_s() - computing, err) != PS_ERR_OK) {
+    return err->code;
+  }
+  if (++g->since < g->c->job.geo_steps && step + 1 < g->steps) return PS_ERR_OK;
+  double start = now_s();
+  ps_err rc = exchange(g, t, step + 1, err);
+  *comm_seconds += now_s() - start;
+  return rc;
+}
+
+long ctr_geo_exchanges(const ctr_geo *g) { return g->exchanges; }
+
+/* --- life ------------------------------------------------------------------------------ */
+
+void ctr_geo_destroy(ctr_geo *g) {
+  if (g == NULL) return;
+  if (g->c != NULL && g->c->sparse == &g->ops) g->c->sparse = g->eval_ops;
+  free(g->dense_base);
+  free(g->dense_change);
+  free(g->dense_fresh);
+  free(g->keys);
+  free(g->grouped);
+  free(g->at);
+  for (int t = 0; t < CTR_TABLES_MAX; t++) {
+    free(g->base[t]);
+    free(g->change[t]);
+    free(g->fresh[t]);
+  }
+  free(g->first);
+  free(g->fill);
+  free(g->slots);
+  free(g);
+}
+
+ps_err ctr_geo_create(ctr_geo **out, ctr_trainer *t, ps_client *c, ps_error *err) {
+  *out = NULL;
+  ctr_geo *g = calloc(1, sizeof *g);
+  if (g == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "--update geo: out of memory");
+  g->c = c;
+  g->eval_ops = c->sparse;
+  g->ops = (ps_client_sparse_ops){.ctx = g, .append = geo_append, .take = geo_take};
+  g->tables = ctr_table_count(&c->job.model);
+  sparse_table *tables[CTR_TABLES_MAX] = {t->wide, t->deep};
+  for (int i = 0; i < g->tables; i++) {
+    g->local[i] = tables[i];
+    g->dim[i] = (size_t)sparse_table_config_of(tables[i])->dim;
+  }
+  g->pservers = c->job.pservers;
+  g->steps = c->job.steps;
+  g->total = t->model->layout.total;
+  size_t dense = g->total > 0 ? g->total : 1;
+  g->first = calloc((size_t)g->pservers + 1, sizeof *g->first);
+  g->fill = calloc((size_t)g->pservers, sizeof *g->fill);
+  g->dense_base = malloc(dense * sizeof(float));
+  g->dense_change = malloc(dense * sizeof(float));
+  g->dense_fresh = malloc(dense * sizeof(float));
+  if (g->first == NULL || g->fill == NULL || g->dense_base == NULL || g->dense_change == NULL ||
+      g->dense_fresh == NULL) {
+    ctr_geo_destroy(g);
+    return ps_error_set(err, PS_ERR_NO_MEMORY, "--update geo: out of memory");
+  }
+  /* A batch's keys to start with; more as the interval touches them. */
+  if (reserve(g, (size_t)c->job.batch * CTR_CAT_FIELDS, err) != PS_ERR_OK ||
+      ps_client_pull(c, g->dense_fresh, err) != PS_ERR_OK ||
+      ctr_model_set_params(t->model, g->dense_fresh, err) != PS_ERR_OK) {
+    ctr_geo_destroy(g);
+    return err->code;
+  }
+  memcpy(g->dense_base, g->dense_fresh, g->total * sizeof(float));
+  *out = g;
+  return PS_ERR_OK;
+}
