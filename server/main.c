@@ -101,7 +101,7 @@ typedef struct pserver_start {
   char token[TOKEN_MAX];
   tls_config tls;
   char effective[2048];
-  long timeline_first, timeline_last; /* --timeline-steps */
+  long timeline_first, timeline_last, timeline_every; /* --timeline-steps */
   timeline *timeline;
   char metrics_addr[300];     /* --metrics-listen as HOST:PORT; "" when off */
   metrics_registry *metrics;  /* with its families and endpoint, NULL when off */
@@ -226,7 +226,7 @@ static int start_service(pserver_start *st, pserver *ps) {
     return 2;
   }
   if (timeline_open(&st->timeline, o->timeline, "pserver", st->id, st->timeline_first,
-                    st->timeline_last, &err) != PS_ERR_OK) {
+                    st->timeline_last, st->timeline_every, &err) != PS_ERR_OK) {
     LOG_ERROR("%s", err.msg);
     return 2;
   }
@@ -402,8 +402,8 @@ int main(int argc, char **argv) {
     ps_error_set(&err, PS_ERR_INVALID_ARGUMENT, "--timeline-steps needs --timeline FILE");
     goto refused;
   }
-  if (timeline_parse_steps(st.opt.timeline_steps, &st.timeline_first, &st.timeline_last, &err) !=
-      PS_ERR_OK) {
+  if (timeline_parse_steps(st.opt.timeline_steps, &st.timeline_first, &st.timeline_last,
+                           &st.timeline_every, &err) != PS_ERR_OK) {
     goto refused;
   }
   options_format(pserver_option_table, pserver_option_count, &st.opt, st.effective,

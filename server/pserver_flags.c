@@ -88,7 +88,7 @@ const option_def pserver_option_table[] = {
      .min = 1, .max = 0},
     {"timeline-steps", NULL, OPT_STRING, OFF(timeline_steps), TIMELINE_ALL_STEPS,
      "with --timeline: only steps A:B (zero-based, both included; A: or :B open-ended; "
-     "default: all)", NULL, .min = 1, .max = 0},
+     "A:B/K every K-th of them; default: all)", NULL, .min = 1, .max = 0},
     {"metrics-listen", NULL, OPT_STRING, OFF(metrics_listen), "",
      "serve Prometheus metrics at http://HOST:PORT/metrics (a bare PORT: 127.0.0.1; every "
      "interface, 0.0.0.0 or ::, needs --insecure; empty: off); no parameters are shown",
