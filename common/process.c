@@ -54,3 +54,25 @@ long process_peak_rss_kib(void) {
   if (getrusage(RUSAGE_SELF, &ru) != 0) return -1;
   return ru.ru_maxrss; /* KiB on Linux */
 }
+
+ps_err process_raise_fd_limit(long *before, long *soft, long *hard, ps_error *err) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+    return ps_error_set(err, PS_ERR_IO, "reading the open-files limit (RLIMIT_NOFILE): %s",
+                        strerror(errno));
+  }
+  *before = rl.rlim_cur == RLIM_INFINITY ? -1 : (long)rl.rlim_cur;
+  if (rl.rlim_cur < rl.rlim_max) {
+    rlim_t was = rl.rlim_cur;
+    rl.rlim_cur = rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+      return ps_error_set(err, PS_ERR_IO,
+                          "raising the open-files limit (RLIMIT_NOFILE) from %llu to its hard "
+                          "limit %llu: %s", (unsigned long long)was,
+                          (unsigned long long)rl.rlim_max, strerror(errno));
+    }
+  }
+  *soft = rl.rlim_cur == RLIM_INFINITY ? -1 : (long)rl.rlim_cur;
+  *hard = rl.rlim_max == RLIM_INFINITY ? -1 : (long)rl.rlim_max;
+  return PS_ERR_OK;
+}

@@ -1,5 +1,6 @@
 /* Process-wide set-up both daemons share: the allocator's tuning for large
- * messages, random incarnation ids, and the checkpoint folder. */
+ * messages, random incarnation ids, the checkpoint folder, the open-files
+ * limit. */
 #ifndef PSTRAIN_COMMON_PROCESS_H
 #define PSTRAIN_COMMON_PROCESS_H
 
@@ -21,5 +22,11 @@ uint64_t process_random_u64(void);
 /* Makes folder `path` if it is missing (its parent must exist) and checks
  * that this process can write there; `flag` names it in errors. */
 ps_err process_prepare_dir(const char *path, const char *flag, ps_error *err);
+
+/* Raises the open-files soft limit (RLIMIT_NOFILE) to the hard limit, so a
+ * server's connections are bounded by what the administrator allows, not by
+ * the shell's 1024; *before gets the soft limit found, *soft and *hard the
+ * limits now in force (-1: unlimited). */
+ps_err process_raise_fd_limit(long *before, long *soft, long *hard, ps_error *err);
 
 #endif

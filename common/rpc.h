@@ -62,6 +62,30 @@ typedef struct rpc_call rpc_call;
  * the call, then or later, from any thread. */
 typedef void (*rpc_handler)(void *ctx, rpc_call *call, int method, const rpc_message *request);
 
+/* What a server allows its peers; zero fields keep gRPC's defaults (none
+ * of these limits). Calls over max_open_calls are answered
+ * RESOURCE_EXHAUSTED with their body unread; a call of a method not served is
+ * answered UNIMPLEMENTED at once. */
+typedef struct rpc_server_limits {
+  int max_open_calls;          /* calls arrived and not yet gone (held, reading, answering) */
+  int max_streams;             /* concurrent HTTP/2 streams per connection */
+  double max_idle_s;           /* close a connection without calls for this long, and one
+                                  that has not finished its handshake (at most 120 s) */
+  double max_age_s;            /* send GOAWAY to a connection this old ... */
+  double age_grace_s;          /* ... and close it this much later, calls or not */
+  double keepalive_s;          /* ping each peer after this long without traffic; closed
+                                  when the ping is not answered in 20 s */
+  const char *open_calls_flag; /* what sets max_open_calls, named in refusals (or NULL) */
+} rpc_server_limits;
+
+/* Counters of calls the server turned away, for logs and metrics. */
+typedef struct rpc_server_stats {
+  int open_calls;              /* now */
+  uint64_t refused_busy;       /* over max_open_calls, since start */
+  uint64_t unimplemented;      /* of methods not served, since start */
+  char last_unknown[160];      /* the latest unknown method and its peer ("" when none) */
+} rpc_server_stats;
+
 typedef struct rpc_server_config {
   const char *listen;          /* "HOST:PORT"; port 0 picks a free one */
   const char *const *methods;  /* full paths, e.g. "/pstrain.PServer/PushPull" */
@@ -77,6 +101,7 @@ typedef struct rpc_server_config {
   const tls_config *tls;       /* NULL or empty: plaintext. With cert and key: TLS; with a
                                   CA as well, clients must present a certificate it signed
                                   (others fail the handshake). Files are read at start. */
+  rpc_server_limits limits;
 } rpc_server_config;
 
 /* Binds and starts serving. *bound_port receives the port actually bound. */
@@ -104,8 +129,18 @@ int rpc_call_peer_has_name(const rpc_call *call, const char *name);
  * authorized calls' bodies are read). Thread-safe. */
 size_t rpc_server_received_bytes(const rpc_server *srv);
 
-/* Stops accepting calls, cancels those still open, waits for the workers and
- * frees the server. Every deferred call must have been answered before. */
+/* The counters of calls turned away so far. Thread-safe. */
+void rpc_server_stats_get(rpc_server *srv, rpc_server_stats *out);
+
+/* Stops accepting calls, gives replies under way a moment to leave, cancels
+ * every call still open, waits for the workers and frees the server, all
+ * within about timeout_s seconds. Every deferred call must have been answered
+ * before. PS_ERR_TIMEOUT (logged) when gRPC has not let go by then: the
+ * server is abandoned, not freed, and the process should exit without
+ * rpc_global_shutdown. */
+ps_err rpc_server_stop_within(rpc_server *srv, double timeout_s);
+
+/* rpc_server_stop_within with 30 s. */
 void rpc_server_stop(rpc_server *srv);
 
 /* --- in-memory calls ---------------------------------------------------------

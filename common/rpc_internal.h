@@ -70,8 +70,10 @@ typedef struct rpc_tag {
 
 struct rpc_call {
   rpc_server *srv; /* NULL for an in-memory call */
-  int method;
+  int method;      /* index in the config's methods; -1: a method not served */
   grpc_call *call;
+  grpc_call_details asked; /* method -1: the path and host asked for */
+  int counted;     /* arrived: counts in the server's open calls until freed */
   gpr_timespec deadline;
   grpc_metadata_array request_metadata;
   grpc_byte_buffer *payload;

@@ -7,9 +7,15 @@
  * call at once: its body is never read, so HTTP/2 flow control stops the
  * sender after a window's worth. An authorized call then reads its body
  * (RPC_TAG_READ) and goes to the handler, which replies now or later; the
- * reply's completion (RPC_TAG_DONE) frees the call. */
+ * reply's completion (RPC_TAG_DONE) frees the call.
+ *
+ * Calls of methods not served arrive through slots of their own
+ * (grpc_server_request_call) and are answered UNIMPLEMENTED at once: without
+ * such slots gRPC would keep them, unanswered, for ever. A call that arrives
+ * while max_open_calls are open is refused RESOURCE_EXHAUSTED unread. */
 #define _POSIX_C_SOURCE 200809L
 #include <grpc/support/alloc.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +27,9 @@
 
 /* Request slots kept posted per method: enough for every trainer's calls. */
 #define RPC_SLOTS_PER_METHOD 64
+/* Slots for methods not served: each call is answered and its slot posted
+ * again at once, so a few keep up with a flood. */
+#define RPC_UNKNOWN_SLOTS 8
 
 struct rpc_server {
   rpc_server_config cfg;
@@ -35,10 +44,22 @@ struct rpc_server {
   pthread_mutex_t post_lock; /* orders posting slots against shutdown */
   int stopping;              /* under post_lock */
   atomic_int shutdown_seen;
+  atomic_int workers_done;      /* workers past their loop (stop waits for all) */
   atomic_size_t received_bytes; /* request bodies read, for rpc_server_received_bytes */
+  atomic_int open_calls;        /* arrived and not yet freed */
+  atomic_uint_least64_t refused_busy, unimplemented;
+  pthread_mutex_t stats_lock;   /* guards last_unknown */
+  char last_unknown[160];
 };
 
+/* The method a call asked for, for messages. */
+static const char *method_of(const rpc_call *c) {
+  return c->method >= 0 ? c->srv->cfg.methods[c->method] : "an unknown method";
+}
+
 static void call_free(rpc_call *c) {
+  if (c->counted) atomic_fetch_sub(&c->srv->open_calls, 1);
+  if (c->method < 0) grpc_call_details_destroy(&c->asked);
   grpc_metadata_array_destroy(&c->request_metadata);
   if (c->payload != NULL) grpc_byte_buffer_destroy(c->payload);
   if (c->reply != NULL) grpc_byte_buffer_destroy(c->reply);
@@ -56,7 +77,8 @@ static void post_request(rpc_server *srv, int method) {
   rpc_call *c = calloc(1, sizeof *c);
   if (c == NULL) {
     pthread_mutex_unlock(&srv->post_lock);
-    LOG_ERROR("rpc: out of memory posting a request slot for %s", srv->cfg.methods[method]);
+    LOG_ERROR("rpc: out of memory posting a request slot for %s",
+              method >= 0 ? srv->cfg.methods[method] : "unknown methods");
     return;
   }
   c->srv = srv;
@@ -66,13 +88,20 @@ static void post_request(rpc_server *srv, int method) {
   c->read_tag = (rpc_tag){RPC_TAG_READ, c};
   c->done_tag = (rpc_tag){RPC_TAG_DONE, c};
   grpc_metadata_array_init(&c->request_metadata);
-  /* No payload pointer: the methods are registered with GRPC_SRM_PAYLOAD_NONE. */
-  grpc_call_error rc = grpc_server_request_registered_call(
-      srv->server, srv->method_handles[method], &c->call, &c->deadline, &c->request_metadata,
-      NULL, srv->cq, srv->cq, &c->request_tag);
+  grpc_call_error rc;
+  if (method < 0) {
+    grpc_call_details_init(&c->asked);
+    rc = grpc_server_request_call(srv->server, &c->call, &c->asked, &c->request_metadata,
+                                  srv->cq, srv->cq, &c->request_tag);
+  } else {
+    /* No payload pointer: the methods are registered with GRPC_SRM_PAYLOAD_NONE. */
+    rc = grpc_server_request_registered_call(srv->server, srv->method_handles[method], &c->call,
+                                             &c->deadline, &c->request_metadata, NULL, srv->cq,
+                                             srv->cq, &c->request_tag);
+  }
   pthread_mutex_unlock(&srv->post_lock);
   if (rc != GRPC_CALL_OK) {
-    LOG_ERROR("rpc: posting a request slot for %s failed (%s)", srv->cfg.methods[method],
+    LOG_ERROR("rpc: posting a request slot for %s failed (%s)", method_of(c),
               grpc_call_error_to_string(rc));
     call_free(c);
   }
@@ -109,8 +138,8 @@ void rpc_call_reply(rpc_call *c, ps_err code, const char *message, const rpc_par
   ops[n++].data.recv_close_on_server.cancelled = &c->cancelled;
   grpc_call_error rc = grpc_call_start_batch(c->call, ops, (size_t)n, &c->done_tag, NULL);
   if (rc != GRPC_CALL_OK) {
-    LOG_ERROR("rpc: answering a %s call from %s failed (%s)", c->srv->cfg.methods[c->method],
-              c->peer, grpc_call_error_to_string(rc));
+    LOG_ERROR("rpc: answering a call of %s from %s failed (%s)", method_of(c), c->peer,
+              grpc_call_error_to_string(rc));
     call_free(c); /* no completion will come for a batch that did not start */
   }
 }
@@ -121,6 +150,35 @@ const char *rpc_call_peer_identity(const rpc_call *call) { return call->identity
 
 size_t rpc_server_received_bytes(const rpc_server *srv) {
   return atomic_load(&((rpc_server *)srv)->received_bytes);
+}
+
+void rpc_server_stats_get(rpc_server *srv, rpc_server_stats *out) {
+  out->open_calls = atomic_load(&srv->open_calls);
+  out->refused_busy = atomic_load(&srv->refused_busy);
+  out->unimplemented = atomic_load(&srv->unimplemented);
+  pthread_mutex_lock(&srv->stats_lock);
+  snprintf(out->last_unknown, sizeof out->last_unknown, "%s", srv->last_unknown);
+  pthread_mutex_unlock(&srv->stats_lock);
+}
+
+/* A call of a method not served: UNIMPLEMENTED, its body never read. The
+ * path is the caller's bytes: only printable ones go into messages. */
+static void answer_unknown(rpc_call *c) {
+  rpc_server *srv = c->srv;
+  char path[96];
+  size_t len = GRPC_SLICE_LENGTH(c->asked.method);
+  const uint8_t *bytes = GRPC_SLICE_START_PTR(c->asked.method);
+  size_t n = len < sizeof path - 1 ? len : sizeof path - 1;
+  for (size_t i = 0; i < n; i++) path[i] = bytes[i] >= 0x20 && bytes[i] < 0x7f ? (char)bytes[i] : '?';
+  path[n] = '\0';
+  atomic_fetch_add(&srv->unimplemented, 1);
+  pthread_mutex_lock(&srv->stats_lock);
+  snprintf(srv->last_unknown, sizeof srv->last_unknown, "%s from %.60s", path, c->peer);
+  pthread_mutex_unlock(&srv->stats_lock);
+  char message[160];
+  snprintf(message, sizeof message, "method %s%s is not served here", path,
+           len > n ? "..." : "");
+  rpc_call_reply(c, PS_ERR_UNSUPPORTED, message, NULL, 0);
 }
 
 /* Whether the call's auth context has property `property` equal to name
@@ -174,16 +232,36 @@ static int authorized(const rpc_server *srv, const rpc_call *c) {
  * an authorized call has its body read. (A client without the certificate a
  * CA requires never gets this far: its TLS handshake fails.) */
 static void on_arrival(rpc_call *c) {
+  rpc_server *srv = c->srv;
+  c->counted = 1;
+  int open = atomic_fetch_add(&srv->open_calls, 1) + 1;
   char *peer = grpc_call_get_peer(c->call);
   snprintf(c->peer, sizeof c->peer, "%s", peer != NULL ? peer : "unknown peer");
   gpr_free(peer);
-  if (c->srv->verify_clients &&
+  if (c->method < 0) {
+    answer_unknown(c);
+    return;
+  }
+  int limit = srv->cfg.limits.max_open_calls;
+  if (limit > 0 && open > limit) {
+    /* Logged in sums by the caller of rpc_server_stats_get: a flood of lines
+     * would cost more than the calls. */
+    atomic_fetch_add(&srv->refused_busy, 1);
+    char message[160];
+    snprintf(message, sizeof message, "the server is busy: it holds %d open calls, its limit%s%s%s"
+             "; try again later", limit, srv->cfg.limits.open_calls_flag != NULL ? " (" : "",
+             srv->cfg.limits.open_calls_flag != NULL ? srv->cfg.limits.open_calls_flag : "",
+             srv->cfg.limits.open_calls_flag != NULL ? ")" : "");
+    rpc_call_reply(c, PS_ERR_RESOURCE_EXHAUSTED, message, NULL, 0);
+    return;
+  }
+  if (srv->verify_clients &&
       !auth_find(c, "x509_subject_alternative_name", NULL, c->identity, sizeof c->identity)) {
     auth_find(c, "x509_common_name", NULL, c->identity, sizeof c->identity);
   }
-  if (!authorized(c->srv, c)) {
-    LOG_WARN("refused %s from %s: missing or wrong token (UNAUTHENTICATED)",
-             c->srv->cfg.methods[c->method], c->peer);
+  if (!authorized(srv, c)) {
+    LOG_WARN("refused %s from %s: missing or wrong token (UNAUTHENTICATED)", method_of(c),
+             c->peer);
     rpc_call_reply(c, PS_ERR_UNAUTHENTICATED, "missing or wrong token", NULL, 0);
     return;
   }
@@ -193,8 +271,8 @@ static void on_arrival(rpc_call *c) {
   op.data.recv_message.recv_message = &c->payload;
   grpc_call_error rc = grpc_call_start_batch(c->call, &op, 1, &c->read_tag, NULL);
   if (rc != GRPC_CALL_OK) {
-    LOG_ERROR("rpc: reading a %s call from %s failed (%s)", c->srv->cfg.methods[c->method],
-              c->peer, grpc_call_error_to_string(rc));
+    LOG_ERROR("rpc: reading a call of %s from %s failed (%s)", method_of(c), c->peer,
+              grpc_call_error_to_string(rc));
     rpc_call_reply(c, PS_ERR_INTERNAL, "the server could not read the request", NULL, 0);
   }
 }
@@ -248,6 +326,7 @@ static void *worker_main(void *arg) {
       break;
     }
   }
+  atomic_fetch_add(&srv->workers_done, 1);
   return NULL;
 }
 
@@ -257,6 +336,7 @@ static void server_release(rpc_server *srv) {
   free(srv->threads);
   free(srv->bearer);
   pthread_mutex_destroy(&srv->post_lock);
+  pthread_mutex_destroy(&srv->stats_lock);
   free(srv);
 }
 
@@ -273,11 +353,45 @@ static void server_free(rpc_server *srv) {
   server_release(srv);
 }
 
+static void add_ms(grpc_arg *args, size_t *n, const char *key, double seconds) {
+  double ms = seconds * 1000.0;
+  args[*n].type = GRPC_ARG_INTEGER;
+  args[*n].key = (char *)key;
+  args[(*n)++].value.integer = ms >= (double)INT_MAX ? INT_MAX : (int)ms;
+}
+
+/* Message sizes and the limits; args needs room for 12 entries. */
+static grpc_channel_args server_args(grpc_arg *args, const rpc_server_config *cfg) {
+  grpc_channel_args ca = rpc_channel_args(args, cfg->max_message_bytes, 0);
+  const rpc_server_limits *l = &cfg->limits;
+  size_t n = ca.num_args;
+  if (l->max_streams > 0) {
+    args[n].type = GRPC_ARG_INTEGER;
+    args[n].key = (char *)GRPC_ARG_MAX_CONCURRENT_STREAMS;
+    args[n++].value.integer = l->max_streams;
+  }
+  if (l->max_idle_s > 0) {
+    add_ms(args, &n, GRPC_ARG_MAX_CONNECTION_IDLE_MS, l->max_idle_s);
+    /* A connection that never finishes its handshake is not "idle" to gRPC. */
+    add_ms(args, &n, GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, l->max_idle_s < 120 ? l->max_idle_s : 120);
+  }
+  if (l->max_age_s > 0) {
+    add_ms(args, &n, GRPC_ARG_MAX_CONNECTION_AGE_MS, l->max_age_s);
+    add_ms(args, &n, GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS, l->age_grace_s);
+  }
+  if (l->keepalive_s > 0) {
+    add_ms(args, &n, GRPC_ARG_KEEPALIVE_TIME_MS, l->keepalive_s);
+    add_ms(args, &n, GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20);
+  }
+  ca.num_args = n;
+  return ca;
+}
+
 /* The gRPC server with its queue and methods, not yet listening. */
 static ps_err server_create(rpc_server *srv, ps_error *err) {
   const rpc_server_config *cfg = &srv->cfg;
-  grpc_arg args[5];
-  grpc_channel_args ca = rpc_channel_args(args, cfg->max_message_bytes, 0);
+  grpc_arg args[12];
+  grpc_channel_args ca = server_args(args, cfg);
   srv->server = grpc_server_create(&ca, NULL);
   srv->cq = grpc_completion_queue_create_for_next(NULL);
   srv->method_handles = calloc((size_t)cfg->method_count, sizeof *srv->method_handles);
@@ -333,6 +447,11 @@ ps_err rpc_server_start(rpc_server **out, const rpc_server_config *cfg, int *bou
     free(srv);
     return ps_error_set(err, PS_ERR_INTERNAL, "rpc: mutex: %s", strerror(mrc));
   }
+  if ((mrc = pthread_mutex_init(&srv->stats_lock, NULL)) != 0) {
+    pthread_mutex_destroy(&srv->post_lock);
+    free(srv);
+    return ps_error_set(err, PS_ERR_INTERNAL, "rpc: mutex: %s", strerror(mrc));
+  }
   if (cfg->token != NULL && cfg->token[0] != '\0') {
     size_t len = strlen(cfg->token) + 8;
     srv->bearer = malloc(len);
@@ -352,6 +471,7 @@ ps_err rpc_server_start(rpc_server **out, const rpc_server_config *cfg, int *bou
   for (int m = 0; m < cfg->method_count; m++) {
     for (int i = 0; i < RPC_SLOTS_PER_METHOD; i++) post_request(srv, m);
   }
+  for (int i = 0; i < RPC_UNKNOWN_SLOTS; i++) post_request(srv, -1);
   for (int t = 0; t < cfg->threads; t++) {
     int rc = pthread_create(&srv->threads[t], NULL, worker_main, srv);
     if (rc != 0) {
@@ -376,22 +496,43 @@ static void drain_until_shutdown(grpc_completion_queue *cq) {
   }
 }
 
-void rpc_server_stop(rpc_server *srv) {
-  if (srv == NULL) return;
+static double monotonic_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Waits until *flag reaches want or the clock passes deadline; whether it did. */
+static int wait_until(atomic_int *flag, int want, double deadline) {
+  const struct timespec pause = {0, 1000 * 1000};
+  while (atomic_load(flag) < want) {
+    if (monotonic_s() >= deadline) return 0;
+    nanosleep(&pause, NULL);
+  }
+  return 1;
+}
+
+ps_err rpc_server_stop_within(rpc_server *srv, double timeout_s) {
+  if (srv == NULL) return PS_ERR_OK;
+  double start = monotonic_s(), deadline = start + timeout_s;
   pthread_mutex_lock(&srv->post_lock);
   srv->stopping = 1;
   pthread_mutex_unlock(&srv->post_lock);
   grpc_server_shutdown_and_notify(srv->server, srv->cq, &srv->shutdown_tag);
   if (srv->thread_count > 0) {
-    /* Replies already under way (a last Done) get up to 5 s to leave; then
-     * whatever is still open is cancelled. A call still reading its body
-     * then completes its read, is answered and freed by a worker. */
-    const struct timespec pause = {0, 1000 * 1000};
-    for (int waited_ms = 0; !atomic_load(&srv->shutdown_seen) && waited_ms < 5000; waited_ms++) {
-      nanosleep(&pause, NULL);
-    }
+    /* Replies already under way (a last Done) get a quarter of the time, at
+     * most 5 s, to leave; then whatever is still open is cancelled. A call
+     * still reading its body then completes its read, is answered and freed
+     * by a worker. */
+    double grace = timeout_s / 4 < 5 ? timeout_s / 4 : 5;
+    wait_until(&srv->shutdown_seen, 1, start + grace);
     grpc_server_cancel_all_calls(srv->server);
-    while (!atomic_load(&srv->shutdown_seen)) nanosleep(&pause, NULL);
+    if (!wait_until(&srv->shutdown_seen, 1, deadline)) {
+      LOG_ERROR("rpc: stopping the server: %d call(s) still open %.1f s after cancelling them "
+                "(a handler that has not answered, or gRPC still closing connections): leaving "
+                "the server to the process's exit", atomic_load(&srv->open_calls), timeout_s);
+      return PS_ERR_TIMEOUT;
+    }
   } else {
     grpc_server_cancel_all_calls(srv->server);
   }
@@ -400,10 +541,19 @@ void rpc_server_stop(rpc_server *srv) {
   grpc_server_destroy(srv->server);
   grpc_completion_queue_shutdown(srv->cq);
   if (srv->thread_count > 0) {
+    /* A worker inside a handler that never returns would hold the queue. */
+    if (!wait_until(&srv->workers_done, srv->thread_count, deadline + 1.0)) {
+      LOG_ERROR("rpc: stopping the server: a worker is still busy %.1f s after the stop began: "
+                "leaving the server to the process's exit", monotonic_s() - start);
+      return PS_ERR_TIMEOUT;
+    }
     for (int t = 0; t < srv->thread_count; t++) pthread_join(srv->threads[t], NULL);
   } else {
     drain_until_shutdown(srv->cq);
   }
   grpc_completion_queue_destroy(srv->cq);
   server_release(srv);
+  return PS_ERR_OK;
 }
+
+void rpc_server_stop(rpc_server *srv) { (void)rpc_server_stop_within(srv, 30.0); }

@@ -30,29 +30,37 @@ struct timeline {
   int fd; /* -1 once a write failed: recording stopped */
   char *path;
   int pid;
-  long first_step, last_step;
+  long first_step, last_step, every;
   double offset_us; /* wall clock minus now_s(), in microseconds */
   off_t end;        /* where the closing bracket starts in the file */
   char *buf;        /* events not yet written, each ",\n{...}" */
   size_t len, cap;
 };
 
-ps_err timeline_parse_steps(const char *text, long *first, long *last, ps_error *err) {
+ps_err timeline_parse_steps(const char *text, long *first, long *last, long *every,
+                            ps_error *err) {
   *first = 0;
   *last = LONG_MAX;
+  *every = 1;
   if (text[0] == '\0') return PS_ERR_OK;
   const char *colon = strchr(text, ':');
   char *end = NULL;
   if (colon == NULL) goto bad;
+  const char *slash = strchr(colon, '/');
+  if (slash != NULL) {
+    errno = 0;
+    *every = strtol(slash + 1, &end, 10);
+    if (errno != 0 || end == slash + 1 || *end != '\0' || *every < 1) goto bad;
+  }
   if (colon != text) {
     errno = 0;
     *first = strtol(text, &end, 10);
     if (errno != 0 || end != colon || *first < 0) goto bad;
   }
-  if (colon[1] != '\0') {
+  if (colon[1] != '\0' && colon + 1 != slash) {
     errno = 0;
     *last = strtol(colon + 1, &end, 10);
-    if (errno != 0 || *end != '\0' || *last < 0) goto bad;
+    if (errno != 0 || *end != (slash != NULL ? '/' : '\0') || *last < 0) goto bad;
   }
   if (*first > *last) {
     return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
@@ -63,7 +71,7 @@ ps_err timeline_parse_steps(const char *text, long *first, long *last, ps_error 
 bad:
   return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
                       "--timeline-steps %s: expected A:B (zero-based steps, both included; A: "
-                      "or :B leave one end open)", text);
+                      "or :B leave one end open), or A:B/K for every K-th of them", text);
 }
 
 /* Writes all of data at offset, through short writes and EINTR. */
@@ -127,7 +135,7 @@ static void flush_locked(timeline *tl) {
 }
 
 ps_err timeline_open(timeline **out, const char *path, const char *role, int id, long first_step,
-                     long last_step, ps_error *err) {
+                     long last_step, long every, ps_error *err) {
   *out = NULL;
   if (path[0] == '\0') return PS_ERR_OK;
   timeline *tl = calloc(1, sizeof *tl);
@@ -147,6 +155,7 @@ ps_err timeline_open(timeline **out, const char *path, const char *role, int id,
   }
   tl->first_step = first_step;
   tl->last_step = last_step;
+  tl->every = every > 1 ? every : 1;
   tl->pid = (strcmp(role, "pserver") == 0 ? 1000 : 2000) + id;
   struct timespec wall;
   if (clock_gettime(CLOCK_REALTIME, &wall) != 0) {
@@ -189,7 +198,8 @@ fail:
 }
 
 int timeline_wants(const timeline *tl, long step) {
-  return tl != NULL && step >= tl->first_step && step <= tl->last_step;
+  return tl != NULL && step >= tl->first_step && step <= tl->last_step &&
+         (step - tl->first_step) % tl->every == 0;
 }
 
 /* The kernel's id of the calling thread: what top -H and perf show. */

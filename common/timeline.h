@@ -24,8 +24,10 @@ typedef struct timeline timeline;
 #define TIMELINE_ALL_STEPS ""
 
 /* Parses --timeline-steps "A:B" (inclusive, zero-based job steps; "A:" to
- * the end, ":B" from 0, "" for all) into *first and *last. */
-ps_err timeline_parse_steps(const char *text, long *first, long *last, ps_error *err);
+ * the end, ":B" from 0, "" for all) into *first and *last; "A:B/K" takes
+ * every K-th step from A (*every, else 1), so a long run can be sampled. */
+ps_err timeline_parse_steps(const char *text, long *first, long *last, long *every,
+                            ps_error *err);
 
 /* The file rank `rank` of a collective job writes for --timeline PATH: every
  * rank gets the same flags, so ranks above 0 write PATH.rankN (as exports
@@ -36,7 +38,7 @@ void timeline_rank_path(const char *path, int collective, int rank, char *out, s
  * name ("pserver 1", "trainer 0"). pid in the trace: 1000 + id for pservers,
  * 2000 + id for trainers. path "": *out is NULL and nothing is opened. */
 ps_err timeline_open(timeline **out, const char *path, const char *role, int id, long first_step,
-                     long last_step, ps_error *err);
+                     long last_step, long every, ps_error *err);
 
 /* Whether events of this step are recorded. */
 int timeline_wants(const timeline *tl, long step);

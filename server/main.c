@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/endpoints.h"
 #include "common/fp_env.h"
 #include "common/log.h"
@@ -22,136 +23,11 @@
 #include "common/tls.h"
 #include "common/token.h"
 #include "server/pserver.h"
+#include "server/pserver_flags.h"
 #include "server/pserver_reshard.h"
 #include "server/pserver_metrics.h"
+#include "server/pserver_watch.h"
 
-typedef struct pserver_options {
-  long id;
-  const char *pservers;
-  long trainers;
-  const char *listen;
-  long port;
-  long threads;
-  double step_timeout;
-  long log_every;
-  long max_message_mb;
-  long max_shard_mb;
-  double max_table_mb;
-  long max_blocks;
-  long max_registrations;
-  const char *on_trainer_loss;
-  const char *token_file;
-  const char *tls_cert, *tls_key, *tls_ca;
-  bool tls_check_trainer_id;
-  bool insecure;
-  const char *checkpoint_dir;
-  long checkpoint_every;
-  bool resume;
-  bool resume_if_present;
-  long resume_step;
-  const char *timeline;
-  const char *timeline_steps;
-  const char *metrics_listen;
-  const char *log_level;
-  bool check_config;
-} pserver_options;
-
-#define OFF(field) offsetof(pserver_options, field)
-static const option_def pserver_option_table[] = {
-    {"id", "PADDLE_PSERVER_ID", OPT_INT, OFF(id), "-1",
-     "this pserver's index in --pservers (-1: SLURM_PROCID under srun, else the entry of "
-     "POD_IP:PADDLE_PORT or of this host's name)", NULL, .min = -1,
-     .max = PSTRAIN_MAX_PSERVERS - 1},
-    {"pservers", "PADDLE_PSERVERS_IP_PORT_LIST", OPT_STRING, OFF(pservers), "",
-     "every pserver's HOST:PORT, comma-separated, the same list on every process", NULL, .min = 1,
-     .max = 0},
-    {"trainers", "PADDLE_TRAINERS_NUM", OPT_INT, OFF(trainers), "1", "trainers in the job", NULL,
-     .min = 1, .max = PSTRAIN_MAX_TRAINERS},
-    {"listen", NULL, OPT_STRING, OFF(listen), "",
-     "address to bind (default: this pserver's entry of --pservers)", NULL, .min = 1, .max = 0},
-    {"port", "PADDLE_PORT", OPT_INT, OFF(port), "0",
-     "port to bind when --listen is not given (0: the list entry's)", NULL, .min = 0,
-     .max = 65535},
-    {"rpc-threads", NULL, OPT_INT, OFF(threads), "1",
-     "RPC worker threads (handlers never block: the disk is the work of the pserver's disk "
-     "threads; more threads mean more hand-offs)", NULL,
-     .min = 1, .max = 256},
-    {"step-timeout", NULL, OPT_DOUBLE, OFF(step_timeout), "120",
-     "seconds a sync step (an ssp push: for the slowest trainer) waits for the last trainer "
-     "before the job stops", NULL, .min = 0.1,
-     .max = 1e7},
-    {"log-every", NULL, OPT_INT, OFF(log_every), "200", "steps between statistics lines (0: none)",
-     NULL, .min = 0, .max = 1e12},
-    {"max-message-mb", NULL, OPT_INT, OFF(max_message_mb), "512",
-     "largest request or reply, in MiB", NULL, .min = 1, .max = 2047},
-    {"max-shard-mb", NULL, OPT_INT, OFF(max_shard_mb), "8192",
-     "refuse a job whose shard (parameters, optimizer state, gradients) needs more MiB", NULL,
-     .min = 1, .max = 1 << 30},
-    {"max-table-mb", NULL, OPT_DOUBLE, OFF(max_table_mb), "0",
-     "CTR models: MiB each sparse table's rows on this pserver may hold (0: no limit); a pull "
-     "that would pass it gets RESOURCE_EXHAUSTED naming the table, unless the job evicts",
-     NULL, .min = 0, .max = 1e9},
-    {"max-blocks-per-request", NULL, OPT_INT, OFF(max_blocks), "65536",
-     "refuse a job whose push to this pserver carries more blocks (a small --block-size "
-     "multiplies the per-block cost of every step and of the shard map)", NULL, .min = 1,
-     .max = 1 << 30},
-    {"max-registrations", NULL, OPT_INT, OFF(max_registrations), "100",
-     "incarnations each trainer id may register over this pserver's life (each restart of a "
-     "trainer is one; more get RESOURCE_EXHAUSTED; 0: no limit)", NULL, .min = 0, .max = 1e9},
-    {"token-file", NULL, OPT_STRING, OFF(token_file), "",
-     "file whose first line is the job's shared secret: calls without it get UNAUTHENTICATED",
-     NULL, .min = 1, .max = 0},
-    {"tls-cert", NULL, OPT_STRING, OFF(tls_cert), "",
-     "serve TLS with this certificate (PEM; scripts/make-certs makes one)", NULL, .min = 1,
-     .max = 0},
-    {"tls-key", NULL, OPT_STRING, OFF(tls_key), "", "the private key of --tls-cert (PEM)", NULL,
-     .min = 1, .max = 0},
-    {"tls-ca", NULL, OPT_STRING, OFF(tls_ca), "",
-     "mutual TLS: require client certificates signed by this CA (PEM); others fail the handshake",
-     NULL, .min = 1, .max = 0},
-    {"tls-check-trainer-id", NULL, OPT_BOOL, OFF(tls_check_trainer_id), "true",
-     "with --tls-ca: a trainer's certificate must name its id (CN or SAN trainer-<id>), else "
-     "PERMISSION_DENIED; false accepts any certificate the CA signed", NULL, .min = 1, .max = 0},
-    {"insecure", NULL, OPT_BOOL, OFF(insecure), "false",
-     "allow listening beyond loopback with neither a token nor TLS (anyone who reaches the port "
-     "can register, push and read the model)", NULL, .min = 1, .max = 0},
-    {"on-trainer-loss", NULL, OPT_CHOICE, OFF(on_trainer_loss), "stop",
-     "sync and ssp mode, when a trainer misses --step-timeout: stop the job naming it, or "
-     "continue with the others", "stop|continue", .min = 1, .max = 0},
-    {"checkpoint-dir", NULL, OPT_STRING, OFF(checkpoint_dir), "",
-     "write checkpoints (safetensors) of this pserver's shard here: every --checkpoint-every "
-     "steps, at the end and on SIGTERM/SIGINT", NULL, .min = 1, .max = 0},
-    {"checkpoint-every", NULL, OPT_INT, OFF(checkpoint_every), "0",
-     "steps between checkpoints (0: only at the end and on a signal)", NULL, .min = 0,
-     .max = 1e15},
-    {"resume", NULL, OPT_BOOL, OFF(resume), "false",
-     "start from the checkpoint in --checkpoint-dir (refused if missing, corrupt or another job's); "
-     "with only another --pservers count's files there, re-shard them onto this count",
-     NULL, .min = 1, .max = 0},
-    {"resume-if-present", NULL, OPT_BOOL, OFF(resume_if_present), "false",
-     "resume from the newest checkpoint in --checkpoint-dir when there is one, else start "
-     "fresh (for pservers a launcher, Kubernetes or Slurm restarts)", NULL, .min = 1, .max = 0},
-    {"resume-step", NULL, OPT_INT, OFF(resume_step), "-1",
-     "with --resume: the checkpoint of this step (-1: the newest); every pserver of a sync job "
-     "must resume at the same step", NULL, .min = -1, .max = 1e15},
-    {"timeline", NULL, OPT_STRING, OFF(timeline), "",
-     "write Chrome trace events of each step (push arrivals, the wait for the last trainer, "
-     "apply, reply, checkpoint writes) to this file, for Perfetto or chrome://tracing", NULL,
-     .min = 1, .max = 0},
-    {"timeline-steps", NULL, OPT_STRING, OFF(timeline_steps), TIMELINE_ALL_STEPS,
-     "with --timeline: only steps A:B (zero-based, both included; A: or :B open-ended; "
-     "default: all)", NULL, .min = 1, .max = 0},
-    {"metrics-listen", NULL, OPT_STRING, OFF(metrics_listen), "",
-     "serve Prometheus metrics at http://HOST:PORT/metrics (a bare PORT: 127.0.0.1; every "
-     "interface, 0.0.0.0 or ::, needs --insecure; empty: off); no parameters are shown",
-     NULL, .min = 1, .max = 0},
-    {"log-level", NULL, OPT_CHOICE, OFF(log_level), "info", "logging detail",
-     "error|warn|info|debug", .min = 1, .max = 0},
-    {"check-config", NULL, OPT_BOOL, OFF(check_config), "false",
-     "check flags and environment, print the configuration they give and exit (0 if usable)",
-     NULL, .min = 1, .max = 0},
-};
-#define PSERVER_OPTION_COUNT (sizeof pserver_option_table / sizeof pserver_option_table[0])
 
 static volatile sig_atomic_t stop_signal = 0;
 static void on_signal(int sig) { stop_signal = sig; }
@@ -225,23 +101,24 @@ typedef struct pserver_start {
   char token[TOKEN_MAX];
   tls_config tls;
   char effective[2048];
-  long timeline_first, timeline_last; /* --timeline-steps */
+  long timeline_first, timeline_last, timeline_every; /* --timeline-steps */
   timeline *timeline;
   char metrics_addr[300];     /* --metrics-listen as HOST:PORT; "" when off */
   metrics_registry *metrics;  /* with its families and endpoint, NULL when off */
   pserver_metrics *pm;
   metrics_http *http;
+  long fd_limit;              /* RLIMIT_NOFILE in force (-1: none) */
 } pserver_start;
 
 /* Options and log level; returns -1 to go on, else the exit status. */
 static int parse_options(pserver_start *st, int argc, char **argv) {
   ps_error err;
-  switch (options_parse(pserver_option_table, PSERVER_OPTION_COUNT, &st->opt, argc, argv, &err)) {
+  switch (options_parse(pserver_option_table, pserver_option_count, &st->opt, argc, argv, &err)) {
   case OPTIONS_HELP:
     options_print_help(stdout,
                        "Usage: pserver --pservers HOST:PORT,... --id K --trainers N [--OPTION VALUE]...\n"
                        "Holds shard K of a pstrain job's parameters and applies the trainers' updates.",
-                       pserver_option_table, PSERVER_OPTION_COUNT);
+                       pserver_option_table, pserver_option_count);
     return 0;
   case OPTIONS_ERROR:
     LOG_ERROR("%s", err.msg);
@@ -349,7 +226,7 @@ static int start_service(pserver_start *st, pserver *ps) {
     return 2;
   }
   if (timeline_open(&st->timeline, o->timeline, "pserver", st->id, st->timeline_first,
-                    st->timeline_last, &err) != PS_ERR_OK) {
+                    st->timeline_last, st->timeline_every, &err) != PS_ERR_OK) {
     LOG_ERROR("%s", err.msg);
     return 2;
   }
@@ -388,10 +265,11 @@ static int start_service(pserver_start *st, pserver *ps) {
 
 /* Serves until the job ends or a signal arrives; returns the exit status.
  * The final checkpoint is on disk before this returns. */
-static int serve(pserver *ps) {
+static int serve(pserver *ps, pserver_watch *watch) {
   ps_error err;
   const struct timespec tick = {0, 50 * 1000 * 1000};
   for (;;) {
+    pserver_watch_tick(watch);
     pserver_status s = pserver_poll(ps);
     if (s == PSERVER_FINISHED) {
       LOG_INFO("every trainer is done at step %ld: exiting", pserver_version(ps));
@@ -419,10 +297,12 @@ static int serve(pserver *ps) {
       pserver_log_ssp(ps);
       pserver_log_geo(ps);
       pserver_abort_waiting(ps, PS_ERR_UNAVAILABLE, "the pserver is shutting down");
+      double t0 = now_s();
       if (pserver_checkpoint(ps, &err) != PS_ERR_OK) {
         LOG_ERROR("checkpoint on shutdown: %s", err.msg);
         return 1;
       }
+      LOG_INFO("final checkpoint on disk after %.2f s", now_s() - t0);
       return 0;
     }
     nanosleep(&tick, NULL);
@@ -450,8 +330,23 @@ static ps_err metrics_serve(pserver_start *st, ps_error *err) {
   return PS_ERR_OK;
 }
 
-/* Listens, takes the signals on this thread only, says "ready" and serves. */
-static int listen_and_serve(pserver_start *st, pserver *ps, const sigset_t *signals) {
+/* What the pserver allows its peers (README "Hostile input"). */
+static rpc_server_limits rpc_limits(const pserver_options *o) {
+  return (rpc_server_limits){.max_open_calls = (int)o->max_pending_calls,
+                             .max_streams = (int)o->max_streams,
+                             .max_idle_s = o->max_connection_idle,
+                             .max_age_s = o->max_connection_age,
+                             /* a held sync push finishes on its old connection */
+                             .age_grace_s = o->step_timeout + 30,
+                             .keepalive_s = o->keepalive,
+                             .open_calls_flag = "--max-pending-calls"};
+}
+
+/* Listens, takes the signals on this thread only, says "ready" and serves.
+ * *abandoned: the RPC server did not stop within --shutdown-timeout and was
+ * left running (the process must exit without freeing what it uses). */
+static int listen_and_serve(pserver_start *st, pserver *ps, const sigset_t *signals,
+                            int *abandoned) {
   ps_error err;
   rpc_server *server = NULL;
   int port = 0;
@@ -459,7 +354,7 @@ static int listen_and_serve(pserver_start *st, pserver *ps, const sigset_t *sign
                             .method_count = pserver_method_count, .handler = pserver_handle,
                             .handler_ctx = ps, .threads = (int)st->opt.threads,
                             .max_message_bytes = (size_t)st->opt.max_message_mb << 20,
-                            .token = st->token, .tls = &st->tls};
+                            .token = st->token, .tls = &st->tls, .limits = rpc_limits(&st->opt)};
   if (rpc_server_start(&server, &rcfg, &port, &err) != PS_ERR_OK) {
     LOG_ERROR("%s", err.msg);
     return 2;
@@ -479,13 +374,19 @@ static int listen_and_serve(pserver_start *st, pserver *ps, const sigset_t *sign
     return 1;
   }
   pthread_sigmask(SIG_UNBLOCK, signals, NULL);
+  pserver_watch watch;
+  pserver_watch_init(&watch, server, st->pm, st->opt.max_pending_calls, st->fd_limit);
   LOG_INFO("ready: pserver %d of %d listening on %s (port %d, %s%s%s), expecting %ld "
            "trainer(s)", st->id, st->list.count, st->listen, port, tls_describe_server(&st->tls),
            ps->cfg.check_trainer_identity ? " naming the trainer id" : "",
            st->token[0] != '\0' ? ", token" : "", st->opt.trainers);
-  int status = serve(ps);
+  int status = serve(ps, &watch);
+  double t0 = now_s();
   metrics_http_stop(st->http);
-  rpc_server_stop(server);
+  *abandoned = rpc_server_stop_within(server, st->opt.shutdown_timeout) != PS_ERR_OK;
+  LOG_INFO("connections closed in %.2f s%s", now_s() - t0,
+           *abandoned ? " (not all: --shutdown-timeout passed)" : "");
+  pserver_watch_finish(&watch);
   return status;
 }
 
@@ -504,11 +405,11 @@ int main(int argc, char **argv) {
     ps_error_set(&err, PS_ERR_INVALID_ARGUMENT, "--timeline-steps needs --timeline FILE");
     goto refused;
   }
-  if (timeline_parse_steps(st.opt.timeline_steps, &st.timeline_first, &st.timeline_last, &err) !=
-      PS_ERR_OK) {
+  if (timeline_parse_steps(st.opt.timeline_steps, &st.timeline_first, &st.timeline_last,
+                           &st.timeline_every, &err) != PS_ERR_OK) {
     goto refused;
   }
-  options_format(pserver_option_table, PSERVER_OPTION_COUNT, &st.opt, st.effective,
+  options_format(pserver_option_table, pserver_option_count, &st.opt, st.effective,
                  sizeof st.effective);
   if (st.opt.check_config) {
     /* Names need not resolve here: the check may run away from the cluster. */
@@ -530,6 +431,16 @@ int main(int argc, char **argv) {
   pthread_sigmask(SIG_BLOCK, &signals, NULL);
   rpc_global_init();
   process_tune_malloc();
+  long fd_before, fd_hard;
+  if (process_raise_fd_limit(&fd_before, &st.fd_limit, &fd_hard, &err) != PS_ERR_OK) {
+    LOG_WARN("%s: connections are limited to the current soft limit", err.msg);
+    st.fd_limit = fd_before;
+  } else if (fd_before != st.fd_limit) {
+    LOG_INFO("open files: RLIMIT_NOFILE soft limit raised from %ld to the hard limit %ld",
+             fd_before, st.fd_limit);
+  } else {
+    LOG_INFO("open files: RLIMIT_NOFILE %ld (the hard limit)", st.fd_limit);
+  }
   static pserver ps;
   if (metrics_prepare(&st, &err) != PS_ERR_OK) {
     LOG_ERROR("%s", err.msg);
@@ -538,7 +449,17 @@ int main(int argc, char **argv) {
   }
   status = start_service(&st, &ps);
   if (status < 0) {
-    status = listen_and_serve(&st, &ps, &signals);
+    int abandoned = 0;
+    status = listen_and_serve(&st, &ps, &signals, &abandoned);
+    if (abandoned) {
+      /* gRPC still holds calls (and may hold the shard's reply buffers):
+       * nothing can be freed safely, and the checkpoint is on disk. */
+      timeline_close(st.timeline);
+      LOG_INFO("exiting with status %d without freeing: peak RSS %ld KiB", status,
+               process_peak_rss_kib());
+      fflush(NULL);
+      _exit(status);
+    }
     pserver_destroy(&ps);
     LOG_INFO("exiting with status %d: peak RSS %ld KiB", status, process_peak_rss_kib());
   }

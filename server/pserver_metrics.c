@@ -10,7 +10,7 @@
 
 struct pserver_metrics {
   metric_family *pushes, *bytes, *step, *rpc, *wait, *last, *rows, *table_bytes, *ckpt, *ckpt_fail,
-      *ssp_held, *ssp_lead;
+      *ssp_held, *ssp_lead, *open_calls, *refused, *fds, *rss;
 };
 
 /* From 100 us to a minute: a push-pull on loopback to a sync step's wait. */
@@ -60,6 +60,15 @@ ps_err pserver_metrics_create(pserver_metrics **out, metrics_registry *reg, ps_e
        latency_bounds, COUNT(latency_bounds)},
       {&pm->ssp_lead, METRIC_GAUGE, "pstrain_pserver_ssp_max_lead",
        "SSP jobs: the most steps a trainer has been let go ahead of the slowest.", NULL, NULL, 0},
+      {&pm->open_calls, METRIC_GAUGE, "pstrain_pserver_open_calls",
+       "Calls open now: held for a step, reading their body, being answered.", NULL, NULL, 0},
+      {&pm->refused, METRIC_COUNTER, "pstrain_pserver_rpc_refused_total",
+       "Calls turned away before any handler: busy (over --max-pending-calls, "
+       "RESOURCE_EXHAUSTED), unimplemented (a method not served).", "reason", NULL, 0},
+      {&pm->fds, METRIC_GAUGE, "pstrain_pserver_open_fds",
+       "Open file descriptors (connections, files) of the pserver.", NULL, NULL, 0},
+      {&pm->rss, METRIC_GAUGE, "pstrain_pserver_resident_bytes",
+       "Resident memory of the pserver.", NULL, NULL, 0},
   };
   for (size_t i = 0; i < sizeof defs / sizeof defs[0]; i++) {
     *defs[i].slot = metrics_add(reg, defs[i].kind, defs[i].name, defs[i].help, defs[i].labels,
@@ -126,4 +135,15 @@ void pserver_metrics_checkpoint(pserver_metrics *pm, double seconds, int ok) {
   if (pm == NULL) return;
   if (ok) metric_observe(pm->ckpt, NULL, seconds);
   else metric_inc(pm->ckpt_fail, NULL, 1);
+}
+
+void pserver_metrics_watch(pserver_metrics *pm, int open_calls, uint64_t refused_busy,
+                           uint64_t unimplemented, long open_fds, double rss_bytes) {
+  if (pm == NULL) return;
+  metric_set(pm->open_calls, NULL, open_calls);
+  /* Both series from the start, so a rate over them never lacks one. */
+  metric_inc(pm->refused, (const char *[]){"busy"}, (double)refused_busy);
+  metric_inc(pm->refused, (const char *[]){"unimplemented"}, (double)unimplemented);
+  if (open_fds >= 0) metric_set(pm->fds, NULL, (double)open_fds);
+  if (rss_bytes >= 0) metric_set(pm->rss, NULL, rss_bytes);
 }

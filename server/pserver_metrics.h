@@ -33,4 +33,10 @@ void pserver_metrics_ssp(pserver_metrics *pm, double held, long max_lead);
 /* A checkpoint written (ok) or failed, and its seconds on the disk thread. */
 void pserver_metrics_checkpoint(pserver_metrics *pm, double seconds, int ok);
 
+/* The watch, once a second: calls open now, refusals since the last call
+ * (too many open; unknown methods), open files and resident bytes (< 0:
+ * unknown, left as they were). */
+void pserver_metrics_watch(pserver_metrics *pm, int open_calls, uint64_t refused_busy,
+                           uint64_t unimplemented, long open_fds, double rss_bytes);
+
 #endif

@@ -118,7 +118,7 @@ ps_err ctr_trainer_init(ctr_trainer *t, const trainer_settings *settings, ps_err
   timeline_rank_path(o->timeline, settings->collective_mode, t->rank, timeline_path,
                      sizeof timeline_path);
   if (timeline_open(&t->tl, timeline_path, "trainer", t->rank, settings->timeline_first,
-                    settings->timeline_last, err) != PS_ERR_OK) {
+                    settings->timeline_last, settings->timeline_every, err) != PS_ERR_OK) {
     goto fail;
   }
   if (backend_open(&t->be, o->device, (int)o->threads, (int)o->gpu, err) != PS_ERR_OK) goto fail;

@@ -75,7 +75,7 @@ ps_err trainer_init(trainer *t, const trainer_settings *settings, ps_error *err)
   timeline_rank_path(o->timeline, settings->collective_mode, t->id, timeline_path,
                      sizeof timeline_path);
   if (timeline_open(&t->tl, timeline_path, "trainer", t->id, settings->timeline_first,
-                    settings->timeline_last, err) != PS_ERR_OK) {
+                    settings->timeline_last, settings->timeline_every, err) != PS_ERR_OK) {
     goto fail;
   }
   if (t->train.count < t->trainers) {

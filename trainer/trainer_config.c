@@ -162,7 +162,7 @@ static const option_def trainer_option_table[] = {
      "evaluation) to this file, for Perfetto or chrome://tracing", NULL, ANY},
     {"timeline-steps", NULL, OPT_STRING, OFF(timeline_steps), TIMELINE_ALL_STEPS,
      "with --timeline: only steps A:B (zero-based, both included; A: or :B open-ended; "
-     "default: all)", NULL, ANY},
+     "A:B/K every K-th of them; default: all)", NULL, ANY},
     {"train-samples", NULL, OPT_INT, OFF(train_samples), "0",
      "use only the first N training samples (0: all)", NULL, NUM(0, 1e12)},
     {"test-samples", NULL, OPT_INT, OFF(test_samples), "0",
@@ -365,8 +365,8 @@ options_result trainer_settings_load(trainer_settings *s, int argc, char **argv,
     ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "--timeline-steps needs --timeline FILE");
     return OPTIONS_ERROR;
   }
-  if (timeline_parse_steps(o->timeline_steps, &s->timeline_first, &s->timeline_last, err) !=
-      PS_ERR_OK) {
+  if (timeline_parse_steps(o->timeline_steps, &s->timeline_first, &s->timeline_last,
+                           &s->timeline_every, err) != PS_ERR_OK) {
     return OPTIONS_ERROR;
   }
   optimizer_config *c = &s->optimizer;

@@ -96,6 +96,7 @@ typedef struct trainer_settings {
   sparse_optimizer_config sparse_opt; /* the CTR models' tables */
   log_level level;
   long timeline_first, timeline_last; /* --timeline-steps, both included */
+  long timeline_every;                /* --timeline-steps A:B/K: K (else 1) */
   char metrics_addr[300];     /* --metrics-listen as HOST:PORT; "" when off */
 } trainer_settings;
 

@@ -1,0 +1,190 @@
+/* The RPC server's limits over real gRPC on 127.0.0.1: a call of a method
+ * the server does not serve (a wrong case, another service, garbage) is
+ * answered UNIMPLEMENTED at once and counted, 500 of them leave nothing
+ * open; with max_open_calls N and N calls held by the handler, the next call
+ * is refused RESOURCE_EXHAUSTED naming the flag, without reaching the
+ * handler, and is taken again once the held ones are answered; and
+ * rpc_server_stop_within returns within its time even when every worker is
+ * stuck in a handler (the stop used to wait for ever for the shutdown that
+ * only a worker can see). */
+#define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/rpc.h"
+#include "tests/check.h"
+
+enum { METHOD_ECHO, METHOD_HOLD, METHOD_BLOCK };
+static const char *const methods[] = {"/test.Svc/Echo", "/test.Svc/Hold", "/test.Svc/Block"};
+
+#define MAX_HELD 16
+static pthread_mutex_t held_lock = PTHREAD_MUTEX_INITIALIZER;
+static rpc_call *held[MAX_HELD];
+static int held_count;
+static atomic_int handled;
+
+static void handler(void *ctx, rpc_call *call, int method, const rpc_message *req) {
+  (void)ctx;
+  (void)req;
+  atomic_fetch_add(&handled, 1);
+  rpc_part part = {"ok", 2, NULL};
+  if (method == METHOD_ECHO) {
+    rpc_call_reply(call, PS_ERR_OK, NULL, &part, 1);
+    return;
+  }
+  if (method == METHOD_BLOCK) { /* a handler that breaks the rules: it waits */
+    struct timespec t = {4, 0};
+    nanosleep(&t, NULL);
+    rpc_call_reply(call, PS_ERR_OK, NULL, &part, 1);
+    return;
+  }
+  pthread_mutex_lock(&held_lock);
+  if (held_count < MAX_HELD) {
+    held[held_count++] = call;
+    call = NULL;
+  }
+  pthread_mutex_unlock(&held_lock);
+  if (call != NULL) rpc_call_reply(call, PS_ERR_INTERNAL, "test: too many held", NULL, 0);
+}
+
+static int held_now(void) {
+  pthread_mutex_lock(&held_lock);
+  int n = held_count;
+  pthread_mutex_unlock(&held_lock);
+  return n;
+}
+
+static void answer_held(void) {
+  pthread_mutex_lock(&held_lock);
+  rpc_part part = {"ok", 2, NULL};
+  for (int i = 0; i < held_count; i++) rpc_call_reply(held[i], PS_ERR_OK, NULL, &part, 1);
+  held_count = 0;
+  pthread_mutex_unlock(&held_lock);
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void pause_ms(long ms) {
+  struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&t, NULL);
+}
+
+int main(void) {
+  ps_error err;
+  rpc_global_init();
+  rpc_server *srv;
+  rpc_server_config cfg = {.listen = "127.0.0.1:0", .methods = methods, .method_count = 3,
+                           .handler = handler, .threads = 2, .max_message_bytes = 1 << 20,
+                           .limits = {.max_open_calls = 4, .max_streams = 32,
+                                      .max_idle_s = 30, .keepalive_s = 60,
+                                      .open_calls_flag = "--max-pending-calls"}};
+  int port;
+  REQUIRE(rpc_server_start(&srv, &cfg, &port, &err) == PS_ERR_OK);
+  char target[64];
+  snprintf(target, sizeof target, "127.0.0.1:%d", port);
+  rpc_client *client;
+  rpc_channel *ch;
+  REQUIRE(rpc_client_create(&client, NULL, NULL, &err) == PS_ERR_OK);
+  REQUIRE(rpc_channel_open(client, target, 1 << 20, 100, &ch, &err) == PS_ERR_OK);
+  rpc_part one = {"x", 1, NULL};
+
+  /* Unknown methods: UNIMPLEMENTED, fast, never at the handler. */
+  const char *unknown[] = {"/test.svc/Echo", "/other.Svc/Echo", "/test.Svc/Echo2", "/\x01\x7f"};
+  double worst = 0;
+  for (int round = 0; round < 125; round++) {
+    rpc_op ops[4];
+    for (int k = 0; k < 4; k++) {
+      ops[k] = (rpc_op){.channel = ch, .method = unknown[k], .parts = &one, .part_count = 1,
+                        .timeout_s = 5};
+    }
+    double t0 = now_s();
+    rpc_client_call_all(client, ops, 4, &err);
+    double took = now_s() - t0;
+    if (took > worst) worst = took;
+    for (int k = 0; k < 4; k++) {
+      CHECK_EQ_INT(ops[k].code, PS_ERR_UNSUPPORTED);
+      if (round == 0) printf("unknown %d: %s\n", k, ops[k].message);
+      rpc_reply_free(&ops[k].reply);
+    }
+  }
+  printf("500 unknown-method calls, slowest batch of 4: %.1f ms\n", worst * 1e3);
+  CHECK(worst < 1.0);
+  CHECK_EQ_INT(atomic_load(&handled), 0);
+  rpc_server_stats st;
+  rpc_server_stats_get(srv, &st);
+  CHECK_EQ_INT(st.unimplemented, 500);
+  CHECK(strstr(st.last_unknown, "/") != NULL);
+  for (int i = 0; i < 100 && st.open_calls != 0; i++) {
+    pause_ms(10);
+    rpc_server_stats_get(srv, &st);
+  }
+  CHECK_EQ_INT(st.open_calls, 0);
+
+  /* Four calls held: the fifth is refused unread; the held ones finish. */
+  rpc_op hold[4];
+  for (int k = 0; k < 4; k++) {
+    hold[k] = (rpc_op){.channel = ch, .method = methods[METHOD_HOLD], .parts = &one,
+                       .part_count = 1, .timeout_s = 20};
+    rpc_client_start(client, &hold[k]);
+  }
+  for (int i = 0; i < 500 && held_now() < 4; i++) pause_ms(10);
+  REQUIRE(held_now() == 4);
+  rpc_client *other;
+  rpc_channel *och;
+  REQUIRE(rpc_client_create(&other, NULL, NULL, &err) == PS_ERR_OK);
+  REQUIRE(rpc_channel_open(other, target, 1 << 20, 100, &och, &err) == PS_ERR_OK);
+  rpc_op extra = {.channel = och, .method = methods[METHOD_ECHO], .parts = &one, .part_count = 1,
+                  .timeout_s = 5};
+  int before = atomic_load(&handled);
+  CHECK_EQ_INT(rpc_client_call_all(other, &extra, 1, &err), PS_ERR_RESOURCE_EXHAUSTED);
+  CHECK_CONTAINS(extra.message, "--max-pending-calls");
+  printf("fifth call: %s\n", extra.message);
+  CHECK_EQ_INT(atomic_load(&handled), before);
+  rpc_server_stats_get(srv, &st);
+  CHECK_EQ_INT(st.refused_busy, 1);
+  answer_held();
+  for (int k = 0; k < 4; k++) {
+    rpc_op *done = rpc_client_next(client, 10);
+    REQUIRE(done != NULL);
+    CHECK_EQ_INT(done->code, PS_ERR_OK);
+    rpc_reply_free(&done->reply);
+  }
+  for (int i = 0; i < 100 && st.open_calls != 0; i++) {
+    pause_ms(10);
+    rpc_server_stats_get(srv, &st);
+  }
+  extra.code = PS_ERR_INTERNAL;
+  CHECK_EQ_INT(rpc_client_call_all(other, &extra, 1, &err), PS_ERR_OK);
+  rpc_reply_free(&extra.reply);
+
+  /* Both workers stuck in a handler: the stop still returns within its
+   * time, abandoning the server (so no rpc_global_shutdown after it). */
+  rpc_op stuck[2];
+  for (int k = 0; k < 2; k++) {
+    stuck[k] = (rpc_op){.channel = och, .method = methods[METHOD_BLOCK], .parts = &one,
+                        .part_count = 1, .timeout_s = 30};
+    rpc_client_start(other, &stuck[k]);
+  }
+  for (int i = 0; i < 500 && atomic_load(&handled) < before + 3; i++) pause_ms(10);
+  CHECK_EQ_INT(atomic_load(&handled), before + 3);
+  double t0 = now_s();
+  CHECK_EQ_INT(rpc_server_stop_within(srv, 1.0), PS_ERR_TIMEOUT);
+  double took = now_s() - t0;
+  printf("stop with both workers stuck: %.2f s\n", took);
+  CHECK(took >= 0.9 && took < 2.5);
+  for (int k = 0; k < 2; k++) {
+    rpc_op *gone = rpc_client_next(other, 10);
+    CHECK(gone != NULL);
+    if (gone != NULL) rpc_reply_free(&gone->reply);
+  }
+  rpc_client_destroy(other);
+  rpc_client_destroy(client);
+  return check_report("test_rpc_limits");
+}
