@@ -7,7 +7,8 @@
  * it), whose rows come back in the reply: one round trip per pserver per
  * step. Trainer 0 evaluates with read-only lookups and exports what the
  * pservers hold. A pserver that went away is waited for and the job goes
- * on, or back to a step its pservers share. */
+ * on, or back to a step its pservers share. With --update geo the step is
+ * trainer/ctr_geo.c's: local, with an exchange every K steps. */
 #ifndef PSTRAIN_TRAINER_CTR_PSERVER_H
 #define PSTRAIN_TRAINER_CTR_PSERVER_H
 
