@@ -4,8 +4,10 @@
  * each an abort (a finding): every call is answered exactly once (deferred
  * sync pushes at the end, by pserver_abort_waiting); a refused request
  * leaves the parameters, optimizer state, step and registrations
- * byte-identical; an accepted PushPull or Pull is answered with exactly
- * this pserver's blocks at their sizes; an accepted registration gets a
+ * byte-identical; an accepted Pull is answered with exactly this pserver's
+ * blocks at their sizes, an accepted PushPull with some of them (a sync
+ * push in parts gets the blocks it pushed), each once; an accepted
+ * registration gets a
  * RegisterReply. With FUZZ_MODE_CTR the job has sparse tables: their rows
  * (a dump) are part of what a refusal must leave alone, and a sync Pull may
  * wait at the pull barrier like a push. FUZZ_MODE_GEO makes the job geo. */
@@ -100,23 +102,28 @@ static int same(const pserver *ps, const state_copy *s) {
   return equal;
 }
 
-/* An accepted PushPull or Pull reply: this pserver's blocks, each once, at size. */
-static void check_params_reply(const pserver *ps, const rpc_local_result *r, int request) {
+/* An accepted PushPull or Pull reply: this pserver's blocks (all of them
+ * for a Pull, some for a PushPull), each once, at size. */
+static void check_params_reply(const pserver *ps, const rpc_local_result *r, int request,
+                               int whole) {
   const shard_map *map = &ps->table.map;
   wire_block_ref refs[64];
+  unsigned char seen[64] = {0};
   rpc_segment seg = {r->bytes, r->len};
   rpc_message msg = {&seg, 1, r->len};
   wire_blocks_msg m = {.blocks = refs, .block_cap = 64};
   ps_error err;
   if (wire_parse_blocks(&msg, &m, &err) != PS_ERR_OK) finding("an unreadable parameter reply", request);
-  if (m.pserver_incarnation != ps->incarnation || m.block_count != map->shard_blocks[0]) {
+  size_t want = map->shard_blocks[0];
+  if (m.pserver_incarnation != ps->incarnation ||
+      (whole ? m.block_count != want : m.block_count < 1 || m.block_count > want)) {
     finding("a parameter reply with the wrong incarnation or block count", request);
   }
   for (size_t i = 0; i < m.block_count; i++) {
     const wire_block_ref *b = &m.blocks[i];
-    if (b->id >= map->block_count || map->blocks[b->id].pserver != 0 ||
-        b->len != map->blocks[b->id].count * sizeof(float)) {
-      finding("a parameter reply with a wrong block", request);
+    if (b->id >= map->block_count || b->id >= sizeof seen || seen[b->id]++ ||
+        map->blocks[b->id].pserver != 0 || b->len != map->blocks[b->id].count * sizeof(float)) {
+      finding("a parameter reply with a wrong or repeated block", request);
     }
   }
 }
@@ -195,7 +202,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       finding("a refused request changed the pserver", request);
     }
     if (r->replies == 1 && r->code == PS_ERR_OK) {
-      if (method == 1 || method == 2) check_params_reply(&ps, r, request);
+      if (method == 1 || method == 2) check_params_reply(&ps, r, request, method == 2);
       if (method == 0) {
         Pstrain__RegisterReply *reply = pstrain__register_reply__unpack(NULL, r->len, r->bytes);
         if (reply == NULL || reply->pserver_incarnation != ps.incarnation) {
