@@ -95,8 +95,10 @@ void pserver_push_ssp(pserver *ps, rpc_call *call, const rpc_message *msg,
 /* What a registration's reply says the pserver's step is (in pushes, as
  * async counts): the slowest trainer's next step, the registering one's
  * last push included (call before it is reset), so a trainer joining late
- * starts at step 0 and a restarted one where it was, rather than at the
- * average async would give. */
+ * starts at step 0, rather than at the average async would give. A
+ * restarted trainer that was the slowest goes on where it was; one that led
+ * goes back to the slowest's step and takes up to S steps again, whose
+ * earlier pushes stay applied (as a restarted async trainer's do). */
 uint64_t pserver_ssp_register_step(pserver *ps);
 /* Answers the held pushes the slowest trainer now allows (after a push,
  * a Done, a trainer dropped). */
