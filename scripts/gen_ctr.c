@@ -2,10 +2,10 @@
  * labels come from a hidden model, so a trainer's test AUC can be compared
  * with the Bayes AUC (the AUC of the true probabilities). Not real data: the
  * marginals imitate Criteo Kaggle's (cardinalities, Zipf-like frequencies,
- * missing rates), the dependence structure is ours. See scripts/gen-ctr. */
+ * missing rates), the dependence structure is ours. See scripts/gen-ctr;
+ * the output folder and its files are gen_ctr_out.c's. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
-#include <fcntl.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdarg.h>
@@ -13,12 +13,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
-#include <zlib.h>
 
 #include "common/rng.h"
+#include "scripts/gen_ctr_out.h"
 
 #define NI 13
 #define NC 26
@@ -89,28 +87,6 @@ typedef struct {
   int64_t x[NI];
   double logit_main, logit;  /* main effects alone; everything */
 } row;
-
-/* Temp files to remove when we fail, so a failed run leaves nothing behind. */
-static char temps[3][4096];
-
-static void die(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
-static void die(int status, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fputs("gen-ctr: ", stderr);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
-  va_end(ap);
-  for (int i = 0; i < 3; i++)
-    if (temps[i][0] != '\0') unlink(temps[i]);
-  exit(status);
-}
-
-static void *xmalloc(size_t n) {
-  void *p = calloc(1, n ? n : 1);
-  if (p == NULL) die(1, "out of memory allocating %zu bytes (try a smaller --scale)", n);
-  return p;
-}
 
 static double uniform_at(uint64_t seed, uint64_t stream, uint64_t i) {
   return ((double)(rng_mix64(rng_mix64(seed ^ rng_mix64(stream)) + i) >> 11) + 0.5) * 0x1p-53;
@@ -281,70 +257,9 @@ static void calibrate(gen *g) {
   free(z);
 }
 
-/* --- output: own formatting into a big buffer, plain or gzip, atomic ----- */
+/* --- rows as text, formatted by hand into the output buffer -------------- */
 
-typedef struct {
-  char path[4096], *buf;
-  size_t len;
-  FILE *fp;
-  gzFile gz;
-} out_file;
-
-enum { BUF_SIZE = 1 << 22, ROW_MAX = 512 };
-
-static void out_open(out_file *o, const char *dir, const char *name, int gzip, int slot) {
-  snprintf(o->path, sizeof o->path, "%s/%s", dir, name);
-  snprintf(temps[slot], sizeof temps[slot], "%s/.%s.tmp.%ld", dir, name, (long)getpid());
-  int fd = open(temps[slot], O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) {
-    int e = errno;
-    temps[slot][0] = '\0';
-    die(1, "cannot create %s/%s: %s", dir, name, strerror(e));
-  }
-  o->fp = NULL;
-  o->gz = NULL;
-  if (gzip) o->gz = gzdopen(fd, "wb1");
-  else o->fp = fdopen(fd, "wb");
-  if (o->fp == NULL && o->gz == NULL) die(1, "cannot open %s for writing: %s", temps[slot], strerror(errno));
-  o->buf = xmalloc(BUF_SIZE);
-  o->len = 0;
-}
-
-static void out_flush(out_file *o, int slot) {
-  if (o->len == 0) return;
-  if (o->gz != NULL) {
-    if (gzwrite(o->gz, o->buf, (unsigned)o->len) != (int)o->len) {
-      int zerr;
-      const char *msg = gzerror(o->gz, &zerr);
-      die(1, "writing %s: %s", temps[slot], zerr == Z_ERRNO ? strerror(errno) : msg);
-    }
-  } else if (fwrite(o->buf, 1, o->len, o->fp) != o->len) {
-    die(1, "writing %s: %s", temps[slot], strerror(errno));
-  }
-  o->len = 0;
-}
-
-/* Flushes, closes and fsyncs the temp file; the rename comes later, once
- * every file is complete. */
-static void out_close(out_file *o, int slot) {
-  out_flush(o, slot);
-  if (o->gz != NULL) {
-    int rc = gzclose(o->gz);
-    if (rc != Z_OK) die(1, "closing %s: zlib error %d%s%s", temps[slot], rc, rc == Z_ERRNO ? ": " : "",
-                        rc == Z_ERRNO ? strerror(errno) : "");
-  } else if (fclose(o->fp) != 0) {
-    die(1, "closing %s: %s", temps[slot], strerror(errno));
-  }
-  int fd = open(temps[slot], O_RDONLY);
-  if (fd < 0 || fsync(fd) != 0) die(1, "syncing %s: %s", temps[slot], strerror(errno));
-  close(fd);
-  free(o->buf);
-}
-
-static void out_commit(out_file *o, int slot) {
-  if (rename(temps[slot], o->path) != 0) die(1, "renaming %s to %s: %s", temps[slot], o->path, strerror(errno));
-  temps[slot][0] = '\0';
-}
+enum { ROW_MAX = 512 };
 
 static char *put_u64(char *p, uint64_t v) {
   char tmp[24];
@@ -501,18 +416,6 @@ static void parse_flags(gen *g, int argc, char **argv) {
   if (g->out == NULL) bad_flag("--out DIR is required");
 }
 
-/* Creates the output folder when missing; refuses one we cannot write to
- * before any work. */
-static void prepare_out(const char *dir) {
-  struct stat st;
-  if (stat(dir, &st) != 0) {
-    if (errno != ENOENT || mkdir(dir, 0755) != 0) die(1, "cannot create output folder %s: %s", dir, strerror(errno));
-  } else if (!S_ISDIR(st.st_mode)) {
-    die(1, "--out %s is not a folder", dir);
-  }
-  if (access(dir, W_OK | X_OK) != 0) die(1, "cannot write to output folder %s: %s", dir, strerror(errno));
-}
-
 static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -543,7 +446,7 @@ int main(int argc, char **argv) {
     train_pos += (uint64_t)r.label;
     for (int fi = 0; fi < NC; fi++)
       if (!r.cat_missing[fi] && g.f[fi].count[r.rank[fi]] < UINT32_MAX) g.f[fi].count[r.rank[fi]]++;
-    if (train.len + ROW_MAX > BUF_SIZE) out_flush(&train, 0);
+    if (train.len + ROW_MAX > OUT_BUF_SIZE) out_flush(&train, 0);
     train.len = (size_t)(format_row(train.buf + train.len, &g, &r) - train.buf);
   }
   rng_seed(&stream, g.seed, 2);
@@ -555,7 +458,7 @@ int main(int argc, char **argv) {
     main_fx[i] = (scored){r.logit_main, r.label};
     test_pos += (uint64_t)r.label;
     logloss -= r.label ? log(p) : log1p(-p);
-    if (test.len + ROW_MAX > BUF_SIZE) out_flush(&test, 1);
+    if (test.len + ROW_MAX > OUT_BUF_SIZE) out_flush(&test, 1);
     test.len = (size_t)(format_row(test.buf + test.len, &g, &r) - test.buf);
   }
   out_close(&train, 0);
@@ -564,7 +467,7 @@ int main(int argc, char **argv) {
     out_file pf;
     out_open(&pf, g.out, "test.probs", 0, 2);
     for (uint64_t i = 0; i < g.test_rows; i++) {
-      if (pf.len + 64 > BUF_SIZE) out_flush(&pf, 2);
+      if (pf.len + 64 > OUT_BUF_SIZE) out_flush(&pf, 2);
       pf.len += (size_t)snprintf(pf.buf + pf.len, 64, "%.17g\n", probs[i]);
     }
     out_close(&pf, 2);
@@ -572,9 +475,7 @@ int main(int argc, char **argv) {
   }
   out_commit(&train, 0);
   out_commit(&test, 1);
-  int dfd = open(g.out, O_RDONLY);
-  if (dfd < 0 || fsync(dfd) != 0) die(1, "syncing folder %s: %s", g.out, strerror(errno));
-  close(dfd);
+  out_sync_folder(g.out);
   double t2 = now_s();
 
   printf("{\"train_rows\":%llu,\"test_rows\":%llu,\"scale\":%g,\"seed\":%llu,\"train_positive_fraction\":%.5f,"
