@@ -402,6 +402,18 @@ int main(int argc, char **argv) {
     ps_error_set(&err, PS_ERR_INVALID_ARGUMENT, "--timeline-steps needs --timeline FILE");
     goto refused;
   }
+  if (st.opt.trainers >= st.opt.max_pending_calls) {
+    ps_error_set(&err, PS_ERR_INVALID_ARGUMENT,
+                 "--max-pending-calls %ld is too few for %ld trainers: a sync step holds a push "
+                 "from each (more with --overlap); give at least 4 per trainer",
+                 st.opt.max_pending_calls, st.opt.trainers);
+    goto refused;
+  }
+  if (st.opt.trainers * 4 > st.opt.max_pending_calls) {
+    LOG_WARN("--max-pending-calls %ld leaves fewer than 4 open calls per trainer (%ld): a sync "
+             "step with --overlap may be refused RESOURCE_EXHAUSTED", st.opt.max_pending_calls,
+             st.opt.trainers);
+  }
   if (timeline_parse_steps(st.opt.timeline_steps, &st.timeline_first, &st.timeline_last,
                            &st.timeline_every, &err) != PS_ERR_OK) {
     goto refused;
