@@ -378,12 +378,12 @@ static int listen_and_serve(pserver_start *st, pserver *ps, const sigset_t *sign
            ps->cfg.check_trainer_identity ? " naming the trainer id" : "",
            st->token[0] != '\0' ? ", token" : "", st->opt.trainers);
   int status = serve(ps, &watch);
+  pserver_watch_finish(&watch); /* before the stop frees the RPC server */
   double t0 = now_s();
   metrics_http_stop(st->http);
   *abandoned = rpc_server_stop_within(server, st->opt.shutdown_timeout) != PS_ERR_OK;
   LOG_INFO("connections closed in %.2f s%s", now_s() - t0,
            *abandoned ? " (not all: --shutdown-timeout passed)" : "");
-  pserver_watch_finish(&watch);
   return status;
 }
 
