@@ -83,7 +83,7 @@ typedef struct rpc_server_stats {
   int open_calls;              /* now */
   uint64_t refused_busy;       /* over max_open_calls, since start */
   uint64_t unimplemented;      /* of methods not served, since start */
-  char last_unknown[160];      /* the latest unknown method and its peer ("" when none) */
+  char last_unknown[192];      /* the latest unknown method and its peer ("" when none) */
 } rpc_server_stats;
 
 typedef struct rpc_server_config {

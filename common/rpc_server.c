@@ -49,7 +49,7 @@ struct rpc_server {
   atomic_int open_calls;        /* arrived and not yet freed */
   atomic_uint_least64_t refused_busy, unimplemented;
   pthread_mutex_t stats_lock;   /* guards last_unknown */
-  char last_unknown[160];
+  char last_unknown[192];
 };
 
 /* The method a call asked for, for messages. */

@@ -381,12 +381,12 @@ static int listen_and_serve(pserver_start *st, pserver *ps, const sigset_t *sign
            ps->cfg.check_trainer_identity ? " naming the trainer id" : "",
            st->token[0] != '\0' ? ", token" : "", st->opt.trainers);
   int status = serve(ps, &watch);
+  pserver_watch_finish(&watch); /* before the stop frees the RPC server */
   double t0 = now_s();
   metrics_http_stop(st->http);
   *abandoned = rpc_server_stop_within(server, st->opt.shutdown_timeout) != PS_ERR_OK;
   LOG_INFO("connections closed in %.2f s%s", now_s() - t0,
            *abandoned ? " (not all: --shutdown-timeout passed)" : "");
-  pserver_watch_finish(&watch);
   return status;
 }
 
@@ -404,6 +404,18 @@ int main(int argc, char **argv) {
   if (st.opt.timeline_steps[0] != '\0' && st.opt.timeline[0] == '\0') {
     ps_error_set(&err, PS_ERR_INVALID_ARGUMENT, "--timeline-steps needs --timeline FILE");
     goto refused;
+  }
+  if (st.opt.trainers >= st.opt.max_pending_calls) {
+    ps_error_set(&err, PS_ERR_INVALID_ARGUMENT,
+                 "--max-pending-calls %ld is too few for %ld trainers: a sync step holds a push "
+                 "from each (more with --overlap); give at least 4 per trainer",
+                 st.opt.max_pending_calls, st.opt.trainers);
+    goto refused;
+  }
+  if (st.opt.trainers * 4 > st.opt.max_pending_calls) {
+    LOG_WARN("--max-pending-calls %ld leaves fewer than 4 open calls per trainer (%ld): a sync "
+             "step with --overlap may be refused RESOURCE_EXHAUSTED", st.opt.max_pending_calls,
+             st.opt.trainers);
   }
   if (timeline_parse_steps(st.opt.timeline_steps, &st.timeline_first, &st.timeline_last,
                            &st.timeline_every, &err) != PS_ERR_OK) {

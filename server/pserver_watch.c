@@ -29,17 +29,15 @@ static long open_fds(void) {
   return n - 1; /* the directory's own descriptor */
 }
 
-/* The process's virtual and resident sizes in KiB, from /proc/self/statm. */
-static int memory_kib(long *virt, long *rss) {
+/* The process's resident size in KiB, from /proc/self/statm. */
+static int resident_kib(long *rss) {
   FILE *f = fopen("/proc/self/statm", "r");
   if (f == NULL) return -1;
   long pages_virt, pages_rss;
   int got = fscanf(f, "%ld %ld", &pages_virt, &pages_rss);
   fclose(f);
   if (got != 2) return -1;
-  long page_kib = sysconf(_SC_PAGESIZE) / 1024;
-  *virt = pages_virt * page_kib;
-  *rss = pages_rss * page_kib;
+  *rss = pages_rss * (sysconf(_SC_PAGESIZE) / 1024);
   return 0;
 }
 
@@ -108,12 +106,15 @@ static void check_fds(pserver_watch *w, double now, long fds) {
   }
 }
 
-static void check_memory(pserver_watch *w, double now, long virt, long rss) {
+static void check_memory(pserver_watch *w, double now, long rss) {
   const char *which = NULL;
   long used = 0, limit = 0;
-  if (w->as_limit_kib > 0 && virt * 10 >= w->as_limit_kib * 9) {
-    which = "RLIMIT_AS (ulimit -v), against the address space";
-    used = virt;
+  /* Against RLIMIT_AS the resident size, not the address space: gRPC's
+   * threads and malloc's arenas reserve address space up to any limit, so
+   * that reads "full" from the start while allocations still succeed. */
+  if (w->as_limit_kib > 0 && rss * 10 >= w->as_limit_kib * 9) {
+    which = "RLIMIT_AS (ulimit -v), against resident memory";
+    used = rss;
     limit = w->as_limit_kib;
   } else if (w->cgroup_limit_kib > 0 && rss * 10 >= w->cgroup_limit_kib * 9) {
     which = "the cgroup's memory.max (the container's memory limit), against resident memory";
@@ -154,9 +155,9 @@ void pserver_watch_tick(pserver_watch *w) {
   w->next_check = now + WATCH_EVERY_S;
   long fds = open_fds();
   check_fds(w, now, fds);
-  long virt = 0, rss = 0;
-  int have_memory = memory_kib(&virt, &rss) == 0;
-  if (have_memory) check_memory(w, now, virt, rss);
+  long rss = 0;
+  int have_memory = resident_kib(&rss) == 0;
+  if (have_memory) check_memory(w, now, rss);
   rpc_server_stats s = {0};
   if (w->rpc != NULL) rpc_server_stats_get(w->rpc, &s);
   pserver_metrics_watch(w->pm, s.open_calls, s.refused_busy - w->metered.refused_busy,

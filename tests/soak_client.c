@@ -20,7 +20,8 @@
  *       is opened again), N slow senders (1-4 bytes every 0.5 s; one that is
  *       answered, reset or closed starts again) and R unknown-method calls
  *       a second. Prints counts; exit 0 when no unknown-method call got
- *       anything but UNIMPLEMENTED (or UNAVAILABLE while a pserver was gone).
+ *       anything but UNIMPLEMENTED (or UNAVAILABLE or CANCELLED: a pserver
+ *       stopping).
  * Each mode prints one "MODE-result k=v ..." line. Malformed requests of real
  * methods are storm_client's part of the soak. */
 #define _POSIX_C_SOURCE 200809L
@@ -147,7 +148,7 @@ static const char *const unknown_paths[] = {
 #define UNKNOWN_PATHS (sizeof unknown_paths / sizeof unknown_paths[0])
 
 typedef struct unknown_counts {
-  long sent, unimplemented, unavailable, other;
+  long sent, unimplemented, ended, other; /* ended: UNAVAILABLE or CANCELLED, a pserver going */
   double max_s;
 } unknown_counts;
 
@@ -171,11 +172,17 @@ static void unknown_batch(rpc_client *client, target *t, int n, rng *r, unknown_
   for (int k = 0; k < n; k++) {
     u->sent++;
     if (ops[k].code == PS_ERR_UNSUPPORTED) u->unimplemented++;
-    else if (ops[k].code == PS_ERR_UNAVAILABLE) u->unavailable++;
+    else if (ops[k].code == PS_ERR_UNAVAILABLE || ops[k].code == PS_ERR_CANCELLED) u->ended++;
     else {
       u->other++;
       if (u->other <= 5) {
-        fprintf(stderr, "soak_client: %s on %s got %s: %s\n", ops[k].method, t->name,
+        char path[64];
+        size_t len = 0;
+        for (const char *c = ops[k].method; *c != '\0' && len < sizeof path - 1; c++) {
+          path[len++] = *c >= 0x20 && *c < 0x7f ? *c : '?';
+        }
+        path[len] = '\0';
+        fprintf(stderr, "soak_client: %s on %s got %s: %s\n", path, t->name,
                 ps_err_name(ops[k].code), ops[k].message);
       }
     }
@@ -208,7 +215,7 @@ static int run_unknown(options *o) {
   }
   rpc_client_destroy(client);
   printf("unknown-result sent=%ld unimplemented=%ld other=%ld max_ms=%.1f\n", u.sent,
-         u.unimplemented, u.other + u.unavailable, u.max_s * 1e3);
+         u.unimplemented, u.other + u.ended, u.max_s * 1e3);
   return u.unimplemented == u.sent ? 0 : 1;
 }
 
@@ -398,11 +405,11 @@ static int run_hostile(options *o) {
   }
   for (long i = 0; i < n; i++) h2_close(&slots[i].c);
   rpc_client_destroy(client);
-  printf("hostile-result seconds=%.1f unknown=%ld unimplemented=%ld unknown_unavailable=%ld "
+  printf("hostile-result seconds=%.1f unknown=%ld unimplemented=%ld unknown_ended=%ld "
          "unknown_other=%ld unknown_max_ms=%.1f idle_tcp=%ld idle_h2=%ld idle_closed=%ld "
          "idle_life_max_s=%.1f slow_calls=%ld slow_bytes=%lld slow_answered=%ld slow_reset=%ld "
          "slow_closed=%ld connect_failed=%ld\n",
-         now_s() - start, u.sent, u.unimplemented, u.unavailable, u.other, u.max_s * 1e3,
+         now_s() - start, u.sent, u.unimplemented, u.ended, u.other, u.max_s * 1e3,
          h.tcp_opened, h.h2_opened, h.idle_closed, h.idle_life_max, h.slow_opened, h.slow_bytes,
          h.slow_answered, h.slow_reset, h.slow_closed, h.connect_failed);
   return u.other == 0 ? 0 : 1;
