@@ -17,7 +17,7 @@
  *           [--unknown-per-s R]
  *       the soak's load until S seconds pass or SIGTERM/SIGINT: per target
  *       N idle connections (half tcp, half h2; each one the pserver closes
- *       is opened again), N slow senders (1-4 bytes every 0.5 s; one that is
+ *       is opened again within a second), N slow senders (1-4 bytes every 0.5 s; one that is
  *       answered, reset or closed starts again) and R unknown-method calls
  *       a second. Prints counts; exit 0 when no unknown-method call got
  *       anything but UNIMPLEMENTED (or UNAVAILABLE or CANCELLED: a pserver
@@ -346,7 +346,9 @@ static void slot_tick(slot *s, options *o, hostile_counts *h, rng *r, double now
       h->idle_closed++;
       double life = s->c.closed - s->c.opened;
       if (life > h->idle_life_max) h->idle_life_max = life;
-      slot_open(s, o, h);
+      /* Again within a second: a flood's connections drift apart over
+       * time rather than all closing on the same tick. */
+      s->next_send = now + (double)rng_below(r, 1000) / 1000.0;
     }
     return;
   }
