@@ -169,7 +169,9 @@ static void answer_unknown(rpc_call *c) {
   size_t len = GRPC_SLICE_LENGTH(c->asked.method);
   const uint8_t *bytes = GRPC_SLICE_START_PTR(c->asked.method);
   size_t n = len < sizeof path - 1 ? len : sizeof path - 1;
-  for (size_t i = 0; i < n; i++) path[i] = bytes[i] >= 0x20 && bytes[i] < 0x7f ? (char)bytes[i] : '?';
+  for (size_t i = 0; i < n; i++) {
+    path[i] = bytes[i] >= 0x20 && bytes[i] < 0x7f ? (char)bytes[i] : '?';
+  }
   path[n] = '\0';
   atomic_fetch_add(&srv->unimplemented, 1);
   pthread_mutex_lock(&srv->stats_lock);
@@ -373,7 +375,8 @@ static grpc_channel_args server_args(grpc_arg *args, const rpc_server_config *cf
   if (l->max_idle_s > 0) {
     add_ms(args, &n, GRPC_ARG_MAX_CONNECTION_IDLE_MS, l->max_idle_s);
     /* A connection that never finishes its handshake is not "idle" to gRPC. */
-    add_ms(args, &n, GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, l->max_idle_s < 120 ? l->max_idle_s : 120);
+    add_ms(args, &n, GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+           l->max_idle_s < 120 ? l->max_idle_s : 120);
   }
   if (l->max_age_s > 0) {
     add_ms(args, &n, GRPC_ARG_MAX_CONNECTION_AGE_MS, l->max_age_s);
