@@ -169,7 +169,9 @@ static void answer_unknown(rpc_call *c) {
   size_t len = GRPC_SLICE_LENGTH(c->asked.method);
   const uint8_t *bytes = GRPC_SLICE_START_PTR(c->asked.method);
   size_t n = len < sizeof path - 1 ? len : sizeof path - 1;
-  for (size_t i = 0; i < n; i++) path[i] = bytes[i] >= 0x20 && bytes[i] < 0x7f ? (char)bytes[i] : '?';
+  for (size_t i = 0; i < n; i++) {
+    path[i] = bytes[i] >= 0x20 && bytes[i] < 0x7f ? (char)bytes[i] : '?';
+  }
   path[n] = '\0';
   atomic_fetch_add(&srv->unimplemented, 1);
   pthread_mutex_lock(&srv->stats_lock);
@@ -360,7 +362,7 @@ static void add_ms(grpc_arg *args, size_t *n, const char *key, double seconds) {
   args[(*n)++].value.integer = ms >= (double)INT_MAX ? INT_MAX : (int)ms;
 }
 
-/* Message sizes and the limits; args needs room for 12 entries. */
+/* Message sizes and the limits; args needs room for 13 entries. */
 static grpc_channel_args server_args(grpc_arg *args, const rpc_server_config *cfg) {
   grpc_channel_args ca = rpc_channel_args(args, cfg->max_message_bytes, 0);
   const rpc_server_limits *l = &cfg->limits;
@@ -373,12 +375,18 @@ static grpc_channel_args server_args(grpc_arg *args, const rpc_server_config *cf
   if (l->max_idle_s > 0) {
     add_ms(args, &n, GRPC_ARG_MAX_CONNECTION_IDLE_MS, l->max_idle_s);
     /* A connection that never finishes its handshake is not "idle" to gRPC. */
-    add_ms(args, &n, GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, l->max_idle_s < 120 ? l->max_idle_s : 120);
+    add_ms(args, &n, GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+           l->max_idle_s < 120 ? l->max_idle_s : 120);
   }
   if (l->max_age_s > 0) {
     add_ms(args, &n, GRPC_ARG_MAX_CONNECTION_AGE_MS, l->max_age_s);
     add_ms(args, &n, GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS, l->age_grace_s);
   }
+  /* Channelz (gRPC's introspection service) is not served here: its record
+   * of every connection would be bookkeeping nobody reads. */
+  args[n].type = GRPC_ARG_INTEGER;
+  args[n].key = (char *)GRPC_ARG_ENABLE_CHANNELZ;
+  args[n++].value.integer = 0;
   if (l->keepalive_s > 0) {
     add_ms(args, &n, GRPC_ARG_KEEPALIVE_TIME_MS, l->keepalive_s);
     add_ms(args, &n, GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20);
@@ -390,7 +398,7 @@ static grpc_channel_args server_args(grpc_arg *args, const rpc_server_config *cf
 /* The gRPC server with its queue and methods, not yet listening. */
 static ps_err server_create(rpc_server *srv, ps_error *err) {
   const rpc_server_config *cfg = &srv->cfg;
-  grpc_arg args[12];
+  grpc_arg args[13];
   grpc_channel_args ca = server_args(args, cfg);
   srv->server = grpc_server_create(&ca, NULL);
   srv->cq = grpc_completion_queue_create_for_next(NULL);

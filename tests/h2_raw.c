@@ -110,7 +110,9 @@ fail:;
 
 /* One whole frame in c->in: acknowledge or note it. */
 static int handle_frame(h2_conn *c, int type, int flags, const uint8_t *payload, size_t len) {
-  if (type == F_SETTINGS && !(flags & FLAG_ACK)) return send_frame(c, F_SETTINGS, FLAG_ACK, 0, NULL, 0);
+  if (type == F_SETTINGS && !(flags & FLAG_ACK)) {
+    return send_frame(c, F_SETTINGS, FLAG_ACK, 0, NULL, 0);
+  }
   if (type == F_PING && !(flags & FLAG_ACK) && len == 8) {
     return send_frame(c, F_PING, FLAG_ACK, 0, payload, 8);
   }

@@ -17,9 +17,9 @@
  *           [--unknown-per-s R]
  *       the soak's load until S seconds pass or SIGTERM/SIGINT: per target
  *       N idle connections (half tcp, half h2; each one the pserver closes
- *       is opened again), N slow senders (1-4 bytes every 0.5 s; one that is
- *       answered, reset or closed starts again) and R unknown-method calls
- *       a second. Prints counts; exit 0 when no unknown-method call got
+ *       is opened again within a second), N slow senders (1-4 bytes every
+ *       0.5 s; one that is answered, reset or closed starts again) and R
+ *       unknown-method calls a second. Prints counts; exit 0 when no unknown-method call got
  *       anything but UNIMPLEMENTED (or UNAVAILABLE or CANCELLED: a pserver
  *       stopping).
  * Each mode prints one "MODE-result k=v ..." line. Malformed requests of real
@@ -346,7 +346,9 @@ static void slot_tick(slot *s, options *o, hostile_counts *h, rng *r, double now
       h->idle_closed++;
       double life = s->c.closed - s->c.opened;
       if (life > h->idle_life_max) h->idle_life_max = life;
-      slot_open(s, o, h);
+      /* Again within a second: a flood's connections drift apart over
+       * time rather than all closing on the same tick. */
+      s->next_send = now + (double)rng_below(r, 1000) / 1000.0;
     }
     return;
   }
@@ -370,7 +372,9 @@ static int run_hostile(options *o) {
   long n = 0;
   hostile_counts h = {0};
   for (int t = 0; t < o->target_count; t++) {
-    for (long i = 0; i < o->idle; i++) slots[n++] = (slot){.target = t, .kind = i % 2 ? H2_IDLE : H2_TCP};
+    for (long i = 0; i < o->idle; i++) {
+      slots[n++] = (slot){.target = t, .kind = i % 2 ? H2_IDLE : H2_TCP};
+    }
     for (long i = 0; i < o->slow; i++) slots[n++] = (slot){.target = t, .kind = H2_SLOW};
   }
   for (long i = 0; i < n; i++) {
