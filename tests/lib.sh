@@ -97,6 +97,19 @@ ready_port() {
   return 1
 }
 
+# wait_log LOG PATTERN PID [SECONDS]: waits (default 60 s) until LOG has a
+# line matching PATTERN (grep -E); fails at once when PID exits first. Loaded
+# CI machines (sanitizers, parallel tests) start daemons in seconds, not tenths.
+wait_log() {
+  local log=$1 pattern=$2 pid=$3 limit=${4:-60} i
+  for ((i = 0; i < limit * 10; i++)); do
+    grep -qE "$pattern" "$log" 2>/dev/null && return 0
+    kill -0 "$pid" 2>/dev/null || { grep -qE "$pattern" "$log" 2>/dev/null; return; }
+    sleep 0.1
+  done
+  return 1
+}
+
 # start NAME COMMAND...: runs COMMAND in the background, output in
 # $SCRATCH/NAME.log; its pid is recorded (killed at exit) and left in $LAST_PID.
 start() {

@@ -70,7 +70,7 @@ auc_near async local 0.01 "async vs local"
 start_pservers ref 1 --trainers 2
 start t0 "$BIN/trainer" --mode pserver --pservers "$PS" --trainers 2 --id 0 "${COMMON[@]}" --batch 128
 T0=$LAST_PID
-for _ in $(seq 100); do grep -q "registered with" "$SCRATCH/t0.log" && break; sleep 0.1; done
+wait_log "$SCRATCH/t0.log" "registered with" "$T0" || fail "trainer 0 did not register: $(tail -3 "$SCRATCH/t0.log")"
 expect_exit 2 "differs" -- timeout 60 "$BIN/trainer" --mode pserver --pservers "$PS" --trainers 2 \
   --id 1 "${COMMON[@]}" --batch 128 --sparse-lr 0.2
 grep -q "sparse" "$SCRATCH/stderr" || fail "the refusal does not name the sparse settings: $(tail -c 300 "$SCRATCH/stderr")"

@@ -103,7 +103,7 @@ start_pservers term 1 --trainers 2 --shutdown-timeout 2 --checkpoint-dir "$SCRAT
 start term-client "$CLIENT" hostile --targets "$PS" --seconds 120 --slow 10 --idle 10; CL=$LAST_PID
 start term-t0 "$BIN/trainer" --mode pserver --pservers "$PS" --trainers 2 --id 0 "${JOB[@]}" \
   --max-steps 100; T0=$LAST_PID
-for _ in $(seq 100); do grep -q "trainer 0 registered" "$SCRATCH/term-s0.log" && break; sleep 0.1; done
+wait_log "$SCRATCH/term-s0.log" "trainer 0 registered" "${SPIDS[0]}" || fail "trainer 0 did not register"
 sleep 1 # its first push waits for trainer 1, which never comes
 t0=$(now)
 kill -TERM "${SPIDS[0]}"

@@ -109,7 +109,7 @@ expect_exit 2 "with neither --token-file nor TLS" -- "$BIN/pserver" "${P[@]}" \
   --listen "0.0.0.0:0"
 start open "$BIN/pserver" "${P[@]}" --listen "0.0.0.0:0" --tls-cert "$C/server.pem" \
   --tls-key "$C/server.key"; pid=$LAST_PID
-for _ in $(seq 100); do grep -q "ready:" "$SCRATCH/open.log" && break; sleep 0.1; done
+wait_log "$SCRATCH/open.log" "ready:" "$pid" || true
 grep -qE "ready: .*listening on 0.0.0.0:0 \(port [1-9][0-9]*, TLS\)" "$SCRATCH/open.log" || fail "a TLS pserver on 0.0.0.0 did not start"
 grep -q "neither a token nor TLS" "$SCRATCH/open.log" && fail "a TLS pserver on 0.0.0.0 warned about --insecure"
 kill "$pid"

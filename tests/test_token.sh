@@ -39,7 +39,7 @@ start_pservers tps 1 --trainers 2 --token-file "$SCRATCH/token" --step-timeout 6
 S1=${SPIDS[0]}
 start tt0 "$BIN/trainer" --mode pserver --pservers "$PS" --trainers 2 --id 0 "${SHORT[@]}" \
   --token-file "$SCRATCH/token"; T0=$LAST_PID
-for _ in $(seq 100); do grep -q "trainer 0 registered" "$SCRATCH/tps-s0.log" && break; sleep 0.1; done
+wait_log "$SCRATCH/tps-s0.log" "trainer 0 registered" "$S1" || fail "trainer 0 did not register: $(tail -3 "$SCRATCH/tps-s0.log")"
 expect_exit 2 "; batch 32 vs 64" -- "$BIN/trainer" --mode pserver \
   --pservers "$PS" --trainers 2 --id 1 "${SHORT[@]}" --token-file "$SCRATCH/token" --batch 32
 kill "$T0" "$S1" 2>/dev/null
@@ -52,8 +52,7 @@ expect_exit 2 "refusing to listen on 0.0.0.0:0" -- "$BIN/pserver" --pservers 127
 for extra in "--insecure" "--token-file $SCRATCH/token"; do
   # shellcheck disable=SC2086
   start open "$BIN/pserver" --pservers 127.0.0.1:1 --id 0 --listen 0.0.0.0:0 $extra; pid=$LAST_PID
-  for _ in $(seq 50); do grep -q "ready:" "$SCRATCH/open.log" && break; sleep 0.1; done
-  grep -q "ready:" "$SCRATCH/open.log" || fail "$extra: the pserver did not start"
+  wait_log "$SCRATCH/open.log" "ready:" "$pid" || fail "$extra: the pserver did not start: $(tail -3 "$SCRATCH/open.log")"
   if [ "$extra" = "--insecure" ]; then
     grep -q "with neither a token nor TLS (--insecure)" "$SCRATCH/open.log" || fail "--insecure gave no warning"
   fi
