@@ -18,6 +18,7 @@
 #include "common/wire.h"
 #include "server/pserver.h"
 #include "tests/check.h"
+#include "tests/pserver_testlib.h"
 
 #define TRAINERS 2
 #define PSERVERS 2
@@ -61,22 +62,11 @@ static inline void reply_free(reply *r) {
 
 static inline int dim_of(int t) { return t == CTR_TABLE_WIDE ? 1 : DIM; }
 
-/* Sends the writer's message; the call is returned unanswered or answered. */
+/* Sends the writer's message, in two slices; the call is returned unanswered
+ * or answered. */
 static inline rpc_call *send(pserver *ps, int method, const wire_writer *w) {
-  size_t total = 0;
-  for (int i = 0; i < w->part_count; i++) total += w->parts[i].len;
-  uint8_t *buf = malloc(total > 0 ? total : 1);
-  REQUIRE(buf != NULL);
-  for (size_t at = 0, i = 0; i < (size_t)w->part_count; at += w->parts[i].len, i++) {
-    memcpy(buf + at, w->parts[i].data, w->parts[i].len);
-  }
-  /* Two segments, as gRPC may hand a message over in slices. */
-  rpc_segment segs[2] = {{buf, total / 2}, {buf + total / 2, total - total / 2}};
-  rpc_message msg = {segs, 2, total};
-  rpc_call *call = rpc_call_local_create("test");
+  rpc_call *call = testlib_handle(ps, method, w->parts, w->part_count, 2);
   REQUIRE(call != NULL);
-  pserver_handle(ps, call, method, &msg);
-  free(buf);
   return call;
 }
 
@@ -120,31 +110,16 @@ static inline void result(rpc_call *call, reply *r) {
 /* Registers trainer with `incarnation` (0: the trainer's usual 100 + id). */
 static inline void register_as(pserver *ps, const job_config *j, uint32_t trainer,
                                uint64_t incarnation) {
-  Pstrain__RequestKey key = PSTRAIN__REQUEST_KEY__INIT;
-  key.trainer_id = trainer;
-  key.incarnation = incarnation != 0 ? incarnation : 100 + trainer;
-  Pstrain__JobConfig jc;
-  wire_job_parts oc;
-  char text[256];
-  wire_job_to_proto(j, &jc, &oc, text, sizeof text);
-  Pstrain__RegisterRequest req = PSTRAIN__REGISTER_REQUEST__INIT;
-  req.key = &key;
-  req.config_hash = job_config_hash(j);
-  req.job = &jc;
-  uint8_t *buf;
-  size_t len;
-  ps_error err;
-  REQUIRE(wire_pack(&req.base, &buf, &len, &err) == PS_ERR_OK);
-  wire_writer w = {0};
-  REQUIRE(wire_writer_begin(&w, 0, &err) == PS_ERR_OK);
-  w.parts[0] = (rpc_part){buf, len, NULL};
-  w.part_count = 1;
+  uint8_t buf[TESTLIB_REGISTER_MAX];
+  size_t len = testlib_register_bytes(j, trainer, incarnation != 0 ? incarnation : 100 + trainer,
+                                      job_config_hash(j), 0, buf, sizeof buf);
+  REQUIRE(len > 0);
+  rpc_call *call = testlib_handle(ps, 0, &(rpc_part){buf, len, NULL}, 1, 2);
+  REQUIRE(call != NULL);
   reply r;
-  result(send(ps, 0, &w), &r);
+  result(call, &r);
   CHECK_EQ_INT(r.code, PS_ERR_OK);
   reply_free(&r);
-  wire_writer_free(&w);
-  free(buf);
 }
 
 static inline void do_register(pserver *ps, const job_config *j, uint32_t trainer) {

@@ -22,6 +22,7 @@
 #include "common/wire.h"
 #include "server/pserver.h"
 #include "tests/check.h"
+#include "tests/pserver_testlib.h"
 
 #define TRAINERS 2
 #define K 10
@@ -43,19 +44,9 @@ typedef struct reply {
   float rows[2][MAXROWS * DIM];
 } reply;
 
-static void call(pserver *ps, int method, const wire_writer *w, reply *r) {
-  size_t total = 0;
-  for (int i = 0; i < w->part_count; i++) total += w->parts[i].len;
-  uint8_t *buf = malloc(total > 0 ? total : 1);
-  REQUIRE(buf != NULL);
-  for (size_t at = 0, i = 0; i < (size_t)w->part_count; at += w->parts[i].len, i++) {
-    memcpy(buf + at, w->parts[i].data, w->parts[i].len);
-  }
-  rpc_segment seg = {buf, total};
-  rpc_message msg = {&seg, 1, total};
-  rpc_call *c = rpc_call_local_create("test");
+static void call(pserver *ps, int method, const rpc_part *parts, int count, reply *r) {
+  rpc_call *c = testlib_handle(ps, method, parts, count, 1);
   REQUIRE(c != NULL);
-  pserver_handle(ps, c, method, &msg);
   const rpc_local_result *res = rpc_call_local_result(c);
   REQUIRE(res->replies == 1);
   memset(r, 0, sizeof *r);
@@ -86,35 +77,17 @@ static void call(pserver *ps, int method, const wire_writer *w, reply *r) {
     pstrain__register_reply__free_unpacked(rr, NULL);
   }
   rpc_call_local_free(c);
-  free(buf);
 }
 
 /* Registers trainer with incarnation 100 + id + 1000 * again; the reply's step. */
 static long do_register(pserver *ps, uint32_t trainer, int again) {
-  Pstrain__RequestKey key = PSTRAIN__REQUEST_KEY__INIT;
-  key.trainer_id = trainer;
-  key.incarnation = 100 + trainer + 1000 * (uint64_t)again;
-  Pstrain__JobConfig jc;
-  wire_job_parts oc;
-  char text[256];
-  wire_job_to_proto(&job, &jc, &oc, text, sizeof text);
-  Pstrain__RegisterRequest req = PSTRAIN__REGISTER_REQUEST__INIT;
-  req.key = &key;
-  req.config_hash = job_config_hash(&job);
-  req.job = &jc;
-  uint8_t *buf;
-  size_t len;
-  ps_error err;
-  REQUIRE(wire_pack(&req.base, &buf, &len, &err) == PS_ERR_OK);
-  wire_writer w = {0};
-  REQUIRE(wire_writer_begin(&w, 0, &err) == PS_ERR_OK);
-  w.parts[0] = (rpc_part){buf, len, NULL};
-  w.part_count = 1;
+  uint8_t buf[TESTLIB_REGISTER_MAX];
+  size_t len = testlib_register_bytes(&job, trainer, 100 + trainer + 1000 * (uint64_t)again,
+                                      job_config_hash(&job), 0, buf, sizeof buf);
+  REQUIRE(len > 0);
   reply r;
-  call(ps, 0, &w, &r);
+  call(ps, 0, &(rpc_part){buf, len, NULL}, 1, &r);
   CHECK_EQ_INT(r.code, PS_ERR_OK);
-  wire_writer_free(&w);
-  free(buf);
   return r.step;
 }
 
@@ -149,7 +122,7 @@ static void push(pserver *ps, uint32_t trainer, uint64_t incarnation, uint64_t s
     wire_writer_sparse(&w, WIRE_SPARSE_KEYS, (uint32_t)t, grads[t].keys, 1, NULL, 0, &one, NULL);
   }
   REQUIRE(wire_writer_check(&w, &err) == PS_ERR_OK);
-  call(ps, 1, &w, r);
+  call(ps, 1, w.parts, w.part_count, r);
   wire_writer_free(&w);
 }
 

@@ -21,6 +21,7 @@
 #include "common/wire.h"
 #include "server/pserver.h"
 #include "tests/check.h"
+#include "tests/pserver_testlib.h"
 
 #define TRAINERS 2
 #define STEPS 4
@@ -30,10 +31,10 @@ static tensor_layout layout;
 static shard_map map;
 static size_t n;
 
-/* A held push: its call and message buffer (freed by finish()). */
+/* A held push: its call (freed by finish()); its bytes are freed once the
+ * handler returns, as the RPC server frees a body. */
 typedef struct held {
   rpc_call *call;
-  uint8_t *buf;
 } held;
 
 /* Flat range of layer l (1-based): its weight and bias. */
@@ -63,16 +64,8 @@ static held send_part(pserver *ps, uint32_t trainer, uint64_t step, const float 
     wire_writer_block(&w, extra, grads, 1, NULL); /* an id no pserver holds */
   }
   REQUIRE(wire_writer_check(&w, &err) == PS_ERR_OK);
-  size_t total = 0;
-  for (int i = 0; i < w.part_count; i++) total += w.parts[i].len;
-  held h = {rpc_call_local_create("test"), malloc(total > 0 ? total : 1)};
-  REQUIRE(h.call != NULL && h.buf != NULL);
-  for (size_t at = 0, i = 0; i < (size_t)w.part_count; at += w.parts[i].len, i++) {
-    memcpy(h.buf + at, w.parts[i].data, w.parts[i].len);
-  }
-  rpc_segment seg = {h.buf, total};
-  rpc_message msg = {&seg, 1, total};
-  pserver_handle(ps, h.call, 1, &msg);
+  held h = {testlib_handle(ps, 1, w.parts, w.part_count, 1)};
+  REQUIRE(h.call != NULL);
   wire_writer_free(&w);
   return h;
 }
@@ -111,33 +104,17 @@ static void finish_at(int line, held *h, ps_err code, uint64_t want_step, size_t
     }
   }
   rpc_call_local_free(h->call);
-  free(h->buf);
 }
 
 static void do_register(pserver *ps, uint32_t trainer) {
-  Pstrain__RequestKey key = PSTRAIN__REQUEST_KEY__INIT;
-  key.trainer_id = trainer;
-  key.incarnation = 100 + trainer;
-  Pstrain__JobConfig jc;
-  wire_job_parts oc;
-  char text[256];
-  wire_job_to_proto(&job, &jc, &oc, text, sizeof text);
-  Pstrain__RegisterRequest req = PSTRAIN__REGISTER_REQUEST__INIT;
-  req.key = &key;
-  req.config_hash = job_config_hash(&job);
-  req.job = &jc;
-  uint8_t *buf;
-  size_t len;
-  ps_error err;
-  REQUIRE(wire_pack(&req.base, &buf, &len, &err) == PS_ERR_OK);
-  rpc_segment seg = {buf, len};
-  rpc_message msg = {&seg, 1, len};
-  rpc_call *call = rpc_call_local_create("test");
+  uint8_t buf[TESTLIB_REGISTER_MAX];
+  size_t len = testlib_register_bytes(&job, trainer, 100 + trainer, job_config_hash(&job), 0, buf,
+                                      sizeof buf);
+  REQUIRE(len > 0);
+  rpc_call *call = testlib_handle(ps, 0, &(rpc_part){buf, len, NULL}, 1, 1);
   REQUIRE(call != NULL);
-  pserver_handle(ps, call, 0, &msg);
   CHECK_EQ_INT(rpc_call_local_result(call)->code, PS_ERR_OK);
   rpc_call_local_free(call);
-  free(buf);
 }
 
 static void start_in(pserver *ps, update_mode update, const char *checkpoint_dir) {

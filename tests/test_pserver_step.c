@@ -16,6 +16,7 @@
 #include "common/wire.h"
 #include "server/pserver.h"
 #include "tests/check.h"
+#include "tests/pserver_testlib.h"
 
 #define TRAINERS 2
 
@@ -24,22 +25,10 @@ static tensor_layout layout;
 static shard_map map;
 
 /* Calls the handler with one message made of parts; returns the reply's
- * code, *reply_params (when not NULL) receiving the parameters replied. */
+ * code, params (when not NULL) receiving the parameters replied. */
 static ps_err handle(pserver *ps, int method, const rpc_part *parts, int count, float *params) {
-  size_t total = 0;
-  for (int i = 0; i < count; i++) total += parts[i].len;
-  uint8_t *buf = malloc(total > 0 ? total : 1);
-  REQUIRE(buf != NULL);
-  size_t at = 0;
-  for (int i = 0; i < count; i++) {
-    memcpy(buf + at, parts[i].data, parts[i].len);
-    at += parts[i].len;
-  }
-  rpc_segment seg = {buf, total};
-  rpc_message msg = {&seg, 1, total};
-  rpc_call *call = rpc_call_local_create("test");
+  rpc_call *call = testlib_handle(ps, method, parts, count, 1);
   REQUIRE(call != NULL);
-  pserver_handle(ps, call, method, &msg);
   const rpc_local_result *r = rpc_call_local_result(call);
   REQUIRE(r->replies == 1);
   ps_err code = r->code;
@@ -55,29 +44,16 @@ static ps_err handle(pserver *ps, int method, const rpc_part *parts, int count, 
     }
   }
   rpc_call_local_free(call);
-  free(buf);
   return code;
 }
 
 static void do_register(pserver *ps, uint32_t trainer) {
-  Pstrain__RequestKey key = PSTRAIN__REQUEST_KEY__INIT;
-  key.trainer_id = trainer;
-  key.incarnation = 100 + trainer;
-  Pstrain__JobConfig jc;
-  wire_job_parts oc;
-  char text[256];
-  wire_job_to_proto(&job, &jc, &oc, text, sizeof text);
-  Pstrain__RegisterRequest req = PSTRAIN__REGISTER_REQUEST__INIT;
-  req.key = &key;
-  req.config_hash = job_config_hash(&job);
-  req.job = &jc;
-  uint8_t *buf;
-  size_t len;
-  ps_error err;
-  REQUIRE(wire_pack(&req.base, &buf, &len, &err) == PS_ERR_OK);
+  uint8_t buf[TESTLIB_REGISTER_MAX];
+  size_t len = testlib_register_bytes(&job, trainer, 100 + trainer, job_config_hash(&job), 0, buf,
+                                      sizeof buf);
+  REQUIRE(len > 0);
   rpc_part part = {buf, len, NULL};
   CHECK_EQ_INT(handle(ps, 0, &part, 1, NULL), PS_ERR_OK);
-  free(buf);
 }
 
 static ps_err push(pserver *ps, uint32_t trainer, uint64_t step, const float *grads,
@@ -86,11 +62,7 @@ static ps_err push(pserver *ps, uint32_t trainer, uint64_t step, const float *gr
   ps_error err;
   REQUIRE(wire_writer_begin(&w, map.block_count, &err) == PS_ERR_OK);
   wire_key key = {trainer, 100 + trainer, step};
-  wire_writer_push_header(&w, &key, job_config_hash(&job));
-  for (size_t i = 0; i < map.block_count; i++) {
-    wire_writer_block(&w, map.blocks[i].id, grads + map.blocks[i].offset, map.blocks[i].count,
-                      NULL);
-  }
+  testlib_push_blocks(&w, &map, &key, job_config_hash(&job), grads, -1);
   ps_err rc = handle(ps, 1, w.parts, w.part_count, params);
   wire_writer_free(&w);
   return rc;
@@ -164,30 +136,15 @@ static void test_stats_lines(void) {
   /* Trainer 1 pushes first, so trainer 0's push completes each step and
    * later pushes of the next step arrive at a step divisible by 5. */
   for (uint64_t step = 0; step < 20; step++) {
-    rpc_call *first = rpc_call_local_create("t1");
-    REQUIRE(first != NULL);
     wire_writer w = {0};
     REQUIRE(wire_writer_begin(&w, map.block_count, &err) == PS_ERR_OK);
     wire_key key = {1, 101, step};
-    wire_writer_push_header(&w, &key, job_config_hash(&job));
-    for (size_t i = 0; i < map.block_count; i++) {
-      wire_writer_block(&w, map.blocks[i].id, grads + map.blocks[i].offset, map.blocks[i].count,
-                        NULL);
-    }
-    size_t total = 0;
-    for (int i = 0; i < w.part_count; i++) total += w.parts[i].len;
-    uint8_t *buf = malloc(total);
-    REQUIRE(buf != NULL);
-    for (size_t at = 0, i = 0; i < (size_t)w.part_count; at += w.parts[i].len, i++) {
-      memcpy(buf + at, w.parts[i].data, w.parts[i].len);
-    }
-    rpc_segment seg = {buf, total};
-    rpc_message msg = {&seg, 1, total};
-    pserver_handle(&ps, first, 1, &msg); /* waits for trainer 0 */
+    testlib_push_blocks(&w, &map, &key, job_config_hash(&job), grads, -1);
+    rpc_call *first = testlib_handle(&ps, 1, w.parts, w.part_count, 1); /* waits for trainer 0 */
+    REQUIRE(first != NULL);
     CHECK_EQ_INT(push(&ps, 0, step, grads, NULL), PS_ERR_OK);
     CHECK_EQ_INT(rpc_call_local_result(first)->code, PS_ERR_OK);
     rpc_call_local_free(first);
-    free(buf);
     wire_writer_free(&w);
     nanosleep(&(struct timespec){0, 2000000}, NULL); /* every interval covers time */
   }

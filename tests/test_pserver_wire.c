@@ -14,6 +14,7 @@
 #include "common/wire.h"
 #include "server/pserver.h"
 #include "tests/check.h"
+#include "tests/pserver_testlib.h"
 
 #define TRAINERS 2
 
@@ -46,25 +47,10 @@ static ps_err send_raw(const char *method, const void *bytes, size_t len, char *
 
 static ps_err send_register(uint32_t trainer, uint64_t incarnation, const job_config *j,
                             uint32_t pserver_id, uint64_t hash, char *msg) {
-  Pstrain__RequestKey key = PSTRAIN__REQUEST_KEY__INIT;
-  key.trainer_id = trainer;
-  key.incarnation = incarnation;
-  Pstrain__JobConfig jc;
-  wire_job_parts oc;
-  char text[256];
-  wire_job_to_proto(j, &jc, &oc, text, sizeof text);
-  Pstrain__RegisterRequest req = PSTRAIN__REGISTER_REQUEST__INIT;
-  req.key = &key;
-  req.config_hash = hash;
-  req.job = &jc;
-  req.pserver_id = pserver_id;
-  uint8_t *buf;
-  size_t len;
-  ps_error err;
-  REQUIRE(wire_pack(&req.base, &buf, &len, &err) == PS_ERR_OK);
-  ps_err rc = send_raw(WIRE_METHOD_REGISTER, buf, len, msg);
-  free(buf);
-  return rc;
+  uint8_t buf[TESTLIB_REGISTER_MAX];
+  size_t len = testlib_register_bytes(j, trainer, incarnation, hash, pserver_id, buf, sizeof buf);
+  REQUIRE(len > 0);
+  return send_raw(WIRE_METHOD_REGISTER, buf, len, msg);
 }
 
 /* How a test push departs from a good one. */
@@ -115,20 +101,12 @@ static ps_err send_rollback(uint32_t trainer, uint64_t incarnation, uint64_t ste
 }
 
 static float *snapshot(void) {
-  pthread_mutex_lock(&ps.lock);
-  float *copy = malloc(ps.table.n * sizeof *copy);
+  float *copy = testlib_params_copy(&ps);
   REQUIRE(copy != NULL);
-  memcpy(copy, ps.table.params, ps.table.n * sizeof *copy);
-  pthread_mutex_unlock(&ps.lock);
   return copy;
 }
 
-static int unchanged(const float *before) {
-  pthread_mutex_lock(&ps.lock);
-  int same = memcmp(before, ps.table.params, ps.table.n * sizeof *before) == 0;
-  pthread_mutex_unlock(&ps.lock);
-  return same;
-}
+static int unchanged(const float *before) { return testlib_params_equal(&ps, before); }
 
 static char last_msg[384];
 

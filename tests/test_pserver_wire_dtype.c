@@ -14,6 +14,7 @@
 #include "common/wire.h"
 #include "server/pserver.h"
 #include "tests/check.h"
+#include "tests/pserver_testlib.h"
 
 #define TRAINERS 2
 
@@ -49,18 +50,10 @@ static ps_err send_packed(const char *method, const ProtobufCMessage *m, rpc_rep
 }
 
 static ps_err send_register(uint32_t trainer, uint64_t incarnation) {
-  Pstrain__RequestKey key = PSTRAIN__REQUEST_KEY__INIT;
-  key.trainer_id = trainer;
-  key.incarnation = incarnation;
-  Pstrain__JobConfig jc;
-  wire_job_parts oc;
-  char text[256];
-  wire_job_to_proto(&job, &jc, &oc, text, sizeof text);
-  Pstrain__RegisterRequest req = PSTRAIN__REGISTER_REQUEST__INIT;
-  req.key = &key;
-  req.config_hash = job_hash;
-  req.job = &jc;
-  return send_packed(WIRE_METHOD_REGISTER, &req.base, NULL);
+  uint8_t buf[TESTLIB_REGISTER_MAX];
+  size_t len = testlib_register_bytes(&job, trainer, incarnation, job_hash, 0, buf, sizeof buf);
+  REQUIRE(len > 0);
+  return call(WIRE_METHOD_REGISTER, &(rpc_part){buf, len, NULL}, 1, NULL);
 }
 
 /* A push of grads converted to `dtype`, declared as `declared`; the first
@@ -95,20 +88,12 @@ static ps_err push(uint32_t trainer, uint64_t incarnation, const float *grads, w
 }
 
 static float *table_copy(void) {
-  pthread_mutex_lock(&ps.lock);
-  float *copy = malloc(ps.table.n * sizeof *copy);
+  float *copy = testlib_params_copy(&ps);
   REQUIRE(copy != NULL);
-  memcpy(copy, ps.table.params, ps.table.n * sizeof *copy);
-  pthread_mutex_unlock(&ps.lock);
   return copy;
 }
 
-static int table_equals(const float *want) {
-  pthread_mutex_lock(&ps.lock);
-  int same = memcmp(want, ps.table.params, ps.table.n * sizeof *want) == 0;
-  pthread_mutex_unlock(&ps.lock);
-  return same;
-}
+static int table_equals(const float *want) { return testlib_params_equal(&ps, want); }
 
 /* Checks a ParamsReply holds bf16 blocks of 2 bytes a float at `version`,
  * each equal to bf16(want); returns the mismatches. */

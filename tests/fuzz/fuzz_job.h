@@ -13,6 +13,7 @@
 #include "common/shard_map.h"
 #include "common/wire.h"
 #include "server/pserver.h"
+#include "tests/pserver_testlib.h"
 
 /* mlp:6,5,3 with block size 8: 53 floats in 8 blocks over 2 pservers, so a
  * pserver sees blocks it does not hold; Adam so both state tensors move. */
@@ -115,21 +116,10 @@ static inline void fuzz_die(const char *what, const ps_error *err) {
 static inline size_t fuzz_register_bytes(const job_config *job, uint32_t trainer,
                                          uint64_t incarnation, uint32_t pserver_id, uint8_t *out,
                                          size_t cap) {
-  Pstrain__RequestKey key = PSTRAIN__REQUEST_KEY__INIT;
-  key.trainer_id = trainer;
-  key.incarnation = incarnation;
-  Pstrain__JobConfig jc;
-  wire_job_parts oc;
-  char text[256];
-  wire_job_to_proto(job, &jc, &oc, text, sizeof text);
-  Pstrain__RegisterRequest req = PSTRAIN__REGISTER_REQUEST__INIT;
-  req.key = &key;
-  req.config_hash = job_config_hash(job);
-  req.job = &jc;
-  req.pserver_id = pserver_id;
-  size_t len = protobuf_c_message_get_packed_size(&req.base);
-  if (len > cap) fuzz_die("a registration does not fit", NULL);
-  return protobuf_c_message_pack(&req.base, out);
+  size_t len = testlib_register_bytes(job, trainer, incarnation, job_config_hash(job), pserver_id,
+                                      out, cap);
+  if (len == 0) fuzz_die("a registration does not fit", NULL);
+  return len;
 }
 
 /* A PullRequest (done = 0) or DoneRequest (done = 1) packed into out. */
