@@ -4,6 +4,8 @@
 #   every trainer exchanges ceil(steps / K) times (the last step too), the
 #   pservers merge every exchange, and a trainer moves about 1/K of what a
 #   sync step moves (bytes per step from the metrics);
+# - the same with --wire-dtype bf16: changes and fresh values travel in bf16
+#   (half the bytes), the pservers' weights stay float32, accuracy as sane;
 # - CTR (generated Criteo-like data), 2 pservers + 2 trainers: geo K = 10
 #   reaches sync's AUC within 0.005 while sending a fraction of its bytes;
 # - a pserver SIGKILLed mid-run and restarted from its checkpoint: trainers
@@ -46,6 +48,21 @@ if [ -s "$SCRATCH/mlp.jsonl" ]; then
     grep -q " update=geo geo_steps=10 trainers=2 " "$SCRATCH/mlp/pserver$p.log" ||
       fail "MLP: pserver $p's job line lacks geo_steps=10"
   done
+fi
+
+# 1b. The same job with changes and fresh values in bf16.
+timeout 120 "$LAUNCH" --bin "$BIN" --pservers 2 --trainers 2 --quiet --log-dir "$SCRATCH/bf16" -- \
+  "${MLP[@]}" --update geo --geo-steps 10 --wire-dtype bf16 --metrics "$SCRATCH/bf16.jsonl" \
+  >"$SCRATCH/bf16.log" 2>&1 || fail "MLP geo bf16 job failed: $(tail -3 "$SCRATCH/bf16.log")"
+if [ -s "$SCRATCH/bf16.jsonl" ] && [ -s "$SCRATCH/mlp.jsonl" ]; then
+  acc=$(last "$SCRATCH/bf16.jsonl" test_accuracy)
+  bytes=$(last "$SCRATCH/bf16.jsonl" bytes_per_step)
+  echo "MLP geo K=10 bf16: test accuracy $acc, $bytes bytes per step" >&2
+  "$PY" -c "import sys; sys.exit(0 if float('$acc') >= 0.78 else 1)" || fail "MLP geo bf16: test accuracy $acc < 0.78"
+  "$PY" -c "import sys; r = float('$bytes') / float('$(last "$SCRATCH/mlp.jsonl" bytes_per_step)')
+sys.exit(0 if 0.45 < r < 0.55 else 1)" || fail "MLP geo bf16: $bytes bytes per step, not half of float32's"
+  grep -q " update=geo geo_steps=10 .* wire_dtype=bf16;" "$SCRATCH/bf16/pserver0.log" ||
+    fail "MLP geo bf16: pserver 0's job line lacks wire_dtype=bf16"
 fi
 
 # 2. CTR: the same data and seed, sync and geo K = 10.
