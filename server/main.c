@@ -273,9 +273,7 @@ static int serve(pserver *ps, pserver_watch *watch) {
     pserver_status s = pserver_poll(ps);
     if (s == PSERVER_FINISHED) {
       LOG_INFO("every trainer is done at step %ld: exiting", pserver_version(ps));
-      pserver_log_tables(ps);
-      pserver_log_ssp(ps);
-      pserver_log_geo(ps);
+      pserver_log_summary(ps);
       pserver_abort_waiting(ps, PS_ERR_FAILED_PRECONDITION, "the job is finished");
       if (pserver_checkpoint(ps, &err) != PS_ERR_OK) {
         LOG_ERROR("final checkpoint: %s", err.msg);
@@ -285,17 +283,14 @@ static int serve(pserver *ps, pserver_watch *watch) {
     }
     if (s == PSERVER_FAILED) {
       LOG_ERROR("stopping the job: %s", ps->failure);
-      pserver_log_ssp(ps);
-      pserver_log_geo(ps);
+      pserver_log_summary(ps);
       pserver_abort_waiting(ps, PS_ERR_FAILED_PRECONDITION, ps->failure);
       return 1;
     }
     if (stop_signal != 0) {
       LOG_INFO("stopping on %s at step %ld", stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
                pserver_version(ps));
-      pserver_log_tables(ps);
-      pserver_log_ssp(ps);
-      pserver_log_geo(ps);
+      pserver_log_summary(ps);
       pserver_abort_waiting(ps, PS_ERR_UNAVAILABLE, "the pserver is shutting down");
       double t0 = now_s();
       if (pserver_checkpoint(ps, &err) != PS_ERR_OK) {

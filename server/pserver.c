@@ -484,9 +484,13 @@ void pserver_handle(void *ctx, rpc_call *call, int method, const rpc_message *re
   pserver_metrics_rpc(ps->cfg.metrics, method, now_s() - started);
 }
 
-void pserver_log_tables(pserver *ps) {
+void pserver_log_summary(pserver *ps) {
   pthread_mutex_lock(&ps->lock);
-  if (ps->configured) pserver_log_table_stats(ps, ps->version);
+  if (ps->configured) {
+    pserver_log_table_stats(ps, ps->version);
+    pserver_ssp_log(ps, "job");
+    pserver_geo_log(ps, "job");
+  }
   pthread_mutex_unlock(&ps->lock);
 }
 

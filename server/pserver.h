@@ -195,16 +195,10 @@ pserver_status pserver_poll(pserver *ps);
  * that the job is over for them (a failure). */
 void pserver_abort_waiting(pserver *ps, ps_err code, const char *why);
 
-/* Logs each sparse table's rows, bytes and admission counts (CTR jobs; thread-safe). */
-void pserver_log_tables(pserver *ps);
-
-/* ssp jobs: logs what the staleness bound saw (max lead, pushes held, time
- * held); nothing for other jobs (thread-safe). */
-void pserver_log_ssp(pserver *ps);
-
-/* geo jobs: logs the pushes and rows merged; nothing for other jobs
- * (thread-safe). */
-void pserver_log_geo(pserver *ps);
+/* The job's summary at exit (thread-safe): each sparse table's rows, bytes
+ * and admission counts (CTR jobs), what the staleness bound saw (ssp), the
+ * pushes and rows merged (geo). */
+void pserver_log_summary(pserver *ps);
 
 /* Steps applied so far (thread-safe). */
 long pserver_version(pserver *ps);

@@ -117,20 +117,8 @@ void pserver_push_geo(pserver *ps, rpc_call *call, const rpc_message *msg,
   else pserver_reply_params(ps, &call, 1);
 }
 
-static void log_line(const pserver *ps, const char *when) {
+void pserver_geo_log(const pserver *ps, const char *when) {
+  if (ps->job.update != UPDATE_GEO) return;
   LOG_INFO("%s: geo: %ld pushes merged (--geo-steps %d), %llu rows", when, ps->geo_pushes,
            ps->job.geo_steps, (unsigned long long)ps->geo_rows);
-}
-
-void pserver_geo_log(const pserver *ps, long step) {
-  if (ps->job.update != UPDATE_GEO) return;
-  char when[32];
-  snprintf(when, sizeof when, "step %ld", step);
-  log_line(ps, when);
-}
-
-void pserver_log_geo(pserver *ps) {
-  pthread_mutex_lock(&ps->lock);
-  if (ps->configured && ps->job.update == UPDATE_GEO) log_line(ps, "job");
-  pthread_mutex_unlock(&ps->lock);
 }

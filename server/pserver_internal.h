@@ -108,8 +108,9 @@ void pserver_ssp_drop(pserver *ps, int trainer, ps_err code, const char *why);
 /* A push held past --step-timeout: drops (continue) or names (stop) the
  * trainers it waits for. */
 void pserver_ssp_poll(pserver *ps, double now);
-/* The statistics line's ssp part. */
-void pserver_ssp_log(const pserver *ps, long step);
+/* ssp jobs: logs what the bound saw (max lead, pushes held, time held)
+ * after `when` ("step N", "job"); nothing for other jobs. */
+void pserver_ssp_log(const pserver *ps, const char *when);
 
 /* --- pserver_geo.c: GEO-SGD ------------------------------------------------------ */
 
@@ -125,8 +126,9 @@ void pserver_push_geo(pserver *ps, rpc_call *call, const rpc_message *msg,
  * before (call before its state is reset), else times the job's step
  * before any trainer pushed here. */
 uint64_t pserver_geo_register_step(pserver *ps, int trainer);
-/* The statistics line's geo part. */
-void pserver_geo_log(const pserver *ps, long step);
+/* geo jobs: logs the pushes and rows merged after `when`; nothing for
+ * other jobs. */
+void pserver_geo_log(const pserver *ps, const char *when);
 
 /* --- pserver_sparse.c: the sparse tables' side of requests (CTR jobs) ------------ */
 

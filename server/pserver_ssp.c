@@ -196,21 +196,9 @@ void pserver_ssp_poll(pserver *ps, double now) {
   ps->status = PSERVER_FAILED;
 }
 
-static void log_line(const pserver *ps, const char *when) {
+void pserver_ssp_log(const pserver *ps, const char *when) {
+  if (ps->job.update != UPDATE_SSP) return;
   LOG_INFO("%s: ssp: max lead %ld step(s) (--staleness %d); %ld of %ld pushes held, %.1f ms "
            "held on average", when, ps->ssp_max_lead, ps->job.staleness, ps->ssp_held,
            ps->ssp_pushes, ps->ssp_held > 0 ? ps->ssp_held_s / (double)ps->ssp_held * 1e3 : 0.0);
-}
-
-void pserver_ssp_log(const pserver *ps, long step) {
-  if (ps->job.update != UPDATE_SSP) return;
-  char when[32];
-  snprintf(when, sizeof when, "step %ld", step);
-  log_line(ps, when);
-}
-
-void pserver_log_ssp(pserver *ps) {
-  pthread_mutex_lock(&ps->lock);
-  if (ps->configured && ps->job.update == UPDATE_SSP) log_line(ps, "job");
-  pthread_mutex_unlock(&ps->lock);
 }

@@ -240,8 +240,10 @@ static void log_stats(pserver *ps, long step) {
   ps->stats_pushes = 0;
   ps->stats_in = ps->stats_out = 0;
   pserver_straggler_log(ps, step);
-  pserver_ssp_log(ps, step);
-  pserver_geo_log(ps, step);
+  char when[32];
+  snprintf(when, sizeof when, "step %ld", step);
+  pserver_ssp_log(ps, when);
+  pserver_geo_log(ps, when);
   pserver_log_table_stats(ps, step);
 }
 
