@@ -110,6 +110,25 @@ wait_log() {
   return 1
 }
 
+# restart_trainer_1 PREFIX PSERVER-PID ARGS...: trainers 0 and 1 of a 2-trainer
+# job on $PS (logs PREFIX-t0, PREFIX-t1), trainer 1 SIGKILLed once training
+# and started again (PREFIX-t1b); waits for both trainers and the pserver,
+# each of which must exit 0 within 60 s.
+restart_trainer_1() {
+  local prefix=$1 server=$2 t0 t1 pid status
+  shift 2
+  start "$prefix-t0" "$BIN/trainer" --mode pserver --pservers "$PS" --trainers 2 --id 0 "$@"; t0=$LAST_PID
+  start "$prefix-t1" "$BIN/trainer" --mode pserver --pservers "$PS" --trainers 2 --id 1 "$@"; t1=$LAST_PID
+  wait_log "$SCRATCH/$prefix-t1.log" "training mlp" "$t1" 10 || fail "trainer restart: trainer 1 did not start"
+  sleep 0.5
+  kill -9 "$t1"
+  start "$prefix-t1b" "$BIN/trainer" --mode pserver --pservers "$PS" --trainers 2 --id 1 "$@"; t1=$LAST_PID
+  for pid in "$t0" "$t1" "$server"; do
+    status=0; wait_for "$pid" 60 || status=$?
+    [ "$status" -eq 0 ] || fail "trainer restart: process $pid exited $status"
+  done
+}
+
 # start NAME COMMAND...: runs COMMAND in the background, output in
 # $SCRATCH/NAME.log; its pid is recorded (killed at exit) and left in $LAST_PID.
 start() {

@@ -125,20 +125,7 @@ fi
 AGAIN=(--train-samples 30000 --test-samples 500 --max-steps 1500 --batch 32 --progress-interval 0
        --update geo --geo-steps 10)
 start_pservers again 1 --trainers 2 || finish
-S0=${SPIDS[0]}
-start again-t0 "$BIN/trainer" --mode pserver --pservers "$PS" --trainers 2 --id 0 "${AGAIN[@]}"; T0=$LAST_PID
-start again-t1 "$BIN/trainer" --mode pserver --pservers "$PS" --trainers 2 --id 1 "${AGAIN[@]}"; T1=$LAST_PID
-for _ in $(seq 200); do
-  grep -q "training mlp" "$SCRATCH/again-t1.log" 2>/dev/null && break
-  sleep 0.05
-done
-sleep 0.5
-kill -9 "$T1"
-start again-t1b "$BIN/trainer" --mode pserver --pservers "$PS" --trainers 2 --id 1 "${AGAIN[@]}"; T1=$LAST_PID
-for pid in "$T0" "$T1" "$S0"; do
-  status=0; wait_for "$pid" 60 || status=$?
-  [ "$status" -eq 0 ] || fail "trainer restart: process $pid exited $status"
-done
+restart_trainer_1 again "${SPIDS[0]}" "${AGAIN[@]}"
 step=$(sed -n 's/.*resuming at step \([0-9]*\) .*where the pservers are.*/\1/p' "$SCRATCH/again-t1b.log")
 [ -n "$step" ] && [ $((step % 10)) -eq 0 ] && [ "$step" -gt 0 ] ||
   fail "trainer restart: trainer 1 did not resume at an exchange: '$step' $(grep resum "$SCRATCH/again-t1b.log")"

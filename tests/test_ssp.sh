@@ -103,20 +103,7 @@ done
 # --step-timeout: it is told the step it had reached and goes on from there,
 # so every step of both trainers is pushed once (2 x 1500).
 start_pservers again 1 --trainers 2 --step-timeout 30 || finish
-S0=${SPIDS[0]}
-start again-t0 "$BIN/trainer" --mode pserver --pservers "$PS" --trainers 2 --id 0 "${DEATH[@]}"; T0=$LAST_PID
-start again-t1 "$BIN/trainer" --mode pserver --pservers "$PS" --trainers 2 --id 1 "${DEATH[@]}"; T1=$LAST_PID
-for _ in $(seq 200); do
-  grep -q "training mlp" "$SCRATCH/again-t1.log" 2>/dev/null && break
-  sleep 0.05
-done
-sleep 0.5
-kill -9 "$T1"
-start again-t1b "$BIN/trainer" --mode pserver --pservers "$PS" --trainers 2 --id 1 "${DEATH[@]}"; T1=$LAST_PID
-for pid in "$T0" "$T1" "$S0"; do
-  status=0; wait_for "$pid" 60 || status=$?
-  [ "$status" -eq 0 ] || fail "trainer restart: process $pid exited $status"
-done
+restart_trainer_1 again "${SPIDS[0]}" "${DEATH[@]}"
 grep -q "resuming at step [1-9][0-9]* .*where the pservers are" "$SCRATCH/again-t1b.log" ||
   fail "trainer restart: trainer 1 did not resume where it was: $(grep resum "$SCRATCH/again-t1b.log")"
 read -r h n <<<"$(held "$SCRATCH/again-s0.log")"
