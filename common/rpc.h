@@ -76,6 +76,9 @@ typedef struct rpc_server_limits {
   double keepalive_s;          /* ping each peer after this long without traffic; closed
                                   when the ping is not answered in 20 s */
   const char *open_calls_flag; /* what sets max_open_calls, named in refusals (or NULL) */
+  size_t max_receive_bytes;    /* gRPC's resource quota: memory its connections and the
+                                  request bodies being received may take; past it gRPC
+                                  resets calls (RESOURCE_EXHAUSTED at the caller). 0: none */
 } rpc_server_limits;
 
 /* Counters of calls the server turned away, for logs and metrics. */

@@ -325,6 +325,30 @@ static ps_err metrics_serve(pserver_start *st, ps_error *err) {
   return PS_ERR_OK;
 }
 
+/* --max-receive-mb in bytes: as given, or half the memory limit (logged). */
+static size_t receive_limit(const pserver_options *o) {
+  long mib = o->max_receive_mb;
+  char why[96] = "--max-receive-mb";
+  if (mib == 0) {
+    const char *which;
+    long kib = pserver_memory_limit_kib(&which);
+    if (kib <= 0) {
+      LOG_WARN("receive memory: no memory limit could be read: gRPC may hold any amount for "
+               "bodies being received (set --max-receive-mb)");
+      return 0;
+    }
+    mib = kib / 2048;
+    snprintf(why, sizeof why, "--max-receive-mb; half of %s, %ld MiB", which, kib / 1024);
+  }
+  LOG_INFO("receive memory: gRPC may hold %ld MiB for connections and bodies being received "
+           "(%s)", mib, why);
+  if (mib < o->max_message_mb) {
+    LOG_WARN("receive memory: %ld MiB is less than --max-message-mb %ld: a request that large "
+             "would be reset", mib, o->max_message_mb);
+  }
+  return (size_t)mib << 20;
+}
+
 /* What the pserver allows its peers (README "Hostile input"). */
 static rpc_server_limits rpc_limits(const pserver_options *o) {
   return (rpc_server_limits){.max_open_calls = (int)o->max_pending_calls,
@@ -334,7 +358,8 @@ static rpc_server_limits rpc_limits(const pserver_options *o) {
                              /* a held sync push finishes on its old connection */
                              .age_grace_s = o->step_timeout + 30,
                              .keepalive_s = o->keepalive,
-                             .open_calls_flag = "--max-pending-calls"};
+                             .open_calls_flag = "--max-pending-calls",
+                             .max_receive_bytes = receive_limit(o)};
 }
 
 /* Listens, takes the signals on this thread only, says "ready" and serves.

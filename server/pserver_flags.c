@@ -101,6 +101,10 @@ const option_def pserver_option_table[] = {
     {"max-pending-calls", NULL, OPT_INT, OFF(max_pending_calls), "1024",
      "calls open at once (held for a step, reading their body, being answered); more are "
      "refused RESOURCE_EXHAUSTED unread", NULL, .min = 1, .max = 1 << 20},
+    {"max-receive-mb", NULL, OPT_INT, OFF(max_receive_mb), "0",
+     "memory (MiB) gRPC may hold for connections and request bodies being received; past it "
+     "gRPC resets calls, RESOURCE_EXHAUSTED (0: half the memory limit: RAM, cgroup memory.max "
+     "or ulimit -v, the smallest)", NULL, .min = 0, .max = 1 << 24},
     {"max-streams-per-connection", NULL, OPT_INT, OFF(max_streams), "100",
      "calls one connection may have open at once (HTTP/2 streams); more are refused by gRPC",
      NULL, .min = 1, .max = 1 << 20},

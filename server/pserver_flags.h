@@ -39,6 +39,7 @@ typedef struct pserver_options {
   bool check_config;
   /* hostile peers (README "Hostile input") */
   long max_pending_calls;
+  long max_receive_mb;
   long max_streams;
   double max_connection_idle;
   double max_connection_age;

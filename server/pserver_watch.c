@@ -61,6 +61,28 @@ static long cgroup_memory_max_kib(void) {
   return bytes < 0 ? -1 : (long)(bytes / 1024);
 }
 
+long pserver_memory_limit_kib(const char **which) {
+  long limit = -1;
+  *which = "none";
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page > 0) {
+    limit = pages / 1024 * page;
+    *which = "RAM";
+  }
+  long cgroup = cgroup_memory_max_kib();
+  if (cgroup >= 0 && (limit < 0 || cgroup < limit)) {
+    limit = cgroup;
+    *which = "cgroup memory.max";
+  }
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+      (limit < 0 || (long)(rl.rlim_cur / 1024) < limit)) {
+    limit = (long)(rl.rlim_cur / 1024);
+    *which = "RLIMIT_AS";
+  }
+  return limit;
+}
+
 void pserver_watch_init(pserver_watch *w, rpc_server *rpc, pserver_metrics *pm,
                         long max_pending, long fd_limit) {
   memset(w, 0, sizeof *w);

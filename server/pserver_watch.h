@@ -22,6 +22,11 @@ typedef struct pserver_watch {
   rpc_server_stats logged, metered; /* counts at the last log line and metrics update */
 } pserver_watch;
 
+/* The memory this process may use, in KiB: the smallest of physical RAM,
+ * the cgroup's memory.max and RLIMIT_AS; *which names it. -1 when none can
+ * be read. */
+long pserver_memory_limit_kib(const char **which);
+
 /* Reads the limits and logs them; rpc may be NULL (nothing to count). */
 void pserver_watch_init(pserver_watch *w, rpc_server *rpc, pserver_metrics *pm,
                         long max_pending, long fd_limit);

@@ -9,6 +9,11 @@
  *       finish; then a real call must get RESOURCE_EXHAUSTED naming
  *       --max-pending-calls (the pserver run with --max-pending-calls N),
  *       and once the N are closed, an answer of its own again.
+ *   big --target H:P --calls N --mb M
+ *       N PushPull calls of M MiB each (zeros: no trainer sends that) at
+ *       once; prints how many were answered by the pserver's handler and how
+ *       many gRPC reset for its memory quota (RESOURCE_EXHAUSTED); exit 0
+ *       when every call ended one of those two ways.
  *   idle --target H:P --conns N --kind tcp|h2 [--within S] [--hold S]
  *       opens N connections that say nothing (tcp) or speak HTTP/2 but open
  *       no call (h2); with --within, exit 0 when the pserver closed all of
@@ -54,7 +59,7 @@ typedef struct options {
   const char *mode;
   target targets[MAX_TARGETS];
   int target_count;
-  long count, calls, conns, idle, slow;
+  long count, calls, conns, idle, slow, mb;
   double within, hold, seconds, unknown_per_s;
   h2_kind kind;
 } options;
@@ -100,7 +105,7 @@ static void parse(options *o, int argc, char **argv) {
   memset(o, 0, sizeof *o);
   o->count = 200;
   o->kind = H2_IDLE;
-  if (argc < 2) die("usage: soak_client unknown|pending|idle|hostile ... (see the source)");
+  if (argc < 2) die("usage: soak_client unknown|pending|big|idle|hostile ... (see the source)");
   o->mode = argv[1];
   for (int i = 2; i < argc; i++) {
     const char *flag = argv[i];
@@ -109,6 +114,7 @@ static void parse(options *o, int argc, char **argv) {
     if (strcmp(flag, "--target") == 0 || strcmp(flag, "--targets") == 0) parse_targets(o, v);
     else if (strcmp(flag, "--count") == 0) o->count = atol(v);
     else if (strcmp(flag, "--calls") == 0) o->calls = atol(v);
+    else if (strcmp(flag, "--mb") == 0) o->mb = atol(v);
     else if (strcmp(flag, "--conns") == 0) o->conns = atol(v);
     else if (strcmp(flag, "--idle") == 0) o->idle = atol(v);
     else if (strcmp(flag, "--slow") == 0) o->slow = atol(v);
@@ -419,6 +425,48 @@ static int run_hostile(options *o) {
   return u.other == 0 ? 0 : 1;
 }
 
+/* --- large bodies ------------------------------------------------------------ */
+
+static int run_big(options *o) {
+  if (o->calls < 1 || o->calls > 64 || o->mb < 1 || o->mb > 1024) {
+    die("big needs --calls 1..64 and --mb 1..1024");
+  }
+  size_t len = (size_t)o->mb << 20;
+  ps_error err;
+  rpc_client *client;
+  rpc_channel *channel;
+  if (rpc_client_create(&client, NULL, NULL, &err) != PS_ERR_OK ||
+      rpc_channel_open(client, o->targets[0].name, len + 1024, 200, &channel, &err) != PS_ERR_OK) {
+    die("%s", err.msg);
+  }
+  uint8_t *body = calloc(len, 1);
+  rpc_op *ops = calloc((size_t)o->calls, sizeof *ops);
+  if (body == NULL || ops == NULL) die("out of memory for %ld MiB bodies", o->mb);
+  rpc_part part = {body, len, NULL};
+  for (long i = 0; i < o->calls; i++) {
+    ops[i] = (rpc_op){.channel = channel, .method = WIRE_METHOD_PUSH_PULL, .parts = &part,
+                      .part_count = 1, .timeout_s = 120, .wait_for_ready = 1};
+  }
+  rpc_client_call_all(client, ops, (int)o->calls, &err);
+  long answered = 0, reset = 0, other = 0;
+  for (long i = 0; i < o->calls; i++) {
+    /* Zeros from no registered trainer: the handler answers ABORTED. */
+    if (ops[i].code == PS_ERR_ABORTED) answered++;
+    else if (ops[i].code == PS_ERR_RESOURCE_EXHAUSTED) reset++;
+    else {
+      other++;
+      fprintf(stderr, "big: call %ld: %s (%s)\n", i, ps_err_name(ops[i].code), ops[i].message);
+    }
+    rpc_reply_free(&ops[i].reply);
+  }
+  free(ops);
+  free(body);
+  rpc_client_destroy(client);
+  printf("big-result calls=%ld mb=%ld answered=%ld reset=%ld other=%ld\n", o->calls, o->mb,
+         answered, reset, other);
+  return other == 0 ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
   options o;
   parse(&o, argc, argv);
@@ -432,6 +480,7 @@ int main(int argc, char **argv) {
   int status;
   if (strcmp(o.mode, "unknown") == 0) status = run_unknown(&o);
   else if (strcmp(o.mode, "pending") == 0) status = run_pending(&o);
+  else if (strcmp(o.mode, "big") == 0) status = run_big(&o);
   else if (strcmp(o.mode, "idle") == 0) status = run_idle(&o);
   else if (strcmp(o.mode, "hostile") == 0) status = run_hostile(&o);
   else die("unknown mode %s", o.mode);
