@@ -253,6 +253,13 @@ static void call_collect(rpc_client *c, rpc_op *op, call_state *s, int diagnose)
     if (op->code != PS_ERR_OK) {
       char *details = grpc_slice_to_c_string(s->details);
       snprintf(op->message, sizeof op->message, "%s", details != NULL ? details : "");
+      /* HTTP/2 ENHANCE_YOUR_CALM (11): gRPC's memory quota on the server, which says only this. */
+      if (op->code == PS_ERR_RESOURCE_EXHAUSTED && details != NULL &&
+          strstr(details, "RST_STREAM with error code 11") != NULL) {
+        snprintf(op->message, sizeof op->message,
+                 "the server reset the call: it holds too much memory of requests being received "
+                 "(a pserver's --max-receive-mb)");
+      }
       gpr_free(details);
       if (op->code == PS_ERR_TIMEOUT && op->wait_for_ready && diagnose) {
         probe_connection(c, op->channel, op->message, sizeof op->message);

@@ -108,6 +108,7 @@ typedef struct pserver_start {
   pserver_metrics *pm;
   metrics_http *http;
   long fd_limit;              /* RLIMIT_NOFILE in force (-1: none) */
+  size_t receive_limit;       /* --max-receive-mb in bytes, the default worked out (0: none) */
 } pserver_start;
 
 /* Options and log level; returns -1 to go on, else the exit status. */
@@ -212,6 +213,7 @@ static pserver_config service_config(const pserver_start *st) {
                           .max_blocks_per_request = o->max_blocks,
                           .max_registrations = o->max_registrations,
                           .authenticated = st->token[0] != '\0' || o->tls_ca[0] != '\0',
+                          .max_receive_bytes = st->receive_limit,
                           .metrics = st->pm};
 }
 
@@ -350,7 +352,8 @@ static size_t receive_limit(const pserver_options *o) {
 }
 
 /* What the pserver allows its peers (README "Hostile input"). */
-static rpc_server_limits rpc_limits(const pserver_options *o) {
+static rpc_server_limits rpc_limits(const pserver_start *st) {
+  const pserver_options *o = &st->opt;
   return (rpc_server_limits){.max_open_calls = (int)o->max_pending_calls,
                              .max_streams = (int)o->max_streams,
                              .max_idle_s = o->max_connection_idle,
@@ -359,7 +362,7 @@ static rpc_server_limits rpc_limits(const pserver_options *o) {
                              .age_grace_s = o->step_timeout + 30,
                              .keepalive_s = o->keepalive,
                              .open_calls_flag = "--max-pending-calls",
-                             .max_receive_bytes = receive_limit(o)};
+                             .max_receive_bytes = st->receive_limit};
 }
 
 /* Listens, takes the signals on this thread only, says "ready" and serves.
@@ -374,7 +377,7 @@ static int listen_and_serve(pserver_start *st, pserver *ps, const sigset_t *sign
                             .method_count = pserver_method_count, .handler = pserver_handle,
                             .handler_ctx = ps, .threads = (int)st->opt.threads,
                             .max_message_bytes = (size_t)st->opt.max_message_mb << 20,
-                            .token = st->token, .tls = &st->tls, .limits = rpc_limits(&st->opt)};
+                            .token = st->token, .tls = &st->tls, .limits = rpc_limits(st)};
   if (rpc_server_start(&server, &rcfg, &port, &err) != PS_ERR_OK) {
     LOG_ERROR("%s", err.msg);
     return 2;
@@ -473,6 +476,7 @@ int main(int argc, char **argv) {
   } else {
     LOG_INFO("open files: RLIMIT_NOFILE %ld (the hard limit)", st.fd_limit);
   }
+  st.receive_limit = receive_limit(&st.opt);
   static pserver ps;
   if (metrics_prepare(&st, &err) != PS_ERR_OK) {
     LOG_ERROR("%s", err.msg);

@@ -47,6 +47,8 @@ typedef struct pserver_config {
                                  refusals may name values */
   timeline *timeline;         /* --timeline (NULL: none); main closes it after pserver_destroy */
   struct pserver_metrics *metrics; /* --metrics-listen's hooks; NULL without */
+  size_t max_receive_bytes;   /* the RPC server's memory for bodies being received (0: none);
+                                 a job whose step of pushes would not fit is warned about */
 } pserver_config;
 
 typedef struct trainer_state {

@@ -123,6 +123,15 @@ ps_err pserver_configure(pserver *ps, const job_config *job, int trainer, ps_err
            trainer >= 0 ? "trainer" : "checkpoint", trainer, text,
            ps->table.map.shard_blocks[ps->cfg.id], ps->table.map.block_count, ps->table.n,
            (double)ps->table.n * 4 / 1e6);
+  /* A sync step receives every trainer's push at once (dense blocks; rows on top). */
+  double step_bytes = (double)ps->cfg.trainers * (double)ps->table.n *
+                      (double)wire_dtype_size(job->wire_dtype);
+  if (ps->cfg.max_receive_bytes > 0 && step_bytes > (double)ps->cfg.max_receive_bytes) {
+    LOG_WARN("a step's pushes to this pserver (%d trainer(s) x %.1f MB) exceed --max-receive-mb "
+             "%zu: gRPC would reset some of them (RESOURCE_EXHAUSTED); raise it",
+             ps->cfg.trainers, step_bytes / ps->cfg.trainers / 1e6,
+             ps->cfg.max_receive_bytes >> 20);
+  }
   return PS_ERR_OK;
 }
 

@@ -25,6 +25,8 @@
 #    (RESOURCE_EXHAUSTED) and its peak resident memory stays near the quota
 #    (not under ASan, whose quarantine keeps freed bodies); by default (half
 #    the machine's memory) all 4 reach the handler. Either way it serves on.
+#    A job whose pushes exceed the quota is warned about at the job, and its
+#    trainer's reset push names the flag.
 . "$(dirname "$0")/lib.sh"
 require_data
 CLIENT="$BIN/tests/soak_client"
@@ -164,4 +166,13 @@ for quota in 160 0; do
     fail "big $quota: the pserver does not serve after: $out"
   stop_pserver "$P0" "big$quota"
 done
+# A job whose step of pushes does not fit: the pserver warns at the job, the
+# trainer's reset push names the flag.
+start_pservers small 1 --trainers 1 --max-receive-mb 1 || finish
+expect_exit 1 "(a pserver's --max-receive-mb) (RESOURCE_EXHAUSTED)" -- timeout 60 "$BIN/trainer" \
+  --mode pserver --pservers "$PS" --model mlp:784,512,10 --train-samples 1000 --test-samples 100 \
+  --max-steps 2
+grep -q "a step's pushes to this pserver (1 trainer(s) x 1.6 MB) exceed --max-receive-mb 1" \
+  "$SCRATCH/small-s0.log" || fail "small: no warning at the job: $(grep WARN "$SCRATCH/small-s0.log")"
+stop_pserver "${SPIDS[0]}" small
 finish
