@@ -47,7 +47,9 @@ static const struct {
 #define FORMAT_SCHEDULE(v, buf, len) snprintf(buf, len, "%s", lr_schedule_name(v))
 #define FORMAT_UPDATE(v, buf, len) snprintf(buf, len, "%s", update_mode_name(v))
 #define FORMAT_WIRE_DTYPE(v, buf, len) snprintf(buf, len, "%s", wire_dtype_name(v))
-#define FORMAT_DOUBLE(v, buf, len) snprintf(buf, len, "%.17g", v)
+/* -0 is written 0: the same setting, and protobuf (proto3) drops a zero of
+ * either sign, so a job sent with -0 arrives with 0 and must hash alike. */
+#define FORMAT_DOUBLE(v, buf, len) snprintf(buf, len, "%.17g", (v) == 0 ? 0.0 : (v))
 #define FORMAT_INT(v, buf, len) snprintf(buf, len, "%d", v)
 #define FORMAT_LONG(v, buf, len) snprintf(buf, len, "%ld", v)
 #define FORMAT_SLONG(v, buf, len) snprintf(buf, len, "%ld", v)
