@@ -95,42 +95,51 @@ job a --pservers 2 --pserver-args "--log-every 0" && finish_job a
 [ -s "$SCRATCH/a.safetensors" ] || { fail "the uninterrupted run exported nothing"; finish; }
 echo "uninterrupted run: $(elapsed "$t0") s" >&2
 
-# 1. pserver 1 killed at a random step, back from its checkpoint of --checkpoint-every 20.
-kill_at=$((30 + RANDOM % 230))
+# 1. pserver 1 killed at a step, back from its checkpoint of --checkpoint-every 20:
+# kill_pserver_1 NAME KILL_AT LABEL.
 above() { local s; s=$(last_step "$1"); [ -n "$s" ] && [ "$s" -ge "$2" ]; }
-t0=$(date +%s.%N)
-job b --pservers 2 --restart-pservers 1 --restart-delay 0.5 \
-  --pserver-args "--checkpoint-dir $SCRATCH/b.ck --checkpoint-every 20 --log-every 1"
-victim=$(pserver_pid b 1)
-if run_until "$TRAINERS" above "$SCRATCH/b/pserver1.log" "$kill_at"; then
-  killed=$(last_step "$SCRATCH/b/pserver1.log")
+kill_pserver_1() {
+  local name=$1 kill_at=$2 label=$3 killed resumed t
+  t0=$(date +%s.%N)
+  job "$name" --pservers 2 --restart-pservers 1 --restart-delay 0.5 \
+    --pserver-args "--checkpoint-dir $SCRATCH/$name.ck --checkpoint-every 20 --log-every 1"
+  victim=$(pserver_pid "$name" 1)
+  if ! run_until "$TRAINERS" above "$SCRATCH/$name/pserver1.log" "$kill_at"; then
+    fail "$label: the job ended before step $kill_at: $(tail -3 "$SCRATCH/$name.log")"
+    return
+  fi
+  killed=$(last_step "$SCRATCH/$name/pserver1.log")
   kill -KILL "$victim"
   # shellcheck disable=SC2086
   kill -CONT $TRAINERS
-  if finish_job b; then
-    resumed=$(grep -o "resumed from .* at step [0-9]*" "$SCRATCH/b/pserver1.log" | grep -o "[0-9]*$")
-    echo "1. pserver 1 killed at step $killed (aimed at $kill_at), resumed at step ${resumed:-?}; " \
-         "$(grep -ho "recovered in .*" "$SCRATCH/b/trainer0.log" | head -1); $(elapsed "$t0") s" >&2
-    grep -q "pserver 1 was killed by signal 9; restarting it" "$SCRATCH/b.log" ||
-      fail "1: the launcher did not restart pserver 1"
-    # Its newest checkpoint: of step killed / 20 * 20, or an older one if the
-    # writer (which yields to the steps) was not done with it.
-    [ -n "$resumed" ] && [ $((resumed % 20)) -eq 0 ] && [ "$resumed" -le "$killed" ] ||
-      fail "1: pserver 1 resumed at step ${resumed:-?}, not at a checkpoint before $killed"
-    for t in 0 1; do
-      grep -q "step [0-9]*: recovered in" "$SCRATCH/b/trainer$t.log" || fail "1: trainer $t did not recover"
-    done
-    if [ "$resumed" -lt "$killed" ]; then
-      grep -q "rolled back from step [0-9]* to $resumed" "$SCRATCH/b/pserver0.log" ||
-        fail "1: pserver 0 did not roll back to step $resumed"
-      grep -q "every pserver rolled back to step $resumed" "$SCRATCH/b/trainer1.log" ||
-        fail "1: trainer 1 did not go back to step $resumed"
-    fi
-    same_as_uninterrupted b "1 (killed at step $killed)"
+  finish_job "$name" || return
+  resumed=$(grep -o "resumed from .* at step [0-9]*" "$SCRATCH/$name/pserver1.log" | grep -o "[0-9]*$")
+  echo "$label. pserver 1 killed at step $killed (aimed at $kill_at), resumed at step ${resumed:-?}; " \
+       "$(grep -ho "recovered in .*" "$SCRATCH/$name/trainer0.log" | head -1); $(elapsed "$t0") s" >&2
+  grep -q "pserver 1 was killed by signal 9; restarting it" "$SCRATCH/$name.log" ||
+    fail "$label: the launcher did not restart pserver 1"
+  # Its newest checkpoint: of step killed / 20 * 20, or an older one if the
+  # writer (which yields to the steps) was not done with it.
+  [ -n "$resumed" ] && [ $((resumed % 20)) -eq 0 ] && [ "$resumed" -le "$killed" ] ||
+    fail "$label: pserver 1 resumed at step ${resumed:-?}, not at a checkpoint before $killed"
+  for t in 0 1; do
+    grep -q "step [0-9]*: recovered in" "$SCRATCH/$name/trainer$t.log" ||
+      fail "$label: trainer $t did not recover"
+  done
+  if [ "$resumed" -lt "$killed" ]; then
+    grep -q "rolled back from step [0-9]* to $resumed" "$SCRATCH/$name/pserver0.log" ||
+      fail "$label: pserver 0 did not roll back to step $resumed"
+    grep -q "every pserver rolled back to step $resumed" "$SCRATCH/$name/trainer1.log" ||
+      fail "$label: trainer 1 did not go back to step $resumed"
   fi
-else
-  fail "1: the job ended before step $kill_at: $(tail -3 "$SCRATCH/b.log")"
-fi
+  same_as_uninterrupted "$name" "$label (killed at step $killed)"
+}
+kill_pserver_1 b $((30 + RANDOM % 230)) 1
+# At the first epoch's last step (157): trainer 0 is evaluating, its lookups
+# fail; it recovers, goes back with the job and evaluates again later.
+kill_pserver_1 b2 157 1b
+grep -q "pulling (kind 1) at step 157: .*recovering" "$SCRATCH/b2/trainer0.log" ||
+  echo "1b: trainer 0 was not evaluating when pserver 1 died (the kill came before or after)" >&2
 
 # 2. Killed right after its checkpoint of the step it is at: the push is resent.
 kill_at=$((30 + RANDOM % 230))

@@ -182,13 +182,25 @@ ps_err ctr_pserver_lookup(ctr_trainer *t, ps_error *err) {
   struct ctr_pserver *x = t->ps;
   float *rows[CTR_TABLES_MAX] = {t->wide_rows, t->deep != NULL ? t->deep_rows : NULL};
   /* The dense parameters that come along are not used: the model has its own. */
-  return ps_sparse_lookup(&x->sp, x->version, t->dedup.unique, t->dedup.counts,
-                          t->dedup.n_unique, rows, x->params, err);
+  long resume_at;
+  if (ps_sparse_lookup(&x->sp, x->version, t->dedup.unique, t->dedup.counts, t->dedup.n_unique,
+                       rows, x->params, t->settings.opt.recover_timeout, &resume_at,
+                       err) != PS_ERR_OK) {
+    return err->code;
+  }
+  if (resume_at < x->version) {
+    /* A pserver came back from an older checkpoint: the job goes back there. */
+    if (t->prefetch != NULL) ctr_prefetch_discard(t->prefetch);
+    t->rewind_to = resume_at;
+    x->need_pull = 1;
+  }
+  return PS_ERR_OK;
 }
 
 ps_err ctr_pserver_fetch_all(ctr_trainer *t, ps_error *err) {
   struct ctr_pserver *x = t->ps;
-  if (ps_sparse_pull_all(&x->sp, x->version, x->params, err) != PS_ERR_OK ||
+  if (ps_sparse_pull_all(&x->sp, x->version, x->params, t->settings.opt.recover_timeout, err) !=
+          PS_ERR_OK ||
       ctr_model_set_params(t->model, x->params, err) != PS_ERR_OK) {
     return ps_error_set(err, err->code, "--export: %s", err->msg);
   }

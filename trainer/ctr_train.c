@@ -273,6 +273,7 @@ ps_err ctr_trainer_evaluate(ctr_trainer *t, const char *path, double *auc, doubl
     const sparse_dedup *d = &t->dedup;
     if (t->ps != NULL) {
       if ((rc = ctr_pserver_lookup(t, err)) != PS_ERR_OK) break;
+      if (t->rewind_to >= 0) break; /* the job went back: no evaluation now */
     } else {
       sparse_table_lookup(t->wide, d->unique, d->n_unique, t->wide_rows);
       if (t->deep != NULL) sparse_table_lookup(t->deep, d->unique, d->n_unique, t->deep_rows);
@@ -283,6 +284,12 @@ ps_err ctr_trainer_evaluate(ctr_trainer *t, const char *path, double *auc, doubl
     n += (size_t)count;
   }
   ctr_reader_close(r);
+  if (rc == PS_ERR_OK && t->rewind_to >= 0) {
+    free(probs);
+    free(labels);
+    *examples = 0;
+    return PS_ERR_OK;
+  }
   if (rc == PS_ERR_OK && n == 0) {
     rc = ps_error_set(err, PS_ERR_CORRUPT_DATA, "--test-data %s holds no examples", path);
   }
@@ -339,6 +346,7 @@ static ps_err report(ctr_trainer *t, const progress *p, double *auc, double *log
       ctr_trainer_evaluate(t, o->test_data, auc, logloss, &n, err) != PS_ERR_OK) {
     return err->code;
   }
+  if (t->rewind_to >= 0) return PS_ERR_OK; /* the job went back: this report comes again */
   char tables[512]; /* a pserver job's tables are on the pservers, which log them */
   if (t->ps != NULL) {
     ctr_pserver_metrics(t, tables, sizeof tables);
@@ -446,6 +454,7 @@ static ps_err train_epoch(ctr_trainer *t, ctr_prefetch *pf, long epoch, long *gl
                     (double)seen / (now - start - eval_s), now - run_start};
       double auc, logloss;
       FAIL(report(t, &p, &auc, &logloss, err));
+      if (t->rewind_to >= 0) return PS_ERR_OK; /* a pserver came back from an older step */
       timeline_span(t->tl, "evaluation", *global_step - 1, now);
       eval_s += now_s() - now;
       loss_since_report = 0.0;

@@ -88,7 +88,9 @@ int ps_client_recoverable(ps_err code);
  * is step + 1 when the push was resent and params hold the next step's
  * parameters, or an earlier step the job went back to, whose parameters
  * params then hold (with sparse ops: which the caller then pulls, with the
- * keys of that step). */
+ * keys of that step). With grads NULL (a read failed: an evaluation's lookup,
+ * an export) nothing is resent: *resume_at is step when every pserver is at
+ * step (the caller reads again), else the step the job went back to. */
 ps_err ps_client_recover(ps_client *c, long step, const float *grads, float *params,
                          double timeout, long *resume_at, ps_error *err);
 

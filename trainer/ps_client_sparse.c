@@ -216,19 +216,35 @@ ps_err ps_sparse_push_pull(ps_sparse *s, long step, const float *dense_grads,
   return rc;
 }
 
+/* A read failed with rc (err says why): recovers when it may. PS_ERR_OK when
+ * recovered: read again if *resume_at == step, else the job went back there. */
+static ps_err recover_read(ps_sparse *s, long step, ps_err rc, float *params,
+                           double recover_timeout, long *resume_at, ps_error *err) {
+  if (!ps_client_recoverable(rc) || recover_timeout <= 0) return rc;
+  LOG_WARN("%s: recovering (--recover-timeout %.0f s)", err->msg, recover_timeout);
+  return ps_client_recover(s->c, step, NULL, params, recover_timeout, resume_at, err);
+}
+
 ps_err ps_sparse_lookup(ps_sparse *s, long step, const uint64_t *keys, const uint32_t *counts,
-                        size_t n, float *const *out, float *params, ps_error *err) {
-  s->send_grads = NULL;
-  s->send_keys = &s->look;
-  s->want_all = 0;
+                        size_t n, float *const *out, float *params, double recover_timeout,
+                        long *resume_at, ps_error *err) {
+  *resume_at = step;
   /* At most a batch's keys a message: what a pserver accepts. */
   for (size_t at = 0; at < n; at += s->max_keys) {
     size_t chunk = n - at < s->max_keys ? n - at : s->max_keys;
     if (ps_sparse_split(s, &s->look, keys + at, counts != NULL ? counts + at : NULL, chunk, err) !=
-            PS_ERR_OK ||
-        ps_client_pull_kind(s->c, step, PSTRAIN__PULL_KIND__PULL_LOOKUP, params, err) !=
-            PS_ERR_OK) {
+        PS_ERR_OK) {
       return err->code;
+    }
+    for (int tries = 0;; tries++) {
+      s->send_grads = NULL;
+      s->send_keys = &s->look;
+      s->want_all = 0;
+      ps_err rc = ps_client_pull_kind(s->c, step, PSTRAIN__PULL_KIND__PULL_LOOKUP, params, err);
+      if (rc == PS_ERR_OK) break;
+      if (tries > 0) return rc;
+      rc = recover_read(s, step, rc, params, recover_timeout, resume_at, err);
+      if (rc != PS_ERR_OK || *resume_at < step) return rc; /* went back: the caller goes there */
     }
     float *dst[CTR_TABLES_MAX] = {NULL, NULL};
     for (int i = 0; i < s->tables; i++) {
@@ -239,13 +255,25 @@ ps_err ps_sparse_lookup(ps_sparse *s, long step, const uint64_t *keys, const uin
   return PS_ERR_OK;
 }
 
-ps_err ps_sparse_pull_all(ps_sparse *s, long step, float *params, ps_error *err) {
+ps_err ps_sparse_pull_all(ps_sparse *s, long step, float *params, double recover_timeout,
+                          ps_error *err) {
   if (ps_sparse_split(s, &s->look, NULL, NULL, 0, err) != PS_ERR_OK) return err->code;
-  s->send_grads = NULL;
-  s->send_keys = &s->look;
-  s->want_all = 1;
-  for (int i = 0; i < s->tables; i++) s->all[i].n = 0;
-  ps_err rc = ps_client_pull_kind(s->c, step, PSTRAIN__PULL_KIND__PULL_ALL, params, err);
-  s->want_all = 0;
-  return rc;
+  for (int tries = 0;; tries++) {
+    s->send_grads = NULL;
+    s->send_keys = &s->look;
+    s->want_all = 1;
+    for (int i = 0; i < s->tables; i++) s->all[i].n = 0;
+    ps_err rc = ps_client_pull_kind(s->c, step, PSTRAIN__PULL_KIND__PULL_ALL, params, err);
+    s->want_all = 0;
+    long resume_at = step;
+    if (rc == PS_ERR_OK || tries > 0) return rc;
+    rc = recover_read(s, step, rc, params, recover_timeout, &resume_at, err);
+    if (rc != PS_ERR_OK) return rc;
+    if (resume_at < step) {
+      return ps_error_set(err, PS_ERR_ABORTED,
+                          "the pservers went back to step %ld while their rows were read at "
+                          "step %ld",
+                          resume_at, step);
+    }
+  }
 }

@@ -76,11 +76,18 @@ ps_err ps_sparse_push_pull(ps_sparse *s, long step, const float *dense_grads,
                            long *resume_at, ps_error *err);
 
 /* PULL_LOOKUP: read-only rows of n distinct keys into out[table] ((n, dim),
- * batch order; zeros where none); params receives the dense parameters. */
+ * batch order; zeros where none); params receives the dense parameters. A
+ * pserver lost meanwhile (killed, restarted): ps_client_recover within
+ * recover_timeout (0: fail), then the rows are read again when every pserver
+ * is at step; *resume_at is step, or the earlier step the job went back to
+ * (out is then not filled: the caller goes back there). */
 ps_err ps_sparse_lookup(ps_sparse *s, long step, const uint64_t *keys, const uint32_t *counts,
-                        size_t n, float *const *out, float *params, ps_error *err);
+                        size_t n, float *const *out, float *params, double recover_timeout,
+                        long *resume_at, ps_error *err);
 
-/* PULL_ALL: every row of every pserver into s->all, dense into params. */
-ps_err ps_sparse_pull_all(ps_sparse *s, long step, float *params, ps_error *err);
+/* PULL_ALL: every row of every pserver into s->all, dense into params; read
+ * again once after a recovery that left every pserver at step. */
+ps_err ps_sparse_pull_all(ps_sparse *s, long step, float *params, double recover_timeout,
+                          ps_error *err);
 
 #endif
