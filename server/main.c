@@ -339,7 +339,7 @@ static size_t receive_limit(const pserver_options *o) {
                "bodies being received (set --max-receive-mb)");
       return 0;
     }
-    mib = kib / 2048;
+    mib = kib / 2048 > 0 ? kib / 2048 : 1;
     snprintf(why, sizeof why, "--max-receive-mb; half of %s, %ld MiB", which, kib / 1024);
   }
   LOG_INFO("receive memory: gRPC may hold %ld MiB for connections and bodies being received "

@@ -66,7 +66,7 @@ long pserver_memory_limit_kib(const char **which) {
   *which = "none";
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   if (pages > 0 && page > 0) {
-    limit = pages / 1024 * page;
+    limit = pages * (page / 1024);
     *which = "RAM";
   }
   long cgroup = cgroup_memory_max_kib();

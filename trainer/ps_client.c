@@ -470,13 +470,13 @@ ps_err ps_client_recover(ps_client *c, long step, const float *grads, float *par
                         step, lo, hi);
       break;
     }
-    if (rc == PS_ERR_OK && grads == NULL && (c->job.update != UPDATE_SYNC || lo >= step)) {
-      *resume_at = step; /* a read: nothing to resend, the caller reads again */
-      LOG_INFO("step %ld: recovered in %.2f s (%d attempt(s)): every pserver is at the step",
-               step, now_s() - start, attempt);
-      break;
-    }
     if (rc == PS_ERR_OK && (c->job.update != UPDATE_SYNC || lo >= step)) {
+      if (grads == NULL) { /* a read: nothing to resend, the caller reads again */
+        *resume_at = step;
+        LOG_INFO("step %ld: recovered in %.2f s (%d attempt(s)): every pserver is at the step",
+                 step, now_s() - start, attempt);
+        break;
+      }
       /* Every pserver has step's state or the next: the push is resent, and
        * applied once (a pserver past it answers with its parameters). */
       rc = ps_client_push_pull(c, step, grads, params, err);
