@@ -65,6 +65,29 @@ expect_exit 1 "bad.tsv:101: 39 fields" -- "$BIN/trainer" --data "$SCRATCH/bad.ts
 "$BIN/trainer" --data "$SCRATCH/bad.tsv" --model lr --batch 50 --skip-bad-lines \
   --progress-interval 0 2>"$SCRATCH/skip.log" || fail "--skip-bad-lines run failed: $(tail -2 "$SCRATCH/skip.log")"
 grep -q "skipped 1 malformed line" "$SCRATCH/skip.log" || fail "the skipped line was not reported"
+# A bad line in an epoch's last, partial batch stops the job too (it was dropped
+# with every line after it, exit 0); skipped, the rest trains: the export equals
+# that of the file without the line.
+bad_label_at() { # bad_label_at LINES AT OUT: the first LINES of train.tsv, label 2 at line AT
+  head -"$1" "$D/train.tsv" | awk -F'\t' -v OFS='\t' -v at="$2" 'NR == at { $1 = "2" } { print }' >"$3"
+}
+for c in "3000 2900 512" "100 60 512"; do
+  read -r lines at batch <<<"$c"
+  bad_label_at "$lines" "$at" "$SCRATCH/late.tsv"
+  sed "${at}d" "$SCRATCH/late.tsv" >"$SCRATCH/late-clean.tsv"
+  expect_exit 1 "late.tsv:$at: label '2'" -- "$BIN/trainer" --data "$SCRATCH/late.tsv" \
+    --model ctr:4:8 --batch "$batch" --progress-interval 0
+  "$BIN/trainer" --data "$SCRATCH/late.tsv" --model ctr:4:8 --batch "$batch" --skip-bad-lines \
+    --progress-interval 0 --export "$SCRATCH/late.safetensors" 2>"$SCRATCH/late.log" ||
+    fail "--skip-bad-lines, bad line $at of $lines: $(tail -2 "$SCRATCH/late.log")"
+  grep -q "skipped 1 malformed line" "$SCRATCH/late.log" ||
+    fail "bad line $at of $lines: the skipped line was not reported"
+  "$BIN/trainer" --data "$SCRATCH/late-clean.tsv" --model ctr:4:8 --batch "$batch" \
+    --progress-interval 0 --export "$SCRATCH/late-clean.safetensors" 2>"$SCRATCH/late-clean.log" ||
+    fail "the file without line $at: $(tail -2 "$SCRATCH/late-clean.log")"
+  cmp -s "$SCRATCH/late.safetensors" "$SCRATCH/late-clean.safetensors" ||
+    fail "bad line $at of $lines skipped: the model differs from training without the line"
+done
 expect_exit 2 "not a Criteo TSV file" -- "$BIN/trainer" --model lr --data "$DATA"
 expect_exit 2 "--test-data $SCRATCH/none.tsv: cannot read: No such file" -- "$BIN/trainer" --model lr \
   --data "$D/train.tsv" --test-data "$SCRATCH/none.tsv"

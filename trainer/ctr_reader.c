@@ -336,8 +336,10 @@ ps_err ctr_reader_next(ctr_reader *r, ctr_example *out, int max, int *count, ps_
       ps_error status = r->status;
       pthread_mutex_unlock(&r->mu);
       if (empty) {
-        /* Examples before a bad line go out first; the error on the next call. */
-        if (got == 0 && status.code != PS_ERR_OK) {
+        /* A short count means the end of the pass, so a pass stopped by a
+         * bad line fails the call it leaves short, not the next one: a
+         * caller taking its epoch's last (partial) batch never asks again. */
+        if (status.code != PS_ERR_OK) {
           if (err != NULL) *err = status;
           return status.code;
         }

@@ -28,7 +28,9 @@ typedef struct ctr_reader ctr_reader;
 ps_err ctr_reader_open(ctr_reader **out, const char *path, const ctr_reader_options *opt,
                        ps_error *err);
 
-/* Up to max next examples of this shard into out; *count 0 at the end. */
+/* Up to max next examples of this shard into out; *count below max only at
+ * the end of the pass (0 after it). A pass stopped by a bad line fails the
+ * first call it cannot fill, *count 0. */
 ps_err ctr_reader_next(ctr_reader *r, ctr_example *out, int max, int *count, ps_error *err);
 
 /* Starts again from the file's first line (the next epoch). */
