@@ -38,22 +38,34 @@ static ps_err parse_sizes(const char *text, const char *p, model_desc *desc, int
   }
 }
 
-/* "ctr:DIM:H1,H2,...": the MLP maps 26 * DIM + 13 inputs through H1, H2, ... to one logit. */
-static ps_err parse_ctr(const char *text, model_desc *desc, ps_error *err) {
-  const char *p = text + 4;
+/* The models --model names, one line each: the name and the shape its
+ * text describes (mlp: IN,H1,...,OUT; ctr: DIM:H1,H2,...; lr: nothing). */
+static const struct {
+  const char *name;
+  model_kind kind;
+  const char *example; /* for the message of a text that is none of them */
+} registry[] = {
+    {"mlp", MODEL_MLP, "mlp:784,256,128,10"},
+    {"ctr", MODEL_CTR, "ctr:16:256,128"},
+    {"lr", MODEL_LR, "lr"},
+};
+#define REGISTRY_SIZE (sizeof registry / sizeof registry[0])
+
+/* "NAME:DIM:H1,H2,...": the MLP maps 26 * DIM + 13 inputs through H1, H2, ... to one logit. */
+static ps_err parse_ctr(const char *text, const char *p, model_desc *desc, ps_error *err) {
   char *end;
   errno = 0;
   long dim = strtol(p, &end, 10);
   if (end == p || errno != 0 || *end != ':') {
     return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
-                        "model '%s': expected ctr:DIM:H1,H2,... (e.g. ctr:16:256,128)", text);
+                        "model '%s': expected %s:DIM:H1,H2,... (e.g. %s:16:256,128)", text,
+                        desc->name, desc->name);
   }
   if (dim < 1 || dim > MODEL_MAX_EMBED_DIM) {
     return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
                         "model '%s': embedding dimension %ld is outside 1..%d", text, dim,
                         MODEL_MAX_EMBED_DIM);
   }
-  desc->kind = MODEL_CTR;
   desc->embed_dim = (int)dim;
   desc->sizes[0] = CTR_CAT_FIELDS * (int)dim + CTR_DENSE_FIELDS;
   int n = 1;
@@ -67,21 +79,9 @@ static ps_err parse_ctr(const char *text, model_desc *desc, ps_error *err) {
   return PS_ERR_OK;
 }
 
-ps_err model_parse(const char *text, model_desc *desc, ps_error *err) {
-  memset(desc, 0, sizeof *desc);
-  if (strcmp(text, "lr") == 0) {
-    desc->kind = MODEL_LR;
-    return PS_ERR_OK;
-  }
-  if (strncmp(text, "ctr:", 4) == 0) return parse_ctr(text, desc, err);
-  if (strncmp(text, "mlp:", 4) != 0) {
-    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
-                        "model '%s': expected mlp:IN,HIDDEN...,OUT (e.g. mlp:784,256,128,10), "
-                        "ctr:DIM:H1,H2,... (e.g. ctr:16:256,128) or lr",
-                        text);
-  }
+static ps_err parse_mlp(const char *text, const char *p, model_desc *desc, ps_error *err) {
   int n = 0;
-  if (parse_sizes(text, text + 4, desc, &n, err) != PS_ERR_OK) return err->code;
+  if (parse_sizes(text, p, desc, &n, err) != PS_ERR_OK) return err->code;
   if (n < 2) {
     return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
                         "model '%s': needs at least an input and an output size", text);
@@ -90,19 +90,44 @@ ps_err model_parse(const char *text, model_desc *desc, ps_error *err) {
   return PS_ERR_OK;
 }
 
+ps_err model_parse(const char *text, model_desc *desc, ps_error *err) {
+  memset(desc, 0, sizeof *desc);
+  for (size_t i = 0; i < REGISTRY_SIZE; i++) {
+    size_t len = strlen(registry[i].name);
+    if (strncmp(text, registry[i].name, len) != 0) continue;
+    const char *rest = text + len;
+    int sized = registry[i].kind != MODEL_LR; /* lr takes no sizes */
+    if (sized ? *rest != ':' : *rest != '\0') continue;
+    snprintf(desc->name, sizeof desc->name, "%s", registry[i].name);
+    desc->kind = registry[i].kind;
+    if (desc->kind == MODEL_CTR) return parse_ctr(text, rest + 1, desc, err);
+    if (desc->kind == MODEL_MLP) return parse_mlp(text, rest + 1, desc, err);
+    return PS_ERR_OK;
+  }
+  char expected[256];
+  size_t used = 0;
+  for (size_t i = 0; i < REGISTRY_SIZE && used < sizeof expected; i++) {
+    used += (size_t)snprintf(expected + used, sizeof expected - used, "%s%s",
+                             i == 0 ? "" : i + 1 == REGISTRY_SIZE ? " or " : ", ",
+                             registry[i].example);
+  }
+  return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "model '%s': expected %s", text,
+                      expected);
+}
+
 void model_format(const model_desc *desc, char *buf, size_t len) {
   if (desc->kind == MODEL_LR) {
-    snprintf(buf, len, "lr");
+    snprintf(buf, len, "%s", desc->name);
     return;
   }
   int first = 0, last = desc->num_layers;
   size_t used;
   if (desc->kind == MODEL_CTR) {
-    used = (size_t)snprintf(buf, len, "ctr:%d:", desc->embed_dim);
+    used = (size_t)snprintf(buf, len, "%s:%d:", desc->name, desc->embed_dim);
     first = 1; /* the input width and the one output follow from the kind */
     last = desc->num_layers - 1;
   } else {
-    used = (size_t)snprintf(buf, len, "mlp:");
+    used = (size_t)snprintf(buf, len, "%s:", desc->name);
   }
   for (int i = first; i <= last && used < len; i++) {
     used += (size_t)snprintf(buf + used, len - used, i == first ? "%d" : ",%d", desc->sizes[i]);

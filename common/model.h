@@ -21,21 +21,25 @@
 #define CTR_CAT_FIELDS 26
 #define CTR_DENSE_FIELDS 13
 
-/* MLP: an image classifier. CTR: Wide&Deep over Criteo examples (a wide
- * table of one weight per feature key, an embedding table of embed_dim per
- * key, an MLP over the 26 embeddings and 13 dense features). LR: the wide
- * part alone. */
+/* The shape of a model's parameters, which is all a pserver needs to know.
+ * MLP: an image classifier. CTR: a wide table of one weight per feature key,
+ * an embedding table of embed_dim per key and an MLP over the 26 embeddings
+ * and 13 dense features (Wide&Deep, DeepFM). LR: the wide table alone. */
 typedef enum { MODEL_MLP, MODEL_CTR, MODEL_LR } model_kind;
 
+#define MODEL_NAME_MAX 16
+
 typedef struct model_desc {
+  char name[MODEL_NAME_MAX];          /* as in --model: "mlp", "ctr", "deepfm", "lr" */
   model_kind kind;
   int embed_dim;                      /* CTR: floats per embedding row; else 0 */
   int num_layers;                     /* fully connected layers (0 for LR) */
   int sizes[MODEL_MAX_LAYERS + 1];    /* sizes[0] inputs ... sizes[num_layers] outputs */
 } model_desc;
 
-/* Parses "mlp:IN,H1,...,OUT" (at least one layer), "ctr:DIM:H1,H2,..." (the
- * MLP's input is 26 * DIM + 13, its output one logit) or "lr". */
+/* Parses "mlp:IN,H1,...,OUT" (at least one layer), "NAME:DIM:H1,H2,..." for
+ * a model of the CTR shape (ctr, deepfm: the MLP's input is 26 * DIM + 13,
+ * its output one logit) or "lr". The names are model.c's registry. */
 ps_err model_parse(const char *text, model_desc *desc, ps_error *err);
 
 /* Writes the canonical text form, e.g. "mlp:784,256,128,10". */

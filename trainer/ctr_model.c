@@ -11,6 +11,7 @@
 #include "trainer/ctr_model.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,6 +48,7 @@ ps_err ctr_model_create(ctr_model **out, const model_desc *desc, backend *be, in
      * as model_init_params does for the whole CTR layout. */
     model_desc mlp_desc = *desc;
     mlp_desc.kind = MODEL_MLP;
+    snprintf(mlp_desc.name, sizeof mlp_desc.name, "mlp");
     mlp_desc.embed_dim = 0;
     if (mlp_create(&m->deep, &mlp_desc, be, max_batch, seed, err) != PS_ERR_OK) goto fail;
     /* Borrowed: gathered straight into the MLP's input activations where
