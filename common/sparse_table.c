@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "common/copy_row.h"
 #include "common/optimizer_math.h"
 #include "common/sparse_table_internal.h"
 
@@ -271,19 +272,6 @@ static inline void prefetch_row(const sparse_table *t, uint32_t r) {
   const float *row = st_row(t, r);
   __builtin_prefetch(row);
   __builtin_prefetch(row + t->row_floats - 1); /* a row spans two lines */
-}
-
-/* A libc call per row costs more than copying the few bytes of a wide
- * weight or a 16-float embedding: the usual widths copy a constant size,
- * which the compiler inlines. */
-static inline void copy_row(float *restrict dst, const float *restrict src, size_t dim) {
-  switch (dim) {
-  case 1: *dst = *src; break;
-  case 8: memcpy(dst, src, 8 * sizeof(float)); break;
-  case 16: memcpy(dst, src, 16 * sizeof(float)); break;
-  case 32: memcpy(dst, src, 32 * sizeof(float)); break;
-  default: memcpy(dst, src, dim * sizeof(float)); break;
-  }
 }
 
 /* Room in t->scratch for the rows of n keys. */

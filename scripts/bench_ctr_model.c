@@ -1,5 +1,5 @@
 /* The CTR model's compute alone, the ceiling for the local trainer: one step
- * is ctr_model forward + backward + the dense optimizer (Adam) on a batch of
+ * is the model's forward + backward + the dense optimizer (Adam) on a batch of
  * random examples whose slots point at random rows (no tables, no reader, no
  * row optimizer). Also runs the MLP's part of the same step alone (input
  * upload, GEMMs and kernels, logits download, backward from dlogits with the
@@ -14,24 +14,24 @@
 #include "common/log.h"
 #include "common/rng.h"
 #include "trainer/backend.h"
-#include "trainer/ctr_model.h"
+#include "trainer/model/ctr_core.h"
 
 #define ROUNDS 5
 #define UNIQUE_PER_EXAMPLE 12 /* about 6k distinct keys in a Criteo batch of 512 */
 
 typedef struct bench {
-  ctr_model *m;
-  ctr_batch b;
-  float *wide_grads, *deep_grads;
+  model *m;
+  model_batch b;
+  float *row_grads[MODEL_TABLES_MAX];
   optimizer_config opt;
   long step;
 } bench;
 
 static int full_step(bench *s, ps_error *err) {
   double loss = 0;
-  if (ctr_model_forward(s->m, &s->b, 1, &loss, NULL, err) != PS_ERR_OK ||
-      ctr_model_backward(s->m, &s->b, s->wide_grads, s->deep_grads, err) != PS_ERR_OK ||
-      ctr_model_apply_optimizer(s->m, &s->opt, s->step++, err) != PS_ERR_OK) {
+  if (model_forward(s->m, &s->b, 1, &loss, NULL, err) != PS_ERR_OK ||
+      model_backward(s->m, &s->b, s->row_grads, err) != PS_ERR_OK ||
+      model_apply_optimizer(s->m, &s->opt, s->step++, err) != PS_ERR_OK) {
     return -1;
   }
   return 0;
@@ -39,11 +39,12 @@ static int full_step(bench *s, ps_error *err) {
 
 /* What full_step does on the MLP, without the host work around it. */
 static int mlp_step(bench *s, ps_error *err) {
-  mlp *d = s->m->deep;
+  ctr_core *c = (ctr_core *)s->m;
+  mlp *d = c->deep;
   int n = s->b.size;
   if (mlp_load_inputs(d, n, err) != PS_ERR_OK || mlp_forward_logits(d, n, err) != PS_ERR_OK ||
-      mlp_get_logits(d, n, s->m->logits, err) != PS_ERR_OK ||
-      mlp_backward_from(d, n, s->m->dlogits, s->m->dinputs, err) != PS_ERR_OK ||
+      mlp_get_logits(d, n, c->logits, err) != PS_ERR_OK ||
+      mlp_backward_from(d, n, c->dlogits, c->dinputs, err) != PS_ERR_OK ||
       mlp_apply_optimizer(d, &s->opt, s->step++, err) != PS_ERR_OK) {
     return -1;
   }
@@ -88,7 +89,7 @@ int main(int argc, char **argv) {
   bench s = {.opt = {.kind = OPTIMIZER_ADAM, .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999,
                      .epsilon = 1e-8, .schedule = LR_CONSTANT}};
   if (backend_open(&be, argc == 6 ? argv[5] : "cpu", threads, -1, &err) != PS_ERR_OK ||
-      ctr_model_create(&s.m, &desc, be, batch, 1, &err) != PS_ERR_OK) {
+      model_create(&s.m, &desc, be, batch, 1, &err) != PS_ERR_OK) {
     fprintf(stderr, "bench_ctr_model: %s\n", err.msg);
     return 1;
   }
@@ -96,9 +97,9 @@ int main(int argc, char **argv) {
   ctr_example *ex = calloc((size_t)batch, sizeof *ex);
   uint32_t *slot = malloc((size_t)batch * CTR_CAT_FIELDS * sizeof *slot);
   float *wide = malloc(unique * sizeof *wide), *deep = malloc(unique * dim * sizeof *deep);
-  s.wide_grads = malloc(unique * sizeof(float));
-  s.deep_grads = malloc(unique * dim * sizeof(float));
-  if (!ex || !slot || !wide || !deep || !s.wide_grads || !s.deep_grads) {
+  s.row_grads[CTR_TABLE_WIDE] = malloc(unique * sizeof(float));
+  s.row_grads[CTR_TABLE_EMBEDDING] = malloc(unique * dim * sizeof(float));
+  if (!ex || !slot || !wide || !deep || !s.row_grads[0] || !s.row_grads[1]) {
     fprintf(stderr, "bench_ctr_model: out of memory for the batch\n");
     return 1;
   }
@@ -111,8 +112,8 @@ int main(int argc, char **argv) {
   for (int i = 0; i < batch * CTR_CAT_FIELDS; i++) slot[i] = (uint32_t)(rng_next(&r) % unique);
   for (size_t i = 0; i < unique; i++) wide[i] = 0.01f * (float)(rng_next(&r) % 11) - 0.05f;
   for (size_t i = 0; i < unique * dim; i++) deep[i] = 0.01f * (float)(rng_next(&r) % 11) - 0.05f;
-  s.b = (ctr_batch){.size = batch, .examples = ex, .slot = slot, .unique = unique,
-                    .wide_rows = wide, .deep_rows = deep};
+  s.b = (model_batch){.size = batch, .examples = ex, .slot = slot, .unique = unique,
+                      .rows = {wide, deep}};
 
   /* Interleaved rounds, the best of each: other load on the machine slows
    * single rounds, and would otherwise fall on one side of the difference. */
@@ -136,9 +137,9 @@ int main(int argc, char **argv) {
   free(slot);
   free(wide);
   free(deep);
-  free(s.wide_grads);
-  free(s.deep_grads);
-  ctr_model_destroy(s.m);
+  free(s.row_grads[CTR_TABLE_WIDE]);
+  free(s.row_grads[CTR_TABLE_EMBEDDING]);
+  model_destroy(s.m);
   backend_destroy(be);
   return 0;
 }

@@ -1,5 +1,5 @@
 /* The CTR models' gradients and loss: central differences of the batch's
- * mean logloss against ctr_model_backward for every dense parameter
+ * mean logloss against model_backward for every dense parameter
  * (fc*, wide.bias), every wide row and every deep row, on a batch whose keys
  * repeat across examples and fields (so the summing of a key's gradients is
  * checked); the loss and probabilities against a double-precision reference
@@ -14,7 +14,7 @@
 
 #include "common/rng.h"
 #include "tests/check.h"
-#include "trainer/ctr_model.h"
+#include "trainer/model/ctr_core.h"
 
 #define BATCH 5
 #define KEYS 7 /* distinct keys: 130 (example, field) pairs share them */
@@ -23,12 +23,12 @@
 #define FIELDS CTR_CAT_FIELDS
 
 typedef struct fixture {
-  ctr_model *m;
+  model *m;
   ctr_example ex[BATCH];
   uint32_t slot[BATCH * FIELDS];
   float wide[KEYS], deep[KEYS * DIM];
   float *params; /* (layout.total) host copy */
-  ctr_batch b;
+  model_batch b;
   unsigned char mask[BATCH * 64];
 } fixture;
 
@@ -36,13 +36,13 @@ static float uniform(rng *r, float lo, float hi) {
   return lo + (hi - lo) * (float)(rng_next(r) >> 40) / 16777216.0f;
 }
 
-static void fixture_init(fixture *fx, const char *model, uint64_t seed) {
+static void fixture_init(fixture *fx, const char *model_text, uint64_t seed) {
   ps_error err;
   model_desc d;
-  REQUIRE(model_parse(model, &d, &err) == PS_ERR_OK);
+  REQUIRE(model_parse(model_text, &d, &err) == PS_ERR_OK);
   backend *be;
   REQUIRE(backend_cpu_create(&be, 1, &err) == PS_ERR_OK);
-  REQUIRE(ctr_model_create(&fx->m, &d, be, BATCH, 3, &err) == PS_ERR_OK);
+  REQUIRE(model_create(&fx->m, &d, be, BATCH, 3, &err) == PS_ERR_OK);
   rng r;
   rng_seed(&r, seed, 0);
   for (int i = 0; i < BATCH; i++) {
@@ -52,25 +52,25 @@ static void fixture_init(fixture *fx, const char *model, uint64_t seed) {
   for (int i = 0; i < BATCH * FIELDS; i++) fx->slot[i] = (uint32_t)(rng_next(&r) % KEYS);
   for (int k = 0; k < KEYS; k++) fx->wide[k] = uniform(&r, -0.2f, 0.2f);
   for (int k = 0; k < KEYS * DIM; k++) fx->deep[k] = uniform(&r, -0.5f, 0.5f);
-  fx->b = (ctr_batch){.size = BATCH, .examples = fx->ex, .slot = fx->slot, .unique = KEYS,
-                      .wide_rows = fx->wide, .deep_rows = fx->m->deep ? fx->deep : NULL};
+  fx->b = (model_batch){.size = BATCH, .examples = fx->ex, .slot = fx->slot, .unique = KEYS,
+                        .rows = {fx->wide, fx->m->tables > 1 ? fx->deep : NULL}};
   /* Non-zero biases so their gradients flow through ReLUs on both sides. */
   const tensor_layout *lay = &fx->m->layout;
   fx->params = malloc(lay->total * sizeof(float));
   REQUIRE(fx->params != NULL);
-  REQUIRE(ctr_model_get_params(fx->m, fx->params, &err) == PS_ERR_OK);
+  REQUIRE(model_get_params(fx->m, fx->params, &err) == PS_ERR_OK);
   for (int t = 0; t < lay->count; t++) {
     if (lay->tensors[t].rank != 1) continue;
     for (size_t i = 0; i < lay->tensors[t].count; i++) {
       fx->params[lay->tensors[t].offset + i] = uniform(&r, -0.05f, 0.05f);
     }
   }
-  REQUIRE(ctr_model_set_params(fx->m, fx->params, &err) == PS_ERR_OK);
+  REQUIRE(model_set_params(fx->m, fx->params, &err) == PS_ERR_OK);
 }
 
 static void fixture_free(fixture *fx) {
   backend *be = fx->m->be;
-  ctr_model_destroy(fx->m);
+  model_destroy(fx->m);
   backend_destroy(be);
   free(fx->params);
 }
@@ -80,8 +80,8 @@ static void fixture_free(fixture *fx) {
 static double batch_loss(fixture *fx, int record, int *flipped) {
   ps_error err;
   double sum = 0;
-  REQUIRE(ctr_model_forward(fx->m, &fx->b, 0, &sum, NULL, &err) == PS_ERR_OK);
-  mlp *deep = fx->m->deep;
+  REQUIRE(model_forward(fx->m, &fx->b, 0, &sum, NULL, &err) == PS_ERR_OK);
+  mlp *deep = ((ctr_core *)fx->m)->deep;
   if (deep != NULL) {
     /* Each hidden layer's first BATCH rows (CPU backend: host memory). */
     size_t at = 0;
@@ -103,13 +103,13 @@ static double numeric(fixture *fx, float *p, int is_param, int *flipped) {
   ps_error err;
   float saved = *p;
   *p = saved + H;
-  if (is_param) REQUIRE(ctr_model_set_params(fx->m, fx->params, &err) == PS_ERR_OK);
+  if (is_param) REQUIRE(model_set_params(fx->m, fx->params, &err) == PS_ERR_OK);
   double plus = batch_loss(fx, 0, flipped);
   *p = saved - H;
-  if (is_param) REQUIRE(ctr_model_set_params(fx->m, fx->params, &err) == PS_ERR_OK);
+  if (is_param) REQUIRE(model_set_params(fx->m, fx->params, &err) == PS_ERR_OK);
   double minus = batch_loss(fx, 0, flipped);
   *p = saved;
-  if (is_param) REQUIRE(ctr_model_set_params(fx->m, fx->params, &err) == PS_ERR_OK);
+  if (is_param) REQUIRE(model_set_params(fx->m, fx->params, &err) == PS_ERR_OK);
   return (plus - minus) / (2.0 * H);
 }
 
@@ -135,9 +135,9 @@ static int check_values(fixture *fx, const char *name, float *vals, const float 
   return skipped;
 }
 
-static void gradcheck(const char *model) {
+static void gradcheck(const char *model_text) {
   fixture fx;
-  fixture_init(&fx, model, 5);
+  fixture_init(&fx, model_text, 5);
   ps_error err;
   const tensor_layout *lay = &fx.m->layout;
   size_t n = lay->total;
@@ -145,9 +145,9 @@ static void gradcheck(const char *model) {
   float wide_grads[KEYS], deep_grads[KEYS * DIM];
   REQUIRE(grads != NULL);
   double loss_sum = 0;
-  REQUIRE(ctr_model_forward(fx.m, &fx.b, 1, &loss_sum, NULL, &err) == PS_ERR_OK);
-  REQUIRE(ctr_model_backward(fx.m, &fx.b, wide_grads, deep_grads, &err) == PS_ERR_OK);
-  REQUIRE(ctr_model_get_grads(fx.m, grads, &err) == PS_ERR_OK);
+  REQUIRE(model_forward(fx.m, &fx.b, 1, &loss_sum, NULL, &err) == PS_ERR_OK);
+  REQUIRE(model_backward(fx.m, &fx.b, (float *[]){wide_grads, deep_grads}, &err) == PS_ERR_OK);
+  REQUIRE(model_get_grads(fx.m, grads, &err) == PS_ERR_OK);
 
   int flipped = 0, skipped = 0;
   CHECK_NEAR(batch_loss(&fx, 1, &flipped), loss_sum / BATCH, 1e-12);
@@ -158,12 +158,12 @@ static void gradcheck(const char *model) {
   }
   skipped += check_values(&fx, "wide_rows", fx.wide, wide_grads, KEYS, 0);
   size_t checked = n + KEYS;
-  if (fx.m->deep != NULL) {
+  if (fx.m->tables > 1) {
     skipped += check_values(&fx, "deep_rows", fx.deep, deep_grads, KEYS * DIM, 0);
     checked += KEYS * DIM;
   }
   CHECK(skipped * 100 <= 5 * (int)checked);
-  fprintf(stderr, "%s: checked %zu values, %d skipped at a ReLU kink\n", model, checked, skipped);
+  fprintf(stderr, "%s: checked %zu values, %d skipped at a ReLU kink\n", model_text, checked, skipped);
   free(grads);
   fixture_free(&fx);
 }
@@ -204,13 +204,13 @@ static double reference_loss(const fixture *fx, double *probs) {
   return loss / BATCH;
 }
 
-static void check_loss(const char *model) {
+static void check_loss(const char *model_text) {
   fixture fx;
-  fixture_init(&fx, model, 9);
+  fixture_init(&fx, model_text, 9);
   ps_error err;
   double sum = 0, ref_probs[BATCH];
   float probs[BATCH];
-  REQUIRE(ctr_model_forward(fx.m, &fx.b, 0, &sum, probs, &err) == PS_ERR_OK);
+  REQUIRE(model_forward(fx.m, &fx.b, 0, &sum, probs, &err) == PS_ERR_OK);
   double ref = reference_loss(&fx, ref_probs);
   CHECK_NEAR(sum / BATCH, ref, 1e-5 * fabs(ref));
   for (int i = 0; i < BATCH; i++) {
@@ -234,7 +234,7 @@ static void check_lr_closed_form(void) {
   fx.wide[1] = 0.5f;
   fx.wide[2] = -0.25f;
   fx.params[0] = 0.1f;
-  REQUIRE(ctr_model_set_params(fx.m, fx.params, &err) == PS_ERR_OK);
+  REQUIRE(model_set_params(fx.m, fx.params, &err) == PS_ERR_OK);
   double loss = 0, dw[KEYS] = {0}, dbias = 0;
   for (int i = 0; i < BATCH; i++) {
     double z = i == 0 ? 0.1 + 0.5 - 0.25 + 24 * (double)0.01f : 0.1 + 26 * (double)0.01f;
@@ -245,9 +245,9 @@ static void check_lr_closed_form(void) {
   }
   double sum = 0;
   float wide_grads[KEYS], grad_bias;
-  REQUIRE(ctr_model_forward(fx.m, &fx.b, 1, &sum, NULL, &err) == PS_ERR_OK);
-  REQUIRE(ctr_model_backward(fx.m, &fx.b, wide_grads, NULL, &err) == PS_ERR_OK);
-  REQUIRE(ctr_model_get_grads(fx.m, &grad_bias, &err) == PS_ERR_OK);
+  REQUIRE(model_forward(fx.m, &fx.b, 1, &sum, NULL, &err) == PS_ERR_OK);
+  REQUIRE(model_backward(fx.m, &fx.b, (float *[]){wide_grads, NULL}, &err) == PS_ERR_OK);
+  REQUIRE(model_get_grads(fx.m, &grad_bias, &err) == PS_ERR_OK);
   CHECK_NEAR(sum, loss, 1e-6 * loss);
   /* Float32 sums of up to 130 terms against double: a few ulps. */
   CHECK_NEAR(grad_bias, dbias, 1e-6);
@@ -269,13 +269,13 @@ static void check_optimizer_and_state(void) {
   float wide_grads[KEYS], deep_grads[KEYS * DIM];
   REQUIRE(before && after && grads && state && state2);
   double sum = 0;
-  REQUIRE(ctr_model_forward(fx.m, &fx.b, 1, &sum, NULL, &err) == PS_ERR_OK);
-  REQUIRE(ctr_model_backward(fx.m, &fx.b, wide_grads, deep_grads, &err) == PS_ERR_OK);
-  REQUIRE(ctr_model_get_grads(fx.m, grads, &err) == PS_ERR_OK);
-  REQUIRE(ctr_model_get_params(fx.m, before, &err) == PS_ERR_OK);
+  REQUIRE(model_forward(fx.m, &fx.b, 1, &sum, NULL, &err) == PS_ERR_OK);
+  REQUIRE(model_backward(fx.m, &fx.b, (float *[]){wide_grads, deep_grads}, &err) == PS_ERR_OK);
+  REQUIRE(model_get_grads(fx.m, grads, &err) == PS_ERR_OK);
+  REQUIRE(model_get_params(fx.m, before, &err) == PS_ERR_OK);
   optimizer_config sgd = {.kind = OPTIMIZER_SGD, .lr = 0.5, .schedule = LR_CONSTANT};
-  REQUIRE(ctr_model_apply_optimizer(fx.m, &sgd, 0, &err) == PS_ERR_OK);
-  REQUIRE(ctr_model_get_params(fx.m, after, &err) == PS_ERR_OK);
+  REQUIRE(model_apply_optimizer(fx.m, &sgd, 0, &err) == PS_ERR_OK);
+  REQUIRE(model_get_params(fx.m, after, &err) == PS_ERR_OK);
   int moved_wrong = 0;
   for (size_t i = 0; i < n; i++) moved_wrong += fabsf(after[i] - (before[i] - 0.5f * grads[i])) > 1e-6f;
   CHECK_EQ_INT(moved_wrong, 0);
@@ -283,16 +283,16 @@ static void check_optimizer_and_state(void) {
 
   optimizer_config adam = {.kind = OPTIMIZER_ADAM, .lr = 0.01, .beta1 = 0.9, .beta2 = 0.999,
                            .epsilon = 1e-8, .schedule = LR_CONSTANT};
-  REQUIRE(ctr_model_apply_optimizer(fx.m, &adam, 0, &err) == PS_ERR_OK);
-  REQUIRE(ctr_model_get_state(fx.m, state, &err) == PS_ERR_OK);
+  REQUIRE(model_apply_optimizer(fx.m, &adam, 0, &err) == PS_ERR_OK);
+  REQUIRE(model_get_state(fx.m, state, &err) == PS_ERR_OK);
   /* m = (1 - beta1) g and v = (1 - beta2) g^2 after one step from zero. */
   CHECK_NEAR(state[n - 1], 0.1 * grads[n - 1], 1e-6);
   CHECK_NEAR(state[2 * n - 1], 0.001 * grads[n - 1] * grads[n - 1], 1e-9);
   CHECK_NEAR(state[0], 0.1 * grads[0], 1e-6);
   CHECK_NEAR(state[n], 0.001 * grads[0] * grads[0], 1e-9);
   for (size_t i = 0; i < 2 * n; i++) state[i] += 1.0f;
-  REQUIRE(ctr_model_set_state(fx.m, state, &err) == PS_ERR_OK);
-  REQUIRE(ctr_model_get_state(fx.m, state2, &err) == PS_ERR_OK);
+  REQUIRE(model_set_state(fx.m, state, &err) == PS_ERR_OK);
+  REQUIRE(model_get_state(fx.m, state2, &err) == PS_ERR_OK);
   CHECK(memcmp(state, state2, 2 * n * sizeof(float)) == 0);
   free(before);
   free(after);
@@ -308,24 +308,24 @@ static void check_refusals(void) {
   ps_error err;
   float wide_grads[KEYS], deep_grads[KEYS * DIM];
   double sum = 0;
-  CHECK_EQ_INT(ctr_model_backward(fx.m, &fx.b, wide_grads, deep_grads, &err),
+  CHECK_EQ_INT(model_backward(fx.m, &fx.b, (float *[]){wide_grads, deep_grads}, &err),
                PS_ERR_FAILED_PRECONDITION);
-  REQUIRE(ctr_model_forward(fx.m, &fx.b, 0, &sum, NULL, &err) == PS_ERR_OK);
-  CHECK_EQ_INT(ctr_model_backward(fx.m, &fx.b, wide_grads, deep_grads, &err),
+  REQUIRE(model_forward(fx.m, &fx.b, 0, &sum, NULL, &err) == PS_ERR_OK);
+  CHECK_EQ_INT(model_backward(fx.m, &fx.b, (float *[]){wide_grads, deep_grads}, &err),
                PS_ERR_FAILED_PRECONDITION);
   fx.slot[7] = KEYS;
-  CHECK_EQ_INT(ctr_model_forward(fx.m, &fx.b, 1, &sum, NULL, &err), PS_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(model_forward(fx.m, &fx.b, 1, &sum, NULL, &err), PS_ERR_INVALID_ARGUMENT);
   CHECK_CONTAINS(err.msg, "is outside the batch's 7 distinct keys");
   fx.slot[7] = 0;
   fx.b.size = BATCH + 1;
-  CHECK_EQ_INT(ctr_model_forward(fx.m, &fx.b, 1, &sum, NULL, &err), PS_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(model_forward(fx.m, &fx.b, 1, &sum, NULL, &err), PS_ERR_INVALID_ARGUMENT);
   fx.b.size = BATCH;
-  fx.b.deep_rows = NULL;
-  CHECK_EQ_INT(ctr_model_forward(fx.m, &fx.b, 1, &sum, NULL, &err), PS_ERR_INVALID_ARGUMENT);
+  fx.b.rows[CTR_TABLE_EMBEDDING] = NULL;
+  CHECK_EQ_INT(model_forward(fx.m, &fx.b, 1, &sum, NULL, &err), PS_ERR_INVALID_ARGUMENT);
   model_desc mlp_desc;
-  ctr_model *m;
+  model *m;
   REQUIRE(model_parse("mlp:4,2", &mlp_desc, &err) == PS_ERR_OK);
-  CHECK_EQ_INT(ctr_model_create(&m, &mlp_desc, fx.m->be, 4, 1, &err), PS_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(model_create(&m, &mlp_desc, fx.m->be, 4, 1, &err), PS_ERR_INVALID_ARGUMENT);
   fixture_free(&fx);
 }
 

@@ -69,16 +69,16 @@ ps_err ctr_checkpoint_write(ctr_trainer *t, long step, ps_error *err) {
   size_t n = t->model->layout.total;
   float *dense = malloc(3 * n * sizeof *dense);
   if (dense == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "checkpoint: out of memory");
-  table_dump dumps[2];
+  table_dump dumps[MODEL_TABLES_MAX];
   memset(dumps, 0, sizeof dumps);
-  const sparse_table *tables[2] = {t->wide, t->deep};
+  sparse_table *const *tables = t->tables;
   safetensors_tensor parts[MAX_PARTS];
   int count = 0;
-  ps_err rc = ctr_model_get_params(t->model, dense, err);
-  if (rc == PS_ERR_OK) rc = ctr_model_get_state(t->model, dense + n, err);
+  ps_err rc = model_get_params(t->model, dense, err);
+  if (rc == PS_ERR_OK) rc = model_get_state(t->model, dense + n, err);
   parts[count++] = safetensors_tensor_of("dense", "params", SAFETENSORS_F32, n, 0, dense);
   parts[count++] = safetensors_tensor_of("dense", "state", SAFETENSORS_F32, 2 * n, 0, dense + n);
-  for (int i = 0; i < 2 && rc == PS_ERR_OK && tables[i] != NULL; i++) {
+  for (int i = 0; i < t->model->tables && rc == PS_ERR_OK; i++) {
     if ((rc = table_dump_take(tables[i], 1, &dumps[i], err)) != PS_ERR_OK) break;
     const char *name = sparse_table_config_of(tables[i])->name;
     table_dump *d = &dumps[i];
@@ -99,7 +99,7 @@ ps_err ctr_checkpoint_write(ctr_trainer *t, long step, ps_error *err) {
     rc = checkpoint_write_tensors(t->settings.opt.checkpoint_dir, CTR_PREFIX, CTR_FORMAT, step,
                                   &job, extra, parts, count, err);
   }
-  for (int i = 0; i < 2; i++) table_dump_free(&dumps[i]);
+  for (int i = 0; i < MODEL_TABLES_MAX; i++) table_dump_free(&dumps[i]);
   free(dense);
   return rc;
 }
@@ -169,10 +169,11 @@ ps_err ctr_checkpoint_resume(ctr_trainer *t, ps_error *err) {
       params == NULL ? NULL
                      : find(&f, path, "dense", "state", SAFETENSORS_F32, 2 * (long)n, 0, err);
   ps_err rc = state == NULL ? err->code : PS_ERR_OK;
-  if (rc == PS_ERR_OK) rc = load_table(t->wide, &f, path, err);
-  if (rc == PS_ERR_OK && t->deep != NULL) rc = load_table(t->deep, &f, path, err);
-  if (rc == PS_ERR_OK) rc = ctr_model_set_params(t->model, params->data, err);
-  if (rc == PS_ERR_OK) rc = ctr_model_set_state(t->model, state->data, err);
+  for (int i = 0; i < t->model->tables && rc == PS_ERR_OK; i++) {
+    rc = load_table(t->tables[i], &f, path, err);
+  }
+  if (rc == PS_ERR_OK) rc = model_set_params(t->model, params->data, err);
+  if (rc == PS_ERR_OK) rc = model_set_state(t->model, state->data, err);
   safetensors_file_free(&f);
   if (rc != PS_ERR_OK) return rc;
   t->start_step = step;
@@ -185,14 +186,14 @@ ps_err ctr_export(ctr_trainer *t, const char *path, ps_error *err) {
   const tensor_layout *layout = &t->model->layout;
   float *dense = malloc((layout->total > 0 ? layout->total : 1) * sizeof *dense);
   safetensors_tensor *parts = calloc((size_t)layout->count + 4, sizeof *parts);
-  table_dump dumps[2];
+  table_dump dumps[MODEL_TABLES_MAX];
   memset(dumps, 0, sizeof dumps);
   if (dense == NULL || parts == NULL) {
     free(dense);
     free(parts);
     return ps_error_set(err, PS_ERR_NO_MEMORY, "--export: out of memory");
   }
-  ps_err rc = ctr_model_get_params(t->model, dense, err);
+  ps_err rc = model_get_params(t->model, dense, err);
   int count = 0;
   for (int i = 0; i < layout->count; i++) {
     const tensor_info *info = &layout->tensors[i];
@@ -200,8 +201,8 @@ ps_err ctr_export(ctr_trainer *t, const char *path, ps_error *err) {
                         info->rank == 2 ? info->shape[1] : 0, dense + info->offset);
     count++;
   }
-  const sparse_table *tables[2] = {t->wide, t->deep};
-  for (int i = 0; i < 2 && rc == PS_ERR_OK && tables[i] != NULL; i++) {
+  sparse_table *const *tables = t->tables;
+  for (int i = 0; i < t->model->tables && rc == PS_ERR_OK; i++) {
     if ((rc = table_dump_take(tables[i], 0, &dumps[i], err)) != PS_ERR_OK) break;
     const char *name = sparse_table_config_of(tables[i])->name;
     parts[count++] = safetensors_tensor_of(name, "keys", SAFETENSORS_U64,
@@ -211,13 +212,13 @@ ps_err ctr_export(ctr_trainer *t, const char *path, ps_error *err) {
                           dumps[i].values);
   }
   if (rc == PS_ERR_OK) {
-    char model[256];
-    model_format(&t->settings.model, model, sizeof model);
-    const char *metadata[] = {"format", "pt", "model", model, "producer", "pstrain", NULL};
+    char model_text[256];
+    model_format(&t->settings.model, model_text, sizeof model_text);
+    const char *metadata[] = {"format", "pt", "model", model_text, "producer", "pstrain", NULL};
     rc = safetensors_write_tensors(path, parts, count, metadata, 0, err);
   }
   if (rc == PS_ERR_OK) LOG_INFO("exported the model and its tables to %s", path);
-  for (int i = 0; i < 2; i++) table_dump_free(&dumps[i]);
+  for (int i = 0; i < MODEL_TABLES_MAX; i++) table_dump_free(&dumps[i]);
   free(parts);
   free(dense);
   return rc;

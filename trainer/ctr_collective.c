@@ -15,9 +15,11 @@
 
 #define FIELDS CRITEO_CAT_FIELDS
 
-/* Floats per deep row; 0 for lr. */
-static size_t embed_dim(const ctr_trainer *t) {
-  return t->deep != NULL ? (size_t)t->settings.model.embed_dim : 0;
+/* Floats per key in the gradients' exchange: one row of each table. */
+static size_t floats_per_key(const ctr_trainer *t) {
+  size_t per = 0;
+  for (int i = 0; i < t->model->tables; i++) per += (size_t)t->model->dim[i];
+  return per;
 }
 
 struct ctr_exchange {
@@ -30,9 +32,9 @@ struct ctr_exchange {
   uint32_t *all_slot;            /* their index in the union */
   sparse_dedup uni;              /* the union, in rank order */
   uint32_t *counts;              /* the union's summed occurrences */
-  float *wide_rows, *deep_rows;  /* the union's rows as pulled */
-  float *wide_grads, *deep_grads; /* the union's gradients, summed over ranks */
-  float *send, *recv;            /* (max_keys, 1 + DIM), (ranks * max_keys, 1 + DIM) */
+  float *rows[MODEL_TABLES_MAX];  /* the union's rows as pulled, per table */
+  float *grads[MODEL_TABLES_MAX]; /* the union's gradients, summed over ranks */
+  float *send, *recv;            /* (max_keys, per key), (ranks * max_keys, per key) */
   float *dense;                  /* (layout.total) the dense gradients */
   double bytes, seconds;         /* sent + received, and time in steps, since the start */
   long steps;
@@ -112,11 +114,11 @@ ps_err ctr_collective_ready(ctr_trainer *t, ps_error *err) {
       collective_check_agreement(&x->coll, config, err) != PS_ERR_OK) {
     return err->code;
   }
-  const size_t ranks = (size_t)t->ranks, dim = embed_dim(t);
+  const size_t ranks = (size_t)t->ranks, per = floats_per_key(t);
   x->max_keys = (size_t)t->settings.opt.batch * FIELDS;
   size_t all = ranks * x->max_keys;
   /* Before allocating: a batch too large is that, not "out of memory". */
-  if (all * (1 + dim) > (size_t)INT32_MAX) {
+  if (all * per > (size_t)INT32_MAX) {
     return ps_error_set(err, PS_ERR_OUT_OF_RANGE,
                         "collective mode: --batch %ld on %d ranks exchanges more values than an "
                         "MPI count holds",
@@ -130,17 +132,18 @@ ps_err ctr_collective_ready(ctr_trainer *t, ps_error *err) {
   x->all_counts = calloc(all, sizeof *x->all_counts);
   x->all_slot = calloc(all, sizeof *x->all_slot);
   x->counts = calloc(all, sizeof *x->counts);
-  x->wide_rows = calloc(all, sizeof(float));
-  x->wide_grads = calloc(all, sizeof(float));
-  x->deep_rows = calloc(all * dim + 1, sizeof(float));
-  x->deep_grads = calloc(all * dim + 1, sizeof(float));
-  x->send = calloc(x->max_keys * (1 + dim), sizeof(float));
-  x->recv = calloc(all * (1 + dim), sizeof(float));
+  int ok = 1;
+  for (int i = 0; i < t->model->tables; i++) {
+    x->rows[i] = calloc(all * (size_t)t->model->dim[i], sizeof(float));
+    x->grads[i] = calloc(all * (size_t)t->model->dim[i], sizeof(float));
+    ok = ok && x->rows[i] != NULL && x->grads[i] != NULL;
+  }
+  x->send = calloc(x->max_keys * per, sizeof(float));
+  x->recv = calloc(all * per, sizeof(float));
   x->dense = calloc(t->model->layout.total, sizeof(float));
-  if (x->recv_counts == NULL || x->displs == NULL || x->sizes == NULL || x->all_keys == NULL ||
-      x->all_counts == NULL || x->all_slot == NULL || x->counts == NULL || x->wide_rows == NULL ||
-      x->wide_grads == NULL || x->deep_rows == NULL || x->deep_grads == NULL || x->send == NULL ||
-      x->recv == NULL || x->dense == NULL) {
+  if (!ok || x->recv_counts == NULL || x->displs == NULL || x->sizes == NULL ||
+      x->all_keys == NULL || x->all_counts == NULL || x->all_slot == NULL || x->counts == NULL ||
+      x->send == NULL || x->recv == NULL || x->dense == NULL) {
     return ps_error_set(err, PS_ERR_NO_MEMORY,
                         "collective mode: out of memory for the exchange of %zu keys", all);
   }
@@ -189,10 +192,15 @@ static ps_err gather_keys(ctr_trainer *t, int count, long long *total, ps_error 
 /* Step (7): every rank's gradients, summed in rank order into the union's. */
 static ps_err gather_grads(ctr_trainer *t, size_t mine, ps_error *err) {
   struct ctr_exchange *x = t->exchange;
-  const size_t dim = embed_dim(t), per = 1 + dim;
+  const int tables = t->model->tables;
+  const size_t per = floats_per_key(t);
   for (size_t j = 0; j < mine; j++) {
-    x->send[j * per] = t->wide_grads[j];
-    if (dim > 0) memcpy(x->send + j * per + 1, t->deep_grads + j * dim, dim * sizeof(float));
+    float *to = x->send + j * per;
+    for (int i = 0; i < tables; i++) {
+      const size_t dim = (size_t)t->model->dim[i];
+      memcpy(to, t->row_grads[i] + j * dim, dim * sizeof(float));
+      to += dim;
+    }
   }
   size_t values = layout_gather(x, t->ranks, per);
   MPI_TRY(err, "gathering the sparse gradients",
@@ -200,15 +208,19 @@ static ps_err gather_grads(ctr_trainer *t, size_t mine, ps_error *err) {
                          x->displs, MPI_FLOAT, MPI_COMM_WORLD));
   x->bytes += (double)(values - mine * per) * 4.0 + (double)(mine * per) * 4.0 * (t->ranks - 1);
   const size_t u = x->uni.n_unique;
-  memset(x->wide_grads, 0, u * sizeof(float));
-  if (dim > 0) memset(x->deep_grads, 0, u * dim * sizeof(float));
+  for (int i = 0; i < tables; i++) {
+    memset(x->grads[i], 0, u * (size_t)t->model->dim[i] * sizeof(float));
+  }
   /* The keys come in the order gather_keys received them. */
-  for (size_t i = 0; i < values / per; i++) {
-    const float *g = x->recv + i * per;
-    const uint32_t s = x->all_slot[i];
-    x->wide_grads[s] += g[0];
-    float *row = x->deep_grads + (size_t)s * dim;
-    for (size_t k = 0; k < dim; k++) row[k] += g[1 + k];
+  for (size_t k = 0; k < values / per; k++) {
+    const float *g = x->recv + k * per;
+    const uint32_t s = x->all_slot[k];
+    for (int i = 0; i < tables; i++) {
+      const size_t dim = (size_t)t->model->dim[i];
+      float *row = x->grads[i] + (size_t)s * dim;
+      for (size_t c = 0; c < dim; c++) row[c] += g[c];
+      g += dim;
+    }
   }
   return PS_ERR_OK;
 }
@@ -219,7 +231,7 @@ static ps_err sum_dense(ctr_trainer *t, float scale, int computed, ps_error *err
   struct ctr_exchange *x = t->exchange;
   const size_t n = t->model->layout.total;
   if (computed) {
-    if (ctr_model_get_grads(t->model, x->dense, err) != PS_ERR_OK) return err->code;
+    if (model_get_grads(t->model, x->dense, err) != PS_ERR_OK) return err->code;
     for (size_t i = 0; i < n; i++) x->dense[i] *= scale;
   } else {
     memset(x->dense, 0, n * sizeof(float));
@@ -227,49 +239,53 @@ static ps_err sum_dense(ctr_trainer *t, float scale, int computed, ps_error *err
   MPI_TRY(err, "summing the dense gradients",
           MPI_Allreduce(MPI_IN_PLACE, x->dense, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
   x->bytes += 2.0 * 2.0 * (double)(t->ranks - 1) / t->ranks * (double)n * 4.0;
-  return ctr_model_set_grads(t->model, x->dense, err);
+  return model_set_grads(t->model, x->dense, err);
 }
 
 ps_err ctr_collective_step(ctr_trainer *t, int count, long step, double *loss_sum,
                            ps_error *err) {
   struct ctr_exchange *x = t->exchange;
-  const size_t dim = embed_dim(t);
+  const int tables = t->model->tables;
   const double start = now_s(), bytes_before = x->bytes;
   long long total = 0;
   if (gather_keys(t, count, &total, err) != PS_ERR_OK) return err->code;
   if (total == 0) return PS_ERR_OK; /* no rank had examples: nothing to learn */
   const size_t u = x->uni.n_unique, mine = count > 0 ? t->dedup.n_unique : 0;
-  if (sparse_table_pull(t->wide, x->uni.unique, u, x->counts, step, x->wide_rows, err) !=
-          PS_ERR_OK ||
-      (dim > 0 && sparse_table_pull(t->deep, x->uni.unique, u, x->counts, step, x->deep_rows,
-                                    err) != PS_ERR_OK)) {
-    return err->code;
+  for (int i = 0; i < tables; i++) {
+    if (sparse_table_pull(t->tables[i], x->uni.unique, u, x->counts, step, x->rows[i], err) !=
+        PS_ERR_OK) {
+      return err->code;
+    }
   }
   const size_t first = (size_t)x->displs[t->rank]; /* this rank's keys among all */
-  for (size_t j = 0; j < mine; j++) {
-    const uint32_t s = x->all_slot[first + j];
-    t->wide_rows[j] = x->wide_rows[s];
-    if (dim > 0) memcpy(t->deep_rows + j * dim, x->deep_rows + (size_t)s * dim, dim * sizeof(float));
+  for (int i = 0; i < tables; i++) {
+    const size_t dim = (size_t)t->model->dim[i];
+    for (size_t j = 0; j < mine; j++) {
+      const uint32_t s = x->all_slot[first + j];
+      memcpy(t->rows[i] + j * dim, x->rows[i] + (size_t)s * dim, dim * sizeof(float));
+    }
   }
   /* Each rank's share of the global batch's mean loss. */
   const float scale = (float)((double)count / (double)total);
   if (count > 0) {
-    ctr_batch b = {.size = count, .examples = t->examples, .slot = t->slot, .unique = mine,
-                   .wide_rows = t->wide_rows, .deep_rows = dim > 0 ? t->deep_rows : NULL};
-    if (ctr_model_forward(t->model, &b, 1, loss_sum, NULL, err) != PS_ERR_OK ||
-        ctr_model_backward(t->model, &b, t->wide_grads, dim > 0 ? t->deep_grads : NULL, err) !=
-            PS_ERR_OK) {
+    model_batch b = ctr_batch_of(t, count);
+    if (model_forward(t->model, &b, 1, loss_sum, NULL, err) != PS_ERR_OK ||
+        model_backward(t->model, &b, t->row_grads, err) != PS_ERR_OK) {
       return err->code;
     }
-    for (size_t j = 0; j < mine; j++) t->wide_grads[j] *= scale;
-    for (size_t j = 0; j < mine * dim; j++) t->deep_grads[j] *= scale;
+    for (int i = 0; i < tables; i++) {
+      float *g = t->row_grads[i];
+      for (size_t j = 0; j < mine * (size_t)t->model->dim[i]; j++) g[j] *= scale;
+    }
   }
   if (gather_grads(t, mine, err) != PS_ERR_OK || sum_dense(t, scale, count > 0, err) != PS_ERR_OK ||
-      ctr_model_apply_optimizer(t->model, &t->settings.optimizer, step, err) != PS_ERR_OK ||
-      sparse_table_push(t->wide, x->uni.unique, u, x->wide_grads, step, err) != PS_ERR_OK ||
-      (dim > 0 &&
-       sparse_table_push(t->deep, x->uni.unique, u, x->deep_grads, step, err) != PS_ERR_OK)) {
+      model_apply_optimizer(t->model, &t->settings.optimizer, step, err) != PS_ERR_OK) {
     return err->code;
+  }
+  for (int i = 0; i < tables; i++) {
+    if (sparse_table_push(t->tables[i], x->uni.unique, u, x->grads[i], step, err) != PS_ERR_OK) {
+      return err->code;
+    }
   }
   x->steps++;
   x->seconds += now_s() - start;
@@ -302,10 +318,10 @@ void ctr_collective_stop(ctr_trainer *t) {
   free(x->all_counts);
   free(x->all_slot);
   free(x->counts);
-  free(x->wide_rows);
-  free(x->wide_grads);
-  free(x->deep_rows);
-  free(x->deep_grads);
+  for (int i = 0; i < MODEL_TABLES_MAX; i++) {
+    free(x->rows[i]);
+    free(x->grads[i]);
+  }
   free(x->send);
   free(x->recv);
   free(x->dense);

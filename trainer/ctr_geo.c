@@ -102,7 +102,7 @@ static ps_err reserve(ctr_geo *g, size_t need, ps_error *err) {
 static ps_err note_touched(ctr_geo *g, const ctr_trainer *t, ps_error *err) {
   const sparse_dedup *d = &t->dedup;
   if (reserve(g, g->n + d->n_unique, err) != PS_ERR_OK) return err->code;
-  const float *rows[CTR_TABLES_MAX] = {t->wide_rows, t->deep_rows};
+  float *const *rows = t->rows;
   for (size_t j = 0; j < d->n_unique; j++) {
     int found;
     size_t s = slot_of(g, d->unique[j], &found);
@@ -196,7 +196,7 @@ static void group_changes(ctr_geo *g) {
 static ps_err exchange(ctr_geo *g, ctr_trainer *t, long done, ps_error *err) {
   ps_client *c = g->c;
   group_changes(g);
-  if (ctr_model_get_params(t->model, g->dense_fresh, err) != PS_ERR_OK) return err->code;
+  if (model_get_params(t->model, g->dense_fresh, err) != PS_ERR_OK) return err->code;
   for (size_t i = 0; i < g->total; i++) g->dense_change[i] = g->dense_fresh[i] - g->dense_base[i];
   c->sparse = &g->ops;
   ps_err rc = ps_client_push_pull(c, done, g->dense_change, g->dense_fresh, err);
@@ -214,7 +214,7 @@ static ps_err exchange(ctr_geo *g, ctr_trainer *t, long done, ps_error *err) {
       return err->code;
     }
   }
-  if (ctr_model_set_params(t->model, g->dense_fresh, err) != PS_ERR_OK) return err->code;
+  if (model_set_params(t->model, g->dense_fresh, err) != PS_ERR_OK) return err->code;
   memcpy(g->dense_base, g->dense_fresh, g->total * sizeof(float));
   memset(g->slots, 0, g->slot_cap * sizeof *g->slots);
   g->n = 0;
@@ -272,10 +272,9 @@ ps_err ctr_geo_create(ctr_geo **out, ctr_trainer *t, ps_client *c, ps_error *err
   g->eval_ops = c->sparse;
   g->ops = (ps_client_sparse_ops){.ctx = g, .append = geo_append, .take = geo_take};
   g->tables = ctr_table_count(&c->job.model);
-  sparse_table *tables[CTR_TABLES_MAX] = {t->wide, t->deep};
   for (int i = 0; i < g->tables; i++) {
-    g->local[i] = tables[i];
-    g->dim[i] = (size_t)sparse_table_config_of(tables[i])->dim;
+    g->local[i] = t->tables[i];
+    g->dim[i] = (size_t)sparse_table_config_of(t->tables[i])->dim;
   }
   g->pservers = c->job.pservers;
   g->steps = c->job.steps;
@@ -294,7 +293,7 @@ ps_err ctr_geo_create(ctr_geo **out, ctr_trainer *t, ps_client *c, ps_error *err
   /* A batch's keys to start with; more as the interval touches them. */
   if (reserve(g, (size_t)c->job.batch * CTR_CAT_FIELDS, err) != PS_ERR_OK ||
       ps_client_pull(c, g->dense_fresh, err) != PS_ERR_OK ||
-      ctr_model_set_params(t->model, g->dense_fresh, err) != PS_ERR_OK) {
+      model_set_params(t->model, g->dense_fresh, err) != PS_ERR_OK) {
     ctr_geo_destroy(g);
     return err->code;
   }

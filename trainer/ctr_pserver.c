@@ -76,7 +76,7 @@ ps_err ctr_pserver_start(ctr_trainer *t, ps_error *err) {
  * went back) or arrived with the last push's reply. */
 static ps_err rows_of_step(ctr_trainer *t, size_t n, long step, ps_error *err) {
   struct ctr_pserver *x = t->ps;
-  float *rows[CTR_TABLES_MAX] = {t->wide_rows, t->deep != NULL ? t->deep_rows : NULL};
+  float **rows = t->rows;
   if (!x->need_pull) {
     for (int i = 0; i < x->sp.tables; i++) {
       memcpy(rows[i], x->next_rows[i], n * (size_t)x->sp.dim[i] * sizeof(float));
@@ -91,7 +91,7 @@ static ps_err rows_of_step(ctr_trainer *t, size_t n, long step, ps_error *err) {
   ps_sparse_scatter(&x->sp, &x->sp.next, rows);
   x->need_pull = 0;
   x->version = step;
-  return ctr_model_set_params(t->model, x->params, err);
+  return model_set_params(t->model, x->params, err);
 }
 
 /* This trainer's share of the global batch's mean loss, relative to the 1/N
@@ -112,7 +112,7 @@ ps_err ctr_pserver_step(ctr_trainer *t, int count, long step, double *loss_sum, 
     x->version = step + 1;
     return ctr_geo_step(x->geo, t, count, step, loss_sum, &x->seconds, err);
   }
-  const size_t n = count > 0 ? t->dedup.n_unique : 0, dim = t->deep != NULL ? x->sp.dim[1] : 0;
+  const size_t n = count > 0 ? t->dedup.n_unique : 0;
   const size_t total = t->model->layout.total;
   if (rows_of_step(t, n, step, err) != PS_ERR_OK) return err->code;
   /* sp.next holds this batch's keys split by pserver (the last push or the
@@ -122,19 +122,19 @@ ps_err ctr_pserver_step(ctr_trainer *t, int count, long step, double *loss_sum, 
   x->sp.next = split;
   double computing = now_s();
   if (count > 0) {
-    ctr_batch b = {.size = count, .examples = t->examples, .slot = t->slot, .unique = n,
-                   .wide_rows = t->wide_rows, .deep_rows = dim > 0 ? t->deep_rows : NULL};
-    if (ctr_model_forward(t->model, &b, 1, loss_sum, NULL, err) != PS_ERR_OK ||
-        ctr_model_backward(t->model, &b, t->wide_grads, dim > 0 ? t->deep_grads : NULL, err) !=
-            PS_ERR_OK ||
-        ctr_model_get_grads(t->model, x->grads, err) != PS_ERR_OK) {
+    model_batch b = ctr_batch_of(t, count);
+    if (model_forward(t->model, &b, 1, loss_sum, NULL, err) != PS_ERR_OK ||
+        model_backward(t->model, &b, t->row_grads, err) != PS_ERR_OK ||
+        model_get_grads(t->model, x->grads, err) != PS_ERR_OK) {
       return err->code;
     }
     const float scale = grad_scale(t, count, step);
     if (scale != 1.0f) {
       for (size_t j = 0; j < total; j++) x->grads[j] *= scale;
-      for (size_t j = 0; j < n; j++) t->wide_grads[j] *= scale;
-      for (size_t j = 0; j < n * dim; j++) t->deep_grads[j] *= scale;
+      for (int i = 0; i < x->sp.tables; i++) {
+        float *g = t->row_grads[i];
+        for (size_t j = 0; j < n * (size_t)x->sp.dim[i]; j++) g[j] *= scale;
+      }
     }
   } else {
     memset(x->grads, 0, total * sizeof(float));
@@ -157,10 +157,9 @@ ps_err ctr_pserver_step(ctr_trainer *t, int count, long step, double *loss_sum, 
   if (ps_sparse_split(&x->sp, &x->sp.next, next, next_counts, next_n, err) != PS_ERR_OK) {
     return err->code;
   }
-  float *grads[CTR_TABLES_MAX] = {t->wide_grads, t->deep_grads};
   double start = now_s();
   long resume_at;
-  if (ps_sparse_push_pull(&x->sp, step, x->grads, grads, x->params,
+  if (ps_sparse_push_pull(&x->sp, step, x->grads, t->row_grads, x->params,
                           t->settings.opt.recover_timeout, &resume_at, err) != PS_ERR_OK) {
     return err->code;
   }
@@ -175,16 +174,15 @@ ps_err ctr_pserver_step(ctr_trainer *t, int count, long step, double *loss_sum, 
   }
   x->version = resume_at;
   ps_sparse_scatter(&x->sp, &x->sp.next, x->next_rows);
-  return ctr_model_set_params(t->model, x->params, err);
+  return model_set_params(t->model, x->params, err);
 }
 
 ps_err ctr_pserver_lookup(ctr_trainer *t, ps_error *err) {
   struct ctr_pserver *x = t->ps;
-  float *rows[CTR_TABLES_MAX] = {t->wide_rows, t->deep != NULL ? t->deep_rows : NULL};
   /* The dense parameters that come along are not used: the model has its own. */
   long resume_at;
   if (ps_sparse_lookup(&x->sp, x->version, t->dedup.unique, t->dedup.counts, t->dedup.n_unique,
-                       rows, x->params, t->settings.opt.recover_timeout, &resume_at,
+                       t->rows, x->params, t->settings.opt.recover_timeout, &resume_at,
                        err) != PS_ERR_OK) {
     return err->code;
   }
@@ -201,13 +199,12 @@ ps_err ctr_pserver_fetch_all(ctr_trainer *t, ps_error *err) {
   struct ctr_pserver *x = t->ps;
   if (ps_sparse_pull_all(&x->sp, x->version, x->params, t->settings.opt.recover_timeout, err) !=
           PS_ERR_OK ||
-      ctr_model_set_params(t->model, x->params, err) != PS_ERR_OK) {
+      model_set_params(t->model, x->params, err) != PS_ERR_OK) {
     return ps_error_set(err, err->code, "--export: %s", err->msg);
   }
-  sparse_table *tables[CTR_TABLES_MAX] = {t->wide, t->deep};
   for (int i = 0; i < x->sp.tables; i++) {
     const ps_sparse_dump *a = &x->sp.all[i];
-    if (sparse_table_load(tables[i], a->n, a->keys, a->rows, NULL, NULL, err) != PS_ERR_OK) {
+    if (sparse_table_load(t->tables[i], a->n, a->keys, a->rows, NULL, NULL, err) != PS_ERR_OK) {
       return ps_error_set(err, err->code, "--export: the pservers' rows: %s", err->msg);
     }
   }

@@ -45,11 +45,10 @@ static ps_err tables_create(ctr_trainer *t, ps_error *err) {
   job_config job;
   ctr_trainer_job(t, &job);
   size_t max_bytes = (size_t)(t->settings.opt.max_table_mb * 1024.0 * 1024.0);
-  sparse_table **tables[CTR_TABLES_MAX] = {&t->wide, &t->deep};
-  for (int i = 0; i < ctr_table_count(&job.model); i++) {
+  for (int i = 0; i < t->model->tables; i++) {
     sparse_table_config c;
     ctr_table_config(&job, i, max_bytes, &c);
-    if (sparse_table_create(tables[i], &c, err) != PS_ERR_OK) return err->code;
+    if (sparse_table_create(&t->tables[i], &c, err) != PS_ERR_OK) return err->code;
   }
   return PS_ERR_OK;
 }
@@ -123,20 +122,19 @@ ps_err ctr_trainer_init(ctr_trainer *t, const trainer_settings *settings, ps_err
   }
   if (backend_open(&t->be, o->device, (int)o->threads, (int)o->gpu, err) != PS_ERR_OK) goto fail;
   int max_batch = o->batch > EVAL_BATCH ? (int)o->batch : EVAL_BATCH;
-  if (ctr_model_create(&t->model, m, t->be, max_batch, (uint64_t)o->seed, err) != PS_ERR_OK ||
+  if (model_create(&t->model, m, t->be, max_batch, (uint64_t)o->seed, err) != PS_ERR_OK ||
       tables_create(t, err) != PS_ERR_OK) {
     goto fail;
   }
   size_t keys = (size_t)max_batch * FIELDS;
-  size_t dim = m->kind == MODEL_CTR ? (size_t)m->embed_dim : 0;
   int ok = 1;
   t->examples = alloc_array((size_t)max_batch, sizeof *t->examples, &ok);
   t->keys = alloc_array(keys, sizeof *t->keys, &ok);
   t->slot = alloc_array(keys, sizeof *t->slot, &ok);
-  t->wide_rows = alloc_array(keys, sizeof(float), &ok);
-  t->wide_grads = alloc_array(keys, sizeof(float), &ok);
-  t->deep_rows = alloc_array(keys * dim, sizeof(float), &ok);
-  t->deep_grads = alloc_array(keys * dim, sizeof(float), &ok);
+  for (int i = 0; i < t->model->tables; i++) {
+    t->rows[i] = alloc_array(keys * (size_t)t->model->dim[i], sizeof(float), &ok);
+    t->row_grads[i] = alloc_array(keys * (size_t)t->model->dim[i], sizeof(float), &ok);
+  }
   if (!ok) {
     ps_error_set(err, PS_ERR_NO_MEMORY, "out of memory for batches of %d", max_batch);
     goto fail;
@@ -173,9 +171,12 @@ void ctr_trainer_free(ctr_trainer *t) {
   ctr_pserver_stop(t);
   timeline_close(t->tl);
   if (t->train != NULL) ctr_reader_close(t->train);
-  sparse_table_destroy(t->wide);
-  sparse_table_destroy(t->deep);
-  ctr_model_destroy(t->model);
+  for (int i = 0; i < MODEL_TABLES_MAX; i++) {
+    sparse_table_destroy(t->tables[i]);
+    free(t->rows[i]);
+    free(t->row_grads[i]);
+  }
+  model_destroy(t->model);
   backend_destroy(t->be);
   if (t->metrics != NULL && fclose(t->metrics) != 0) {
     LOG_ERROR("closing the metrics file: %s", strerror(errno));
@@ -184,10 +185,6 @@ void ctr_trainer_free(ctr_trainer *t) {
   free(t->examples);
   free(t->keys);
   free(t->slot);
-  free(t->wide_rows);
-  free(t->wide_grads);
-  free(t->deep_rows);
-  free(t->deep_grads);
   memset(t, 0, sizeof *t);
 }
 
@@ -195,29 +192,33 @@ static ps_err dedup_batch(ctr_trainer *t, int count, ps_error *err) {
   return ctr_dedup_into(t->examples, count, t->keys, t->slot, &t->dedup, err);
 }
 
-static ctr_batch batch_of(const ctr_trainer *t, int count) {
-  return (ctr_batch){.size = count, .examples = t->examples, .slot = t->slot,
-                     .unique = t->dedup.n_unique, .wide_rows = t->wide_rows,
-                     .deep_rows = t->deep != NULL ? t->deep_rows : NULL};
+model_batch ctr_batch_of(const ctr_trainer *t, int count) {
+  model_batch b = {.size = count, .examples = t->examples, .slot = t->slot,
+                   .unique = t->dedup.n_unique};
+  for (int i = 0; i < t->model->tables; i++) b.rows[i] = t->rows[i];
+  return b;
 }
 
 ps_err ctr_local_step(ctr_trainer *t, int count, long step, double *loss_sum, ps_error *err) {
   const sparse_dedup *d = &t->dedup;
-  if (sparse_table_pull(t->wide, d->unique, d->n_unique, d->counts, step, t->wide_rows, err) !=
-          PS_ERR_OK ||
-      (t->deep != NULL && sparse_table_pull(t->deep, d->unique, d->n_unique, d->counts, step,
-                                            t->deep_rows, err) != PS_ERR_OK)) {
+  const int tables = t->model->tables;
+  for (int i = 0; i < tables; i++) {
+    if (sparse_table_pull(t->tables[i], d->unique, d->n_unique, d->counts, step, t->rows[i],
+                          err) != PS_ERR_OK) {
+      return err->code;
+    }
+  }
+  model_batch b = ctr_batch_of(t, count);
+  if (model_forward(t->model, &b, 1, loss_sum, NULL, err) != PS_ERR_OK ||
+      model_backward(t->model, &b, t->row_grads, err) != PS_ERR_OK ||
+      model_apply_optimizer(t->model, &t->settings.optimizer, step, err) != PS_ERR_OK) {
     return err->code;
   }
-  ctr_batch b = batch_of(t, count);
-  if (ctr_model_forward(t->model, &b, 1, loss_sum, NULL, err) != PS_ERR_OK ||
-      ctr_model_backward(t->model, &b, t->wide_grads, t->deep != NULL ? t->deep_grads : NULL,
-                         err) != PS_ERR_OK ||
-      ctr_model_apply_optimizer(t->model, &t->settings.optimizer, step, err) != PS_ERR_OK ||
-      sparse_table_push(t->wide, d->unique, d->n_unique, t->wide_grads, step, err) != PS_ERR_OK ||
-      (t->deep != NULL && sparse_table_push(t->deep, d->unique, d->n_unique, t->deep_grads, step,
-                                            err) != PS_ERR_OK)) {
-    return err->code;
+  for (int i = 0; i < tables; i++) {
+    if (sparse_table_push(t->tables[i], d->unique, d->n_unique, t->row_grads[i], step, err) !=
+        PS_ERR_OK) {
+      return err->code;
+    }
   }
   return PS_ERR_OK;
 }
@@ -236,8 +237,7 @@ static ps_err train_step(ctr_trainer *t, int count, long step, double *loss_sum,
   }
   long every = t->settings.opt.evict_after / 4 > 0 ? t->settings.opt.evict_after / 4 : 1;
   if (t->settings.opt.evict_after > 0 && (step + 1) % every == 0) {
-    sparse_table_evict(t->wide, step + 1);
-    if (t->deep != NULL) sparse_table_evict(t->deep, step + 1);
+    for (int i = 0; i < t->model->tables; i++) sparse_table_evict(t->tables[i], step + 1);
   }
   return slowdown_sleep(t->settings.opt.slowdown, now_s() - started, err);
 }
@@ -275,11 +275,12 @@ ps_err ctr_trainer_evaluate(ctr_trainer *t, const char *path, double *auc, doubl
       if ((rc = ctr_pserver_lookup(t, err)) != PS_ERR_OK) break;
       if (t->rewind_to >= 0) break; /* the job went back: no evaluation now */
     } else {
-      sparse_table_lookup(t->wide, d->unique, d->n_unique, t->wide_rows);
-      if (t->deep != NULL) sparse_table_lookup(t->deep, d->unique, d->n_unique, t->deep_rows);
+      for (int i = 0; i < t->model->tables; i++) {
+        sparse_table_lookup(t->tables[i], d->unique, d->n_unique, t->rows[i]);
+      }
     }
-    ctr_batch b = batch_of(t, count);
-    if ((rc = ctr_model_forward(t->model, &b, 0, &loss, probs + n, err)) != PS_ERR_OK) break;
+    model_batch b = ctr_batch_of(t, count);
+    if ((rc = model_forward(t->model, &b, 0, &loss, probs + n, err)) != PS_ERR_OK) break;
     for (int i = 0; i < count; i++) labels[n + (size_t)i] = t->examples[i].label;
     n += (size_t)count;
   }
@@ -305,11 +306,10 @@ ps_err ctr_trainer_evaluate(ctr_trainer *t, const char *path, double *auc, doubl
 static void log_tables(const ctr_trainer *t, char *json, size_t len) {
   size_t used = 0;
   json[0] = '\0';
-  const sparse_table *tables[2] = {t->wide, t->deep};
-  for (int i = 0; i < 2 && tables[i] != NULL; i++) {
+  for (int i = 0; i < t->model->tables; i++) {
     sparse_table_stats st;
-    sparse_table_stats_get(tables[i], &st);
-    const char *name = sparse_table_config_of(tables[i])->name;
+    sparse_table_stats_get(t->tables[i], &st);
+    const char *name = sparse_table_config_of(t->tables[i])->name;
     LOG_INFO("table %s: %zu rows, %.1f MiB (%.1f bytes per row), %llu admitted, %llu refused, "
              "%llu evicted",
              name, st.rows, (double)st.bytes / 1048576.0, st.bytes_per_row,

@@ -13,15 +13,15 @@
 #include "common/sparse_table.h"
 #include "common/timeline.h"
 #include "trainer/backend.h"
-#include "trainer/ctr_model.h"
 #include "trainer/ctr_reader.h"
+#include "trainer/model/model.h"
 #include "trainer/trainer_config.h"
 
 typedef struct ctr_trainer {
   trainer_settings settings;
   backend *be;
-  ctr_model *model;
-  sparse_table *wide, *deep; /* deep is NULL for lr */
+  model *model;
+  sparse_table *tables[MODEL_TABLES_MAX]; /* model->tables of them: wide, embedding */
   ctr_reader *train;
   long examples_per_epoch;   /* lines of --data (at most --train-samples) */
   long steps_per_epoch;
@@ -41,8 +41,8 @@ typedef struct ctr_trainer {
   ctr_example *examples;     /* (batch) */
   uint64_t *keys;            /* (batch, 26) */
   uint32_t *slot;            /* (batch, 26) */
-  float *wide_rows, *wide_grads; /* (batch * 26) */
-  float *deep_rows, *deep_grads; /* (batch * 26, DIM) */
+  float *rows[MODEL_TABLES_MAX];      /* (batch * 26, dim[t]): the distinct keys' rows */
+  float *row_grads[MODEL_TABLES_MAX]; /* (batch * 26, dim[t]) */
 } ctr_trainer;
 
 typedef struct ctr_summary {
@@ -59,9 +59,13 @@ ps_err ctr_trainer_init(ctr_trainer *t, const trainer_settings *settings, ps_err
 ps_err ctr_trainer_run(ctr_trainer *t, ctr_summary *summary, ps_error *err);
 /* One step as --mode local takes it on the `count` examples in t->examples,
  * deduplicated in t->dedup: rows pulled from t's tables at `step` (left in
- * t->wide_rows and t->deep_rows), forward, backward, the dense optimizer
+ * t->rows), forward, backward, the dense optimizer
  * and the rows' updates. Adds the batch's summed logloss to *loss_sum. */
 ps_err ctr_local_step(ctr_trainer *t, int count, long step, double *loss_sum, ps_error *err);
+
+/* The model's view of the batch in t's buffers: count examples, t->dedup's
+ * keys, t->rows. */
+model_batch ctr_batch_of(const ctr_trainer *t, int count);
 
 /* AUC and mean logloss on path; rows of keys never trained read zeros. */
 ps_err ctr_trainer_evaluate(ctr_trainer *t, const char *path, double *auc, double *logloss,

@@ -1,0 +1,39 @@
+/* Wide&Deep (--model ctr:DIM:H1,H2,...): z = wide + deep (ctr_core.h), the
+ * logloss of sigmoid(z). */
+#include "trainer/model/ctr_core.h"
+
+static ps_err wide_deep_create(model **out, const model_desc *desc, backend *be, int max_batch,
+                               uint64_t seed, ps_error *err);
+
+static ps_err wide_deep_forward(model *m, const model_batch *b, int want_grad, double *loss_sum,
+                                float *probs, ps_error *err) {
+  ctr_core *c = (ctr_core *)m;
+  if (ctr_core_check_batch(c, b, err) != PS_ERR_OK ||
+      ctr_core_deep_forward(c, b, err) != PS_ERR_OK) {
+    return err->code;
+  }
+  ctr_core_loss(c, b, NULL, loss_sum, probs);
+  if (want_grad) c->grad_batch = b->size;
+  return PS_ERR_OK;
+}
+
+static ps_err wide_deep_backward(model *m, const model_batch *b, float *const *row_grads,
+                                 ps_error *err) {
+  ctr_core *c = (ctr_core *)m;
+  if (ctr_core_check_backward(c, b, row_grads, err) != PS_ERR_OK) return err->code;
+  ctr_core_wide_backward(c, b, row_grads[CTR_TABLE_WIDE]);
+  return ctr_core_deep_backward(c, b, row_grads[CTR_TABLE_EMBEDDING], err);
+}
+
+const model_ops model_wide_deep = {
+    .name = "ctr",
+    .create = wide_deep_create,
+    .forward = wide_deep_forward,
+    .backward = wide_deep_backward,
+    CTR_CORE_DENSE_OPS,
+};
+
+static ps_err wide_deep_create(model **out, const model_desc *desc, backend *be, int max_batch,
+                               uint64_t seed, ps_error *err) {
+  return ctr_core_create(out, &model_wide_deep, desc, be, max_batch, seed, err);
+}
