@@ -60,7 +60,8 @@ ps_err ctr_core_deep_backward(ctr_core *c, const model_batch *b, float *deep_gra
                               ps_error *err);
 
 /* model_ops entries every CTR model shares: the dense part is the MLP's
- * tensors then wide.bias, whatever the model adds without parameters. */
+ * tensors then wide.bias, whatever the model adds without parameters.
+ * ctr_core_destroy frees a model ctr_core_create made. */
 void ctr_core_destroy(model *m);
 ps_err ctr_core_apply_optimizer(model *m, const optimizer_config *cfg, long step, ps_error *err);
 ps_err ctr_core_get_params(model *m, float *host, ps_error *err);
@@ -72,7 +73,7 @@ ps_err ctr_core_set_state(model *m, const float *host, ps_error *err);
 
 /* The dense entries of a CTR model's ops table. */
 #define CTR_CORE_DENSE_OPS                                                                    \
-  .destroy = ctr_core_destroy, .apply_optimizer = ctr_core_apply_optimizer,                   \
+  .apply_optimizer = ctr_core_apply_optimizer,                                                \
   .get_params = ctr_core_get_params, .set_params = ctr_core_set_params,                       \
   .get_grads = ctr_core_get_grads, .set_grads = ctr_core_set_grads,                           \
   .get_state = ctr_core_get_state, .set_state = ctr_core_set_state

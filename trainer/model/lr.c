@@ -30,6 +30,7 @@ const model_ops model_lr = {
     .create = lr_create,
     .forward = lr_forward,
     .backward = lr_backward,
+    .destroy = ctr_core_destroy,
     CTR_CORE_DENSE_OPS,
 };
 

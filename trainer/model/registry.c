@@ -4,9 +4,10 @@
 
 #include "trainer/model/model.h"
 
-#define MODELS(X) \
+#define MODELS(X)  \
   X(model_wide_deep) \
-  X(model_lr)
+  X(model_lr)        \
+  /* one line per model above */
 
 #define DECLARE(ops) extern const model_ops ops;
 #define ENTRY(ops) &ops,

@@ -30,6 +30,7 @@ const model_ops model_wide_deep = {
     .create = wide_deep_create,
     .forward = wide_deep_forward,
     .backward = wide_deep_backward,
+    .destroy = ctr_core_destroy,
     CTR_CORE_DENSE_OPS,
 };
 
