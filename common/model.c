@@ -47,6 +47,7 @@ static const struct {
 } registry[] = {
     {"mlp", MODEL_MLP, "mlp:784,256,128,10"},
     {"ctr", MODEL_CTR, "ctr:16:256,128"},
+    {"deepfm", MODEL_CTR, "deepfm:16:256,128"},
     {"lr", MODEL_LR, "lr"},
 };
 #define REGISTRY_SIZE (sizeof registry / sizeof registry[0])

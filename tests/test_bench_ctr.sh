@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/bench --workload ctr --quick: generated data, the reader alone and
-# Wide&Deep and LR trained locally; the table holds a row per run with sane
+# Wide&Deep, DeepFM and LR trained locally; the table holds a row per run with sane
 # figures (AUC above chance and at most the Bayes AUC, bytes per row, RSS).
 # Then --workload ctr-modes --quick: every mode on one data set; sync and
 # collective reach local's AUC exactly (4 decimals of 6), the pserver runs
@@ -20,12 +20,13 @@ assert 0.6 < bayes < 1.0, bayes
 assert r["reader"]["lines_per_s"] > 100000, r["reader"]
 runs = {x["name"]: x for x in r["results"]}
 wd = runs["pstrain Wide&Deep ctr:16:256,128"]
+fm = runs["pstrain DeepFM deepfm:16:256,128 --sparse-lr 0.01"]
 lr = runs["pstrain LR"]
-for x in (wd, lr):
+for x in (wd, fm, lr):
     assert 0.6 < x["auc"] <= bayes + 0.01 and x["examples_per_s"] > 1000 and x["rss_mib"] > 1, x
     assert x["rows"] > 1000 and 4 < x["bytes_per_row"] < 1000, x
 print(f"Bayes {bayes:.4f}, Wide&Deep {wd['auc']:.4f} at {wd['examples_per_s']:.0f}/s, "
-      f"LR {lr['auc']:.4f}")
+      f"DeepFM {fm['auc']:.4f}, LR {lr['auc']:.4f}")
 PY
 grep -q "| pstrain Wide&Deep" "$OUT/ctr.md" || fail "no Markdown table"
 

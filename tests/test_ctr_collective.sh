@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Collective mode for the CTR models (2 ranks under mpirun over TCP): with
 # --batch 128 it trains what local mode does with --batch 256 (exports within
-# 1e-5 relative, same keys, test AUCs within 1e-4), two runs give byte-equal
+# 1e-5 relative, same keys, test AUCs within 1e-4; DeepFM too), two runs give byte-equal
 # exports, and rank 1's replica (PSTRAIN_EXPORT_EVERY_RANK=1: PATH.rank1) is
 # byte-equal to rank 0's, with --admit-after 2 too; rank 0's checkpoints
 # resume in local mode with the global batch. Skipped (77) where the
@@ -44,6 +44,15 @@ echo "test AUC: collective $C, local $L" >&2
 "$PY" -c 'import sys; a,b=map(float,sys.argv[1:]); sys.exit(0 if abs(a-b) <= 1e-4 else 1)' "$C" "$L" ||
   fail "test AUCs differ: collective $C, local $L"
 grep -q '"mode":"collective".*"trainers":2' "$SCRATCH/coll.jsonl" || fail "metrics row: $(tail -1 "$SCRATCH/coll.jsonl")"
+# 1b. DeepFM, the same equivalence: the exchange does not know the model.
+collective coll-deepfm --model deepfm:8:32,16
+"$BIN/trainer" "${COMMON[@]}" --model deepfm:8:32,16 --batch 256 \
+  --export "$SCRATCH/local-deepfm.safetensors" 2>"$SCRATCH/local-deepfm.log" ||
+  fail "local DeepFM run failed: $(tail -3 "$SCRATCH/local-deepfm.log")"
+compare "$SCRATCH/coll-deepfm.safetensors" "$SCRATCH/local-deepfm.safetensors" ||
+  fail "DeepFM: collective export vs local export"
+same_bytes "$SCRATCH/coll-deepfm.safetensors" "$SCRATCH/coll-deepfm.safetensors.rank1" \
+  "DeepFM: rank 0's and rank 1's replicas"
 grep -q "bytes sent + received per step" "$SCRATCH/coll/trainer1.log" || fail "no bytes in rank 1's log"
 
 # 2. Deterministic, and every replica equal.

@@ -2,7 +2,7 @@
 # Pserver mode for the CTR models (scripts/launch on 127.0.0.1): sync with
 # 2 pservers x 2 trainers and --batch 128 trains what local mode does with
 # --batch 256 (exports within 1e-5 relative, same key sets, test AUCs within
-# 1e-4), with --admit-after 2 too and on 1 pserver; two sync runs give
+# 1e-4), for DeepFM too, with --admit-after 2 too and on 1 pserver; two sync runs give
 # byte-equal exports; async trains (AUC within 0.01 of local's, above 0.6);
 # the metrics row says pserver mode; a trainer whose job differs from the
 # one the pservers hold is refused by name.
@@ -52,6 +52,12 @@ cmp -s "$SCRATCH/sync.safetensors" "$SCRATCH/again.safetensors" || fail "two syn
 grep -q '"mode":"pserver".*"trainers":2.*"update":"sync".*"bytes_per_step":[1-9]' "$SCRATCH/sync.jsonl" ||
   fail "metrics row: $(tail -1 "$SCRATCH/sync.jsonl")"
 grep -q "bytes sent + received per step" "$SCRATCH/sync/trainer1.log" || fail "no bytes in trainer 1's log"
+# 1b. DeepFM, the same equivalence: a model is a file, the replicas do not know which.
+local_run local-deepfm --model deepfm:8:32,16
+pserver sync-deepfm --pservers 2 -- --model deepfm:8:32,16
+compare "$SCRATCH/sync-deepfm.safetensors" "$SCRATCH/local-deepfm.safetensors" ||
+  fail "DeepFM: sync export vs local export"
+auc_near sync-deepfm local-deepfm 1e-4 "DeepFM: sync vs local"
 
 # 2. Admission on the pservers' rows; one pserver.
 local_run local-admit --admit-after 2

@@ -108,7 +108,8 @@ static const option_def trainer_option_table[] = {
      NUM(0, 1e15)},
     {"model", NULL, OPT_STRING, OFF(model), "mlp:784,256,128,10",
      "model: mlp:INPUTS,HIDDEN...,CLASSES (ReLU hidden layers); ctr:DIM:H1,H2,... (Wide&Deep on "
-     "Criteo data: DIM-wide embeddings, ReLU layers H1, H2, ...); lr (logistic regression)", NULL,
+     "Criteo data: DIM-wide embeddings, ReLU layers H1, H2, ...); deepfm:DIM:H1,H2,... (DeepFM: "
+     "Wide&Deep plus a factorization machine over the embeddings); lr (logistic regression)", NULL,
      ANY},
     {"sparse-optimizer", NULL, OPT_CHOICE, OFF(sparse_optimizer), "adagrad",
      "ctr and lr: update rule of the sparse tables (adagrad: one accumulator per row)",

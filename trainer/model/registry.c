@@ -7,6 +7,7 @@
 #define MODELS(X)  \
   X(model_wide_deep) \
   X(model_lr)        \
+  X(model_deepfm)    \
   /* one line per model above */
 
 #define DECLARE(ops) extern const model_ops ops;
