@@ -33,6 +33,13 @@ typedef enum {
   PS_ERR_COUNT
 } ps_err;
 
+/* Returns err->code from the calling function when expr (a ps_err) fails;
+ * err is the caller's ps_error *, which expr filled. */
+#define PS_TRY(expr)                             \
+  do {                                           \
+    if ((expr) != PS_ERR_OK) return err->code;   \
+  } while (0)
+
 /* The short name of a code, e.g. "CORRUPT_DATA"; never NULL. */
 const char *ps_err_name(ps_err code);
 /* A human description of a code, e.g. "corrupt or malformed data"; never NULL. */

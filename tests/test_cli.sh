@@ -54,6 +54,7 @@ expect_exit 2 "first layer takes 100 inputs but the images have 28 x 28 = 784" -
 expect_exit 2 "last layer has 7 outputs but the data has 10 classes" -- \
   "$T" --model mlp:784,7 --train-samples 10
 expect_exit 2 "expected mlp:" -- "$T" --model resnet50
+expect_exit 2 "--export-replicas is for the CTR models in collective mode" -- "$T" --export-replicas
 expect_exit 2 "--overlap is for the MLP in pserver mode with --update sync" -- "$T" --overlap
 expect_exit 2 "--overlap is for the MLP in pserver mode with --update sync (here: --mode pserver, --update async" \
   -- "$T" --mode pserver --pservers 127.0.0.1:1 --update async --overlap

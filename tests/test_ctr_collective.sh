@@ -2,7 +2,7 @@
 # Collective mode for the CTR models (2 ranks under mpirun over TCP): with
 # --batch 128 it trains what local mode does with --batch 256 (exports within
 # 1e-5 relative, same keys, test AUCs within 1e-4; DeepFM too), two runs give byte-equal
-# exports, and rank 1's replica (PSTRAIN_EXPORT_EVERY_RANK=1: PATH.rank1) is
+# exports, and rank 1's replica (--export-replicas: PATH.rank1) is
 # byte-equal to rank 0's, with --admit-after 2 too; rank 0's checkpoints
 # resume in local mode with the global batch. Skipped (77) where the
 # build has no MPI.
@@ -21,8 +21,8 @@ metric() { "$PY" -c 'import json,sys; print(json.loads(open(sys.argv[1]).readlin
 collective() { # NAME FLAGS...: a 2-rank run exporting NAME.safetensors (and .rank1)
   local name=$1
   shift
-  PSTRAIN_EXPORT_EVERY_RANK=1 timeout 120 "$LAUNCH" --bin "$BIN" --mode collective --trainers 2 \
-    --quiet --log-dir "$SCRATCH/$name" -- "${COMMON[@]}" --batch 128 \
+  timeout 120 "$LAUNCH" --bin "$BIN" --mode collective --trainers 2 \
+    --quiet --log-dir "$SCRATCH/$name" -- "${COMMON[@]}" --batch 128 --export-replicas \
     --export "$SCRATCH/$name.safetensors" --metrics "$SCRATCH/$name.jsonl" "$@" \
     >"$SCRATCH/$name.log" 2>&1 ||
     fail "collective run $name failed: $(tail -3 "$SCRATCH/$name.log"; grep -h ERROR "$SCRATCH/$name"/*.log | head -2)"

@@ -25,8 +25,7 @@
   } while (0)
 #endif
 
-/* An MPI error as text for a message. */
-static const char *mpi_text(int rc, char *buf) {
+const char *collective_mpi_text(int rc, char *buf) {
   int len = 0;
   if (MPI_Error_string(rc, buf, &len) != MPI_SUCCESS) snprintf(buf, MPI_MAX_ERROR_STRING, "MPI error %d", rc);
   return buf;
@@ -38,7 +37,7 @@ static const char *mpi_text(int rc, char *buf) {
     if (mpi_rc_ != MPI_SUCCESS) {                                                               \
       char mpi_buf_[MPI_MAX_ERROR_STRING];                                                      \
       return ps_error_set((err), PS_ERR_UNAVAILABLE, "%s:%d: %s failed: %s", __FILE__, __LINE__, \
-                          #expr, mpi_text(mpi_rc_, mpi_buf_));                                  \
+                          #expr, collective_mpi_text(mpi_rc_, mpi_buf_));                                  \
     }                                                                                           \
   } while (0)
 

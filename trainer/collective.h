@@ -45,4 +45,7 @@ ps_err collective_broadcast(collective *c, void *data, size_t bytes, ps_error *e
 
 void collective_finalize(collective *c);
 
+/* An MPI error code as text for a message; buf holds MPI_MAX_ERROR_STRING. */
+const char *collective_mpi_text(int rc, char *buf);
+
 #endif

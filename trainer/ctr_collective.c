@@ -40,21 +40,13 @@ struct ctr_exchange {
   long steps;
 };
 
-static const char *mpi_text(int rc, char *buf) {
-  int len = 0;
-  if (MPI_Error_string(rc, buf, &len) != MPI_SUCCESS) {
-    snprintf(buf, MPI_MAX_ERROR_STRING, "MPI error %d", rc);
-  }
-  return buf;
-}
-
 #define MPI_TRY(err, what, expr)                                                         \
   do {                                                                                   \
     int mpi_rc_ = (expr);                                                                \
     if (mpi_rc_ != MPI_SUCCESS) {                                                        \
       char mpi_buf_[MPI_MAX_ERROR_STRING];                                               \
       return ps_error_set((err), PS_ERR_UNAVAILABLE, "collective CTR step: %s: %s", what, \
-                          mpi_text(mpi_rc_, mpi_buf_));                                  \
+                          collective_mpi_text(mpi_rc_, mpi_buf_));                                  \
     }                                                                                    \
   } while (0)
 

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/grow.h"
 #include "common/clock.h"
 #include "common/ctr_tables.h"
 #include "common/log.h"
@@ -52,14 +53,6 @@ static size_t slot_of(const ctr_geo *g, uint64_t key, int *found) {
   return i;
 }
 
-static int grow(void *p, size_t count, size_t size) {
-  void **ptr = p;
-  void *q = realloc(*ptr, (count > 0 ? count : 1) * size);
-  if (q == NULL) return 0;
-  *ptr = q;
-  return 1;
-}
-
 /* Room for `need` touched rows; a failure leaves what is there intact. */
 static ps_err reserve(ctr_geo *g, size_t need, ps_error *err) {
   if (need > UINT32_MAX / 4) {
@@ -68,12 +61,12 @@ static ps_err reserve(ctr_geo *g, size_t need, ps_error *err) {
   }
   if (need > g->cap || g->keys == NULL) {
     size_t cap = 2 * g->cap > need ? 2 * g->cap : need;
-    int ok = grow(&g->keys, cap, sizeof *g->keys) && grow(&g->grouped, cap, sizeof *g->grouped) &&
-             grow(&g->at, cap, sizeof *g->at);
+    int ok = grow_array(&g->keys, cap, sizeof *g->keys) && grow_array(&g->grouped, cap, sizeof *g->grouped) &&
+             grow_array(&g->at, cap, sizeof *g->at);
     for (int t = 0; t < g->tables && ok; t++) {
-      ok = grow(&g->base[t], cap * g->dim[t], sizeof(float)) &&
-           grow(&g->change[t], cap * g->dim[t], sizeof(float)) &&
-           grow(&g->fresh[t], cap * g->dim[t], sizeof(float));
+      ok = grow_array(&g->base[t], cap * g->dim[t], sizeof(float)) &&
+           grow_array(&g->change[t], cap * g->dim[t], sizeof(float)) &&
+           grow_array(&g->fresh[t], cap * g->dim[t], sizeof(float));
     }
     if (!ok) {
       return ps_error_set(err, PS_ERR_NO_MEMORY, "--update geo: out of memory for %zu rows", cap);

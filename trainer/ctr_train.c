@@ -26,8 +26,6 @@
 #endif
 
 #define FIELDS CRITEO_CAT_FIELDS
-/* Evaluation needs no backward pass: bigger batches. */
-#define EVAL_BATCH 2048
 
 void ctr_trainer_job(const ctr_trainer *t, job_config *job) {
   const trainer_settings *s = &t->settings;
@@ -85,8 +83,7 @@ ps_err ctr_trainer_init(ctr_trainer *t, const trainer_settings *settings, ps_err
 #ifdef PSTRAIN_HAVE_MPI
     if (ctr_collective_start(t, err) != PS_ERR_OK) goto fail;
 #else
-    ps_error_set(err, PS_ERR_UNSUPPORTED,
-                 "--mode collective: this build has no MPI (install libopenmpi-dev and rebuild)");
+    ps_error_set(err, PS_ERR_INTERNAL, "--mode collective without MPI passed the flags' check");
     goto fail;
 #endif
   }
@@ -121,7 +118,7 @@ ps_err ctr_trainer_init(ctr_trainer *t, const trainer_settings *settings, ps_err
     goto fail;
   }
   if (backend_open(&t->be, o->device, (int)o->threads, (int)o->gpu, err) != PS_ERR_OK) goto fail;
-  int max_batch = o->batch > EVAL_BATCH ? (int)o->batch : EVAL_BATCH;
+  int max_batch = o->batch > TRAINER_EVAL_BATCH ? (int)o->batch : TRAINER_EVAL_BATCH;
   if (model_create(&t->model, m, t->be, max_batch, (uint64_t)o->seed, err) != PS_ERR_OK ||
       tables_create(t, err) != PS_ERR_OK) {
     goto fail;
@@ -256,7 +253,7 @@ ps_err ctr_trainer_evaluate(ctr_trainer *t, const char *path, double *auc, doubl
                   : ps_error_set(err, PS_ERR_NO_MEMORY, "evaluating: out of memory");
   while (rc == PS_ERR_OK) {
     int count = 0;
-    if ((rc = ctr_reader_next(r, t->examples, EVAL_BATCH, &count, err)) != PS_ERR_OK) break;
+    if ((rc = ctr_reader_next(r, t->examples, TRAINER_EVAL_BATCH, &count, err)) != PS_ERR_OK) break;
     if (count == 0) break;
     if (n + (size_t)count > cap) {
       cap *= 2;
@@ -406,15 +403,9 @@ static ps_err train_epoch(ctr_trainer *t, ctr_prefetch *pf, long epoch, long *gl
   double eval_s = 0.0; /* evaluation time is not training time */
   long seen = 0, seen_since_report = 0;
   double loss_since_report = 0.0;
-  ps_err rc = PS_ERR_OK;
-#define FAIL(expr)                  \
-  do {                              \
-    if ((rc = (expr)) != PS_ERR_OK) \
-      return rc;                    \
-  } while (0)
   for (long step = first; step < t->steps_per_epoch && *global_step < total_steps; step++) {
     int count = 0;
-    FAIL(ctr_prefetch_take(pf, &count, err));
+    PS_TRY(ctr_prefetch_take(pf, &count, err));
     /* Bad lines skipped: the file held fewer examples than lines. Every
      * collective rank and pserver trainer takes every step, with no
      * examples if need be. */
@@ -427,11 +418,11 @@ static ps_err train_epoch(ctr_trainer *t, ctr_prefetch *pf, long epoch, long *gl
       ctr_prefetch_ask(pf, (int)o->batch, step + 1 == t->steps_per_epoch);
     }
     double batch_loss = 0.0, t0 = now_s();
-    FAIL(train_step(t, count, *global_step, &batch_loss, err));
+    PS_TRY(train_step(t, count, *global_step, &batch_loss, err));
     timeline_span(t->tl, "step", *global_step, t0); /* CTR: pull, forward, backward, push */
     if (t->rewind_to >= 0) return PS_ERR_OK; /* the job went back: ctr_trainer_run goes there */
     if (!isfinite(batch_loss)) {
-      FAIL(ps_error_set(err, PS_ERR_FAILED_PRECONDITION,
+      PS_TRY(ps_error_set(err, PS_ERR_FAILED_PRECONDITION,
                         "training diverged: the logloss is %g at epoch %ld step %ld; try a "
                         "smaller --lr (now %g) or --sparse-lr (now %g)",
                         batch_loss, epoch + 1, step + 1, o->lr, o->sparse_lr));
@@ -444,7 +435,7 @@ static ps_err train_epoch(ctr_trainer *t, ctr_prefetch *pf, long epoch, long *gl
     trainer_metrics_step(t->prom, *global_step, count, batch_loss, NAN, NAN);
     if (ctr_checkpoint_due(t, *global_step, 0)) {
       t0 = now_s();
-      FAIL(ctr_checkpoint_write(t, *global_step, err));
+      PS_TRY(ctr_checkpoint_write(t, *global_step, err));
       timeline_span(t->tl, "checkpoint", *global_step - 1, t0);
     }
     timeline_flush(t->tl);
@@ -453,7 +444,7 @@ static ps_err train_epoch(ctr_trainer *t, ctr_prefetch *pf, long epoch, long *gl
       progress p = {epoch + 1, *global_step, loss_since_report / (double)seen_since_report,
                     (double)seen / (now - start - eval_s), now - run_start};
       double auc, logloss;
-      FAIL(report(t, &p, &auc, &logloss, err));
+      PS_TRY(report(t, &p, &auc, &logloss, err));
       if (t->rewind_to >= 0) return PS_ERR_OK; /* a pserver came back from an older step */
       timeline_span(t->tl, "evaluation", *global_step - 1, now);
       eval_s += now_s() - now;
@@ -472,7 +463,6 @@ static ps_err train_epoch(ctr_trainer *t, ctr_prefetch *pf, long epoch, long *gl
       next_progress = now + o->progress_interval;
     }
   }
-#undef FAIL
   double elapsed = now_s() - start - eval_s;
   summary->train_logloss = seen > 0 ? loss_sum / (double)seen : 0.0;
   summary->examples_per_s = seen > 0 ? (double)seen / elapsed : 0.0;
@@ -491,7 +481,7 @@ ps_err ctr_trainer_run(ctr_trainer *t, ctr_summary *summary, ps_error *err) {
            t->examples_per_epoch, t->steps_per_epoch, o->batch, t->be->name, t->be->description);
   int reader_fresh = 1; /* at the file's start: opened, not yet read */
   ctr_prefetch pf;
-  int max_batch = o->batch > EVAL_BATCH ? (int)o->batch : EVAL_BATCH; /* its buffers become t's */
+  int max_batch = o->batch > TRAINER_EVAL_BATCH ? (int)o->batch : TRAINER_EVAL_BATCH; /* its buffers become t's */
   ps_err rc = ctr_prefetch_start(&pf, t, max_batch, err);
   t->prefetch = &pf;
   for (long epoch = global_step / t->steps_per_epoch; epoch < o->epochs && rc == PS_ERR_OK;
@@ -524,9 +514,8 @@ ps_err ctr_trainer_run(ctr_trainer *t, ctr_summary *summary, ps_error *err) {
     return err->code;
   }
   if (t->ps != NULL && ctr_pserver_finish(t, global_step, err) != PS_ERR_OK) return err->code;
-  /* For tests: the other replicas too, as PATH.rankN. */
-  const char *every = getenv("PSTRAIN_EXPORT_EVERY_RANK");
-  if (o->export_path[0] != '\0' && t->rank != 0 && every != NULL && strcmp(every, "1") == 0) {
+  /* --export-replicas: the other replicas too, as PATH.rankN. */
+  if (o->export_path[0] != '\0' && t->rank != 0 && t->exchange != NULL && o->export_replicas) {
     char path[4096];
     snprintf(path, sizeof path, "%s.rank%d", o->export_path, t->rank);
     if (ctr_export(t, path, err) != PS_ERR_OK) return err->code;

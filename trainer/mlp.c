@@ -11,11 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TRY(expr)                                 \
-  do {                                            \
-    if ((expr) != PS_ERR_OK) return err->code;    \
-  } while (0)
-
 static float *param(const mlp *m, float *base, int layer, int bias) {
   return base + m->layout.tensors[2 * (layer - 1) + bias].offset;
 }
@@ -102,13 +97,13 @@ static ps_err check_batch(const mlp *m, int batch, ps_error *err) {
 }
 
 ps_err mlp_load_inputs(mlp *m, int batch, ps_error *err) {
-  TRY(check_batch(m, batch, err));
+  PS_TRY(check_batch(m, batch, err));
   return m->be->ops->upload(m->be, activation(m, 0), m->host_inputs,
                             (size_t)batch * (size_t)m->desc.sizes[0] * sizeof(float), err);
 }
 
 ps_err mlp_load_batch(mlp *m, int batch, ps_error *err) {
-  TRY(mlp_load_inputs(m, batch, err));
+  PS_TRY(mlp_load_inputs(m, batch, err));
   return m->be->ops->upload(m->be, m->labels, m->host_labels, (size_t)batch * sizeof(int32_t),
                             err);
 }
@@ -121,15 +116,15 @@ ps_err mlp_forward_logits(mlp *m, int batch, ps_error *err) {
     /* Y (B, out) = X (B, in) * W^T, W stored (out, in). */
     gemm_call call = gemm_row_major(false, true, batch, out, in, 1.0f, activation(m, l - 1), in,
                                     param(m, m->params, l, 0), in, 0.0f, activation(m, l), out);
-    TRY(ops->gemm(m->be, &call, err));
-    TRY(ops->bias_act(m->be, activation(m, l), param(m, m->params, l, 1), batch, out, l < layers,
+    PS_TRY(ops->gemm(m->be, &call, err));
+    PS_TRY(ops->bias_act(m->be, activation(m, l), param(m, m->params, l, 1), batch, out, l < layers,
                       err));
   }
   return PS_ERR_OK;
 }
 
 ps_err mlp_get_logits(mlp *m, int batch, float *host, ps_error *err) {
-  TRY(check_batch(m, batch, err));
+  PS_TRY(check_batch(m, batch, err));
   const int layers = m->desc.num_layers;
   return m->be->ops->download(m->be, host, activation(m, layers),
                               (size_t)batch * (size_t)m->desc.sizes[layers] * sizeof(float), err);
@@ -137,7 +132,7 @@ ps_err mlp_get_logits(mlp *m, int batch, float *host, ps_error *err) {
 
 ps_err mlp_forward(mlp *m, int batch, int want_grad, double *loss_sum, long *correct,
                    ps_error *err) {
-  TRY(mlp_forward_logits(m, batch, err));
+  PS_TRY(mlp_forward_logits(m, batch, err));
   const int layers = m->desc.num_layers;
   /* The loss is the batch mean, so each row's gradient is scaled by 1/B. */
   float *dlogits = want_grad ? m->grad_bufs : NULL;
@@ -156,22 +151,22 @@ static ps_err backward_layers(mlp *m, int batch, float *dinput, ps_error *err) {
   float *dx = m->grad_bufs + buf_floats;
   for (int l = layers; l >= 1; l--) {
     int in = m->desc.sizes[l - 1], out = m->desc.sizes[l];
-    TRY(ops->act_bias_backward(m->be, dy, activation(m, l), param(m, m->grads, l, 1), batch, out,
+    PS_TRY(ops->act_bias_backward(m->be, dy, activation(m, l), param(m, m->grads, l, 1), batch, out,
                                l < layers, err));
     /* dW (out, in) = dY^T (out, B) * X (B, in). */
     gemm_call dw = gemm_row_major(true, false, out, in, batch, 1.0f, dy, out, activation(m, l - 1),
                                   in, 0.0f, param(m, m->grads, l, 0), in);
-    TRY(ops->gemm(m->be, &dw, err));
+    PS_TRY(ops->gemm(m->be, &dw, err));
     /* The layer's gradients are final: its push may start (dX only reads W). */
     if (m->grads_ready != NULL && m->be->host_memory) {
-      TRY(m->grads_ready(m->grads_ready_ctx, l, err));
+      PS_TRY(m->grads_ready(m->grads_ready_ctx, l, err));
     }
     float *target = l > 1 ? dx : dinput;
     if (target != NULL) {
       /* dX (B, in) = dY (B, out) * W (out, in). */
       gemm_call dxc = gemm_row_major(false, false, batch, in, out, 1.0f, dy, out,
                                      param(m, m->params, l, 0), in, 0.0f, target, in);
-      TRY(ops->gemm(m->be, &dxc, err));
+      PS_TRY(ops->gemm(m->be, &dxc, err));
       float *t = dy;
       dy = dx;
       dx = t;
@@ -186,10 +181,10 @@ ps_err mlp_backward(mlp *m, int batch, ps_error *err) { return backward_layers(m
  * input gradient, into m->dinput (backend memory). */
 static ps_err backward_from(mlp *m, int batch, const float *host_dlogits, int want_dinput,
                             ps_error *err) {
-  TRY(check_batch(m, batch, err));
+  PS_TRY(check_batch(m, batch, err));
   const backend_ops *ops = m->be->ops;
   const size_t outs = (size_t)batch * (size_t)m->desc.sizes[m->desc.num_layers];
-  TRY(ops->upload(m->be, m->grad_bufs, host_dlogits, outs * sizeof(float), err));
+  PS_TRY(ops->upload(m->be, m->grad_bufs, host_dlogits, outs * sizeof(float), err));
   if (want_dinput && m->dinput == NULL) {
     m->dinput = ops->alloc(m->be, (size_t)m->max_batch * (size_t)m->desc.sizes[0] * sizeof(float),
                            err);
@@ -200,7 +195,7 @@ static ps_err backward_from(mlp *m, int batch, const float *host_dlogits, int wa
 
 ps_err mlp_backward_from(mlp *m, int batch, const float *host_dlogits, float *host_dinputs,
                          ps_error *err) {
-  TRY(backward_from(m, batch, host_dlogits, host_dinputs != NULL, err));
+  PS_TRY(backward_from(m, batch, host_dlogits, host_dinputs != NULL, err));
   if (host_dinputs == NULL) return PS_ERR_OK;
   const size_t ins = (size_t)batch * (size_t)m->desc.sizes[0];
   return m->be->ops->download(m->be, host_dinputs, m->dinput, ins * sizeof(float), err);
@@ -215,7 +210,7 @@ ps_err mlp_backward_from_direct(mlp *m, int batch, const float *host_dlogits,
     return ps_error_set(err, PS_ERR_FAILED_PRECONDITION,
                         "mlp: backend %s keeps the input gradient in device memory", m->be->name);
   }
-  TRY(backward_from(m, batch, host_dlogits, 1, err));
+  PS_TRY(backward_from(m, batch, host_dlogits, 1, err));
   *dinputs = m->dinput;
   return PS_ERR_OK;
 }

@@ -54,6 +54,16 @@ typedef struct ps_client {
   double comm_seconds;
 } ps_client;
 
+/* Bytes sent + received since *counted (a total this returned before, or
+ * taken at start), which becomes the current total: what a step moved,
+ * pushes made during backward included. */
+static inline double ps_client_bytes_since(const ps_client *c, uint64_t *counted) {
+  uint64_t total = c->bytes_sent + c->bytes_received;
+  double moved = (double)(total - *counted);
+  *counted = total;
+  return moved;
+}
+
 /* Opens channels to every pserver and registers with each, waiting up to
  * connect_timeout seconds for each to come up. Fails naming the pserver it
  * could not reach, or the pserver's reason for refusing. token: the shared

@@ -18,8 +18,6 @@
 #include "trainer/model_checkpoint.h"
 #include "trainer/slowdown.h"
 
-/* Evaluation batches are larger than training ones: no backward pass. */
-#define EVAL_BATCH 256
 
 static ps_err check_model_fits_data(const model_desc *m, const dataset *ds, const char *model_text,
                                     ps_error *err) {
@@ -100,7 +98,7 @@ ps_err trainer_init(trainer *t, const trainer_settings *settings, ps_error *err)
     }
   }
   if (backend_open(&t->be, o->device, (int)o->threads, (int)o->gpu, err) != PS_ERR_OK) goto fail;
-  int max_batch = o->batch > EVAL_BATCH ? (int)o->batch : EVAL_BATCH;
+  int max_batch = o->batch > TRAINER_EVAL_BATCH ? (int)o->batch : TRAINER_EVAL_BATCH;
   if (mlp_create(&t->model, &settings->model, t->be, max_batch, (uint64_t)o->seed, err) !=
       PS_ERR_OK) {
     goto fail;
@@ -156,9 +154,9 @@ ps_err trainer_evaluate(trainer *t, double *accuracy, double *mean_loss, ps_erro
   double loss = 0.0;
   long correct = 0;
   long total = t->test.count;
-  long indices[EVAL_BATCH];
-  for (long start = 0; start < total; start += EVAL_BATCH) {
-    int count = (int)(total - start < EVAL_BATCH ? total - start : EVAL_BATCH);
+  long indices[TRAINER_EVAL_BATCH];
+  for (long start = 0; start < total; start += TRAINER_EVAL_BATCH) {
+    int count = (int)(total - start < TRAINER_EVAL_BATCH ? total - start : TRAINER_EVAL_BATCH);
     for (int i = 0; i < count; i++) indices[i] = start + i;
     sampler_gather(&t->test, indices, count, mlp_host_inputs(t->model), mlp_host_labels(t->model));
     if (mlp_load_batch(t->model, count, err) != PS_ERR_OK ||

@@ -92,6 +92,9 @@ static const option_def trainer_option_table[] = {
     {"export", NULL, OPT_STRING, OFF(export_path), "",
      "write the trained model to this safetensors file (fc1.weight (out, in), fc1.bias, ...)",
      NULL, ANY},
+    {"export-replicas", NULL, OPT_BOOL, OFF(export_replicas), "false",
+     "with --export in collective mode (CTR models), every rank writes its replica too, as "
+     "PATH.rankN beside rank 0's PATH: to check that the replicas agree", NULL, ANY},
     {"data", NULL, OPT_STRING, OFF(data), "/usr/share/datasets/fashion-mnist",
      "training data: a folder of IDX files (train-* and t10k-*, gzip'd or plain) for mlp, or a "
      "Criteo TSV file (plain or gzip'd) for ctr and lr", NULL, ANY},
@@ -304,6 +307,13 @@ options_result trainer_settings_load(trainer_settings *s, int argc, char **argv,
   if (ctr_settings_load(s, err) != PS_ERR_OK) return OPTIONS_ERROR;
   s->pserver_mode = strcmp(o->mode, "pserver") == 0;
   s->collective_mode = strcmp(o->mode, "collective") == 0;
+#ifndef PSTRAIN_HAVE_MPI
+  if (s->collective_mode) { /* said once, for every model, before any work */
+    ps_error_set(err, PS_ERR_UNSUPPORTED,
+                 "--mode collective: this build has no MPI (install libopenmpi-dev and rebuild)");
+    return OPTIONS_ERROR;
+  }
+#endif
   if (update_mode_parse(o->update, &s->update, err) != PS_ERR_OK ||
       wire_dtype_parse(o->wire_dtype, &s->wire_dtype, err) != PS_ERR_OK) {
     return OPTIONS_ERROR;
@@ -315,6 +325,12 @@ options_result trainer_settings_load(trainer_settings *s, int argc, char **argv,
     return OPTIONS_ERROR;
   }
   if (staleness_load(s, err) != PS_ERR_OK || geo_load(s, err) != PS_ERR_OK) return OPTIONS_ERROR;
+  if (o->export_replicas && (!s->collective_mode || !model_is_ctr(&s->model))) {
+    ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                 "--export-replicas is for the CTR models in collective mode, where every rank "
+                 "holds a replica (here: --mode %s, --model %s)", o->mode, o->model);
+    return OPTIONS_ERROR;
+  }
   if (o->overlap && (!s->pserver_mode || s->update != UPDATE_SYNC || model_is_ctr(&s->model))) {
     ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
                  "--overlap is for the MLP in pserver mode with --update sync (here: --mode %s, "

@@ -17,6 +17,9 @@
 #include "common/sparse_table.h"
 #include "common/tls.h"
 
+/* Examples per evaluation batch: no backward pass, so larger than training's. */
+#define TRAINER_EVAL_BATCH 2048
+
 /* Raw option values, as the table fills them. */
 typedef struct trainer_options {
   const char *mode;
@@ -37,6 +40,7 @@ typedef struct trainer_options {
   const char *token_file;
   const char *tls_cert, *tls_key, *tls_ca, *tls_server_name;
   const char *export_path;
+  bool export_replicas; /* collective: every rank exports its replica (PATH.rankN) */
   const char *checkpoint_dir;
   long checkpoint_every;
   bool resume;

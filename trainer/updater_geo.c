@@ -26,12 +26,6 @@ typedef struct geo_updater {
   uint64_t bytes_counted; /* of ps's sent + received, already in comm_bytes */
 } geo_updater;
 
-static void count_bytes(geo_updater *g) {
-  uint64_t total = g->ps.bytes_sent + g->ps.bytes_received;
-  g->base.comm_bytes += (double)(total - g->bytes_counted);
-  g->bytes_counted = total;
-}
-
 /* Registers, takes the pservers' parameters (a restarted trainer goes on
  * from the merged model) and makes them the first base. */
 static ps_err geo_start(updater *u, ps_error *err) {
@@ -53,7 +47,7 @@ static ps_err geo_start(updater *u, ps_error *err) {
   }
   if (ps_client_pull(&g->ps, t->host_params, err) != PS_ERR_OK) return err->code;
   memcpy(g->at_exchange, t->host_params, n * sizeof(float));
-  g->bytes_counted = g->ps.bytes_sent + g->ps.bytes_received; /* steps count from here */
+  (void)ps_client_bytes_since(&g->ps, &g->bytes_counted); /* steps count from here */
   g->steps = job.steps;
   t->start_step = g->ps.start_step;
   if (t->start_step > 0) {
@@ -86,7 +80,7 @@ static ps_err exchange(geo_updater *g, long done, ps_error *err) {
   }
   timeline_span(t->tl, "push", done - 1, start);
   g->base.comm_seconds += now_s() - start;
-  count_bytes(g);
+  g->base.comm_bytes += ps_client_bytes_since(&g->ps, &g->bytes_counted);
   memcpy(g->at_exchange, t->host_params, n * sizeof(float));
   g->local = 0;
   g->exchanges++;

@@ -21,14 +21,6 @@ typedef struct pserver_updater {
   uint64_t bytes_counted; /* of ps's sent + received, already in comm_bytes */
 } pserver_updater;
 
-/* Adds what ps sent and received since the last count: parts pushed during
- * backward count too, not only what moved inside apply. */
-static void count_bytes(pserver_updater *p) {
-  uint64_t total = p->ps.bytes_sent + p->ps.bytes_received;
-  p->base.comm_bytes += (double)(total - p->bytes_counted);
-  p->bytes_counted = total;
-}
-
 /* Backward's report: layer's gradients are final; its blocks go out now. */
 static ps_err layer_ready(void *ctx, int layer, ps_error *err) {
   pserver_updater *p = ctx;
@@ -57,7 +49,7 @@ static ps_err pserver_start(updater *u, ps_error *err) {
   }
   p->connected = 1;
   if (ps_client_pull(&p->ps, t->host_params, err) != PS_ERR_OK) return err->code;
-  p->bytes_counted = p->ps.bytes_sent + p->ps.bytes_received; /* steps count from here */
+  (void)ps_client_bytes_since(&p->ps, &p->bytes_counted); /* steps count from here */
   t->start_step = p->ps.start_step;
   p->step = t->start_step;
   if (s->opt.overlap && t->staged) {
@@ -111,7 +103,7 @@ static ps_err pserver_apply(updater *u, long step, long *next, ps_error *err) {
   }
   timeline_span(t->tl, "push", step, start); /* push-pull, the pserver's wait included */
   u->comm_seconds += now_s() - start;
-  count_bytes(p);
+  u->comm_bytes += ps_client_bytes_since(&p->ps, &p->bytes_counted);
   *next = p->step = step + 1;
   if (t->staged) return mlp_set_params(t->model, t->host_params, err);
   return PS_ERR_OK;
