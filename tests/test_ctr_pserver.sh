@@ -54,7 +54,12 @@ grep -q '"mode":"pserver".*"trainers":2.*"update":"sync".*"bytes_per_step":[1-9]
 grep -q "bytes sent + received per step" "$SCRATCH/sync/trainer1.log" || fail "no bytes in trainer 1's log"
 # 1b. DeepFM, the same equivalence: a model is a file, the replicas do not know which.
 local_run local-deepfm --model deepfm:8:32,16
-pserver sync-deepfm --pservers 2 -- --model deepfm:8:32,16
+pserver sync-deepfm --pservers 2 -- --model deepfm:8:32,16 --timeline "$SCRATCH/fm-tl.json" \
+  --timeline-steps 3:7
+for tl in "$SCRATCH/fm-tl.json" "$SCRATCH/fm-tl.json.rank1"; do
+  "$PY" "$(dirname "$0")/ctr_timeline_check.py" "$tl" 3 7 pull,forward,backward,push ||
+    fail "DeepFM pserver timeline $tl"
+done
 compare "$SCRATCH/sync-deepfm.safetensors" "$SCRATCH/local-deepfm.safetensors" ||
   fail "DeepFM: sync export vs local export"
 auc_near sync-deepfm local-deepfm 1e-4 "DeepFM: sync vs local"

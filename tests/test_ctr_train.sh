@@ -106,6 +106,12 @@ expect_exit 2 "--test-data $SCRATCH/none.tsv: cannot read: No such file" -- "$BI
 expect_exit 1 "could not reach pserver 0 at 127.0.0.1:1 within 1 s" -- "$BIN/trainer" --model lr \
   --data "$D/train.tsv" --mode pserver --pservers 127.0.0.1:1 --connect-timeout 1
 
+# --timeline: every step's pull, forward, backward and apply, in that order.
+"$BIN/trainer" "${COMMON[@]}" --model deepfm:8:32,16 --max-steps 12 --timeline "$SCRATCH/tl.json" \
+  --timeline-steps 3:7 2>"$SCRATCH/tl.log" || fail "--timeline run failed: $(tail -2 "$SCRATCH/tl.log")"
+"$PY" "$(dirname "$0")/ctr_timeline_check.py" "$SCRATCH/tl.json" 3 7 pull,forward,backward,apply ||
+  fail "CTR timeline: $(head -c 300 "$SCRATCH/tl.json")"
+
 # --eval-every: rows mid-epoch too, each with its step.
 "$BIN/trainer" "${COMMON[@]}" --model lr --eval-every 50 --metrics "$SCRATCH/ee.jsonl" \
   2>"$SCRATCH/ee.log" || fail "--eval-every run failed: $(tail -2 "$SCRATCH/ee.log")"

@@ -241,6 +241,7 @@ ps_err ctr_collective_step(ctr_trainer *t, int count, long step, double *loss_su
   const double start = now_s(), bytes_before = x->bytes;
   long long total = 0;
   if (gather_keys(t, count, &total, err) != PS_ERR_OK) return err->code;
+  t->comm_seconds += now_s() - start;
   if (total == 0) return PS_ERR_OK; /* no rank had examples: nothing to learn */
   const size_t u = x->uni.n_unique, mine = count > 0 ? t->dedup.n_unique : 0;
   for (int i = 0; i < tables; i++) {
@@ -257,28 +258,29 @@ ps_err ctr_collective_step(ctr_trainer *t, int count, long step, double *loss_su
       memcpy(t->rows[i] + j * dim, x->rows[i] + (size_t)s * dim, dim * sizeof(float));
     }
   }
+  double t0 = timeline_span(t->tl, "pull", step, start); /* the keys' all-gather, the rows */
   /* Each rank's share of the global batch's mean loss. */
   const float scale = (float)((double)count / (double)total);
   if (count > 0) {
     model_batch b = ctr_batch_of(t, count);
-    if (model_forward(t->model, &b, 1, loss_sum, NULL, err) != PS_ERR_OK ||
-        model_backward(t->model, &b, t->row_grads, err) != PS_ERR_OK) {
-      return err->code;
-    }
+    PS_TRY(model_forward(t->model, &b, 1, loss_sum, NULL, err));
+    t0 = timeline_span(t->tl, "forward", step, t0);
+    PS_TRY(model_backward(t->model, &b, t->row_grads, err));
     for (int i = 0; i < tables; i++) {
       float *g = t->row_grads[i];
       for (size_t j = 0; j < mine * (size_t)t->model->dim[i]; j++) g[j] *= scale;
     }
+    t0 = timeline_span(t->tl, "backward", step, t0);
   }
-  if (gather_grads(t, mine, err) != PS_ERR_OK || sum_dense(t, scale, count > 0, err) != PS_ERR_OK ||
-      model_apply_optimizer(t->model, &t->settings.optimizer, step, err) != PS_ERR_OK) {
-    return err->code;
-  }
+  PS_TRY(gather_grads(t, mine, err));
+  PS_TRY(sum_dense(t, scale, count > 0, err));
+  t->comm_seconds += now_s() - t0;
+  t0 = timeline_span(t->tl, "allreduce", step, t0); /* the rows' all-gather, the dense sum */
+  PS_TRY(model_apply_optimizer(t->model, &t->settings.optimizer, step, err));
   for (int i = 0; i < tables; i++) {
-    if (sparse_table_push(t->tables[i], x->uni.unique, u, x->grads[i], step, err) != PS_ERR_OK) {
-      return err->code;
-    }
+    PS_TRY(sparse_table_push(t->tables[i], x->uni.unique, u, x->grads[i], step, err));
   }
+  timeline_span(t->tl, "apply", step, t0);
   x->steps++;
   x->seconds += now_s() - start;
   LOG_DEBUG("step %ld: %zu keys in the union, %.0f bytes sent + received", step, u,

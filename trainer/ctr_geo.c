@@ -229,6 +229,7 @@ ps_err ctr_geo_step(ctr_geo *g, ctr_trainer *t, int count, long step, double *lo
   if (++g->since < g->c->job.geo_steps && step + 1 < g->steps) return PS_ERR_OK;
   double start = now_s();
   ps_err rc = exchange(g, t, step + 1, err);
+  timeline_span(t->tl, "push", step, start); /* the exchange */
   *comm_seconds += now_s() - start;
   return rc;
 }

@@ -22,7 +22,6 @@ struct ctr_pserver {
   int need_pull;                 /* the next step's rows are not here yet: PULL_STEP first */
   long version;                  /* the parameters' step after the last reply */
   long steps;                    /* pushed (geo: taken) */
-  double seconds;                /* in push-pulls */
   ctr_geo *geo;                  /* --update geo: local steps, exchanges (ctr_geo.c) */
 };
 
@@ -110,11 +109,13 @@ ps_err ctr_pserver_step(ctr_trainer *t, int count, long step, double *loss_sum, 
   if (x->geo != NULL) {
     x->steps++;
     x->version = step + 1;
-    return ctr_geo_step(x->geo, t, count, step, loss_sum, &x->seconds, err);
+    return ctr_geo_step(x->geo, t, count, step, loss_sum, &t->comm_seconds, err);
   }
   const size_t n = count > 0 ? t->dedup.n_unique : 0;
   const size_t total = t->model->layout.total;
+  double t0 = now_s();
   if (rows_of_step(t, n, step, err) != PS_ERR_OK) return err->code;
+  timeline_span(t->tl, "pull", step, t0); /* a PULL_STEP, or the rows the last reply brought */
   /* sp.next holds this batch's keys split by pserver (the last push or the
    * pull split them): they become the keys pulled for this step. */
   ps_sparse_keys split = x->sp.cur;
@@ -123,11 +124,12 @@ ps_err ctr_pserver_step(ctr_trainer *t, int count, long step, double *loss_sum, 
   double computing = now_s();
   if (count > 0) {
     model_batch b = ctr_batch_of(t, count);
-    if (model_forward(t->model, &b, 1, loss_sum, NULL, err) != PS_ERR_OK ||
-        model_backward(t->model, &b, t->row_grads, err) != PS_ERR_OK ||
-        model_get_grads(t->model, x->grads, err) != PS_ERR_OK) {
-      return err->code;
-    }
+    t0 = now_s();
+    PS_TRY(model_forward(t->model, &b, 1, loss_sum, NULL, err));
+    t0 = timeline_span(t->tl, "forward", step, t0);
+    PS_TRY(model_backward(t->model, &b, t->row_grads, err));
+    PS_TRY(model_get_grads(t->model, x->grads, err));
+    timeline_span(t->tl, "backward", step, t0);
     const float scale = grad_scale(t, count, step);
     if (scale != 1.0f) {
       for (size_t j = 0; j < total; j++) x->grads[j] *= scale;
@@ -163,7 +165,8 @@ ps_err ctr_pserver_step(ctr_trainer *t, int count, long step, double *loss_sum, 
                           t->settings.opt.recover_timeout, &resume_at, err) != PS_ERR_OK) {
     return err->code;
   }
-  x->seconds += now_s() - start;
+  timeline_span(t->tl, "push", step, start); /* push-pull, the pservers' wait included */
+  t->comm_seconds += now_s() - start;
   x->steps++;
   if (resume_at <= step) {
     /* The job went back: the batch asked for is not the next one any more. */
@@ -225,7 +228,7 @@ ps_err ctr_pserver_finish(ctr_trainer *t, long steps, ps_error *err) {
   LOG_INFO("pserver CTR mode, trainer %d: %ld steps, %.0f bytes sent + received per step (%.1f "
            "MB sent, %.1f MB received), %.2fs in push-pulls",
            t->rank, x->steps, x->steps > 0 ? bytes / (double)x->steps : 0.0,
-           (double)x->c.bytes_sent / 1e6, (double)x->c.bytes_received / 1e6, x->seconds);
+           (double)x->c.bytes_sent / 1e6, (double)x->c.bytes_received / 1e6, t->comm_seconds);
   if (x->geo != NULL) {
     LOG_INFO("communication: %ld GEO exchanges (--geo-steps %d)", ctr_geo_exchanges(x->geo),
              x->c.job.geo_steps);

@@ -199,24 +199,22 @@ model_batch ctr_batch_of(const ctr_trainer *t, int count) {
 ps_err ctr_local_step(ctr_trainer *t, int count, long step, double *loss_sum, ps_error *err) {
   const sparse_dedup *d = &t->dedup;
   const int tables = t->model->tables;
+  double t0 = now_s();
   for (int i = 0; i < tables; i++) {
-    if (sparse_table_pull(t->tables[i], d->unique, d->n_unique, d->counts, step, t->rows[i],
-                          err) != PS_ERR_OK) {
-      return err->code;
-    }
+    PS_TRY(sparse_table_pull(t->tables[i], d->unique, d->n_unique, d->counts, step, t->rows[i],
+                             err));
   }
+  t0 = timeline_span(t->tl, "pull", step, t0);
   model_batch b = ctr_batch_of(t, count);
-  if (model_forward(t->model, &b, 1, loss_sum, NULL, err) != PS_ERR_OK ||
-      model_backward(t->model, &b, t->row_grads, err) != PS_ERR_OK ||
-      model_apply_optimizer(t->model, &t->settings.optimizer, step, err) != PS_ERR_OK) {
-    return err->code;
-  }
+  PS_TRY(model_forward(t->model, &b, 1, loss_sum, NULL, err));
+  t0 = timeline_span(t->tl, "forward", step, t0);
+  PS_TRY(model_backward(t->model, &b, t->row_grads, err));
+  t0 = timeline_span(t->tl, "backward", step, t0);
+  PS_TRY(model_apply_optimizer(t->model, &t->settings.optimizer, step, err));
   for (int i = 0; i < tables; i++) {
-    if (sparse_table_push(t->tables[i], d->unique, d->n_unique, t->row_grads[i], step, err) !=
-        PS_ERR_OK) {
-      return err->code;
-    }
+    PS_TRY(sparse_table_push(t->tables[i], d->unique, d->n_unique, t->row_grads[i], step, err));
   }
+  timeline_span(t->tl, "apply", step, t0);
   return PS_ERR_OK;
 }
 
@@ -417,9 +415,8 @@ static ps_err train_epoch(ctr_trainer *t, ctr_prefetch *pf, long epoch, long *gl
     if (*global_step + 1 < total_steps) {
       ctr_prefetch_ask(pf, (int)o->batch, step + 1 == t->steps_per_epoch);
     }
-    double batch_loss = 0.0, t0 = now_s();
+    double batch_loss = 0.0, step_started = now_s(), comm_before = t->comm_seconds;
     PS_TRY(train_step(t, count, *global_step, &batch_loss, err));
-    timeline_span(t->tl, "step", *global_step, t0); /* CTR: pull, forward, backward, push */
     if (t->rewind_to >= 0) return PS_ERR_OK; /* the job went back: ctr_trainer_run goes there */
     if (!isfinite(batch_loss)) {
       PS_TRY(ps_error_set(err, PS_ERR_FAILED_PRECONDITION,
@@ -432,9 +429,10 @@ static ps_err train_epoch(ctr_trainer *t, ctr_prefetch *pf, long epoch, long *gl
     seen += count;
     seen_since_report += count;
     (*global_step)++;
-    trainer_metrics_step(t->prom, *global_step, count, batch_loss, NAN, NAN);
+    trainer_metrics_step(t->prom, *global_step, count, batch_loss, now_s() - step_started,
+                         t->comm_seconds - comm_before);
     if (ctr_checkpoint_due(t, *global_step, 0)) {
-      t0 = now_s();
+      double t0 = now_s();
       PS_TRY(ctr_checkpoint_write(t, *global_step, err));
       timeline_span(t->tl, "checkpoint", *global_step - 1, t0);
     }

@@ -36,6 +36,7 @@ typedef struct ctr_trainer {
   timeline *tl;              /* --timeline; NULL without */
   long replay_until;         /* highest step taken before the job went back (metrics_repeat.h) */
   struct trainer_metrics *prom; /* --metrics-listen's step hook; NULL without */
+  double comm_seconds;       /* in push-pulls, GEO exchanges and all-gathers, since the start */
   /* one step's buffers */
   sparse_dedup dedup;
   ctr_example *examples;     /* (batch) */
@@ -59,8 +60,9 @@ ps_err ctr_trainer_init(ctr_trainer *t, const trainer_settings *settings, ps_err
 ps_err ctr_trainer_run(ctr_trainer *t, ctr_summary *summary, ps_error *err);
 /* One step as --mode local takes it on the `count` examples in t->examples,
  * deduplicated in t->dedup: rows pulled from t's tables at `step` (left in
- * t->rows), forward, backward, the dense optimizer
- * and the rows' updates. Adds the batch's summed logloss to *loss_sum. */
+ * t->rows), forward, backward, the dense optimizer and the rows' updates,
+ * each a timeline span (pull, forward, backward, apply). Adds the batch's
+ * summed logloss to *loss_sum. */
 ps_err ctr_local_step(ctr_trainer *t, int count, long step, double *loss_sum, ps_error *err);
 
 /* The model's view of the batch in t's buffers: count examples, t->dedup's
