@@ -28,8 +28,8 @@ typedef struct bench {
 } bench;
 
 static int full_step(bench *s, ps_error *err) {
-  double loss = 0;
-  if (model_forward(s->m, &s->b, 1, &loss, NULL, err) != PS_ERR_OK ||
+  model_outputs out = {0};
+  if (model_forward(s->m, &s->b, 1, &out, err) != PS_ERR_OK ||
       model_backward(s->m, &s->b, s->row_grads, err) != PS_ERR_OK ||
       model_apply_optimizer(s->m, &s->opt, s->step++, err) != PS_ERR_OK) {
     return -1;

@@ -32,6 +32,14 @@ typedef struct fixture {
   unsigned char mask[BATCH * 64];
 } fixture;
 
+/* model_forward adding the batch's loss to *sum and probabilities to probs. */
+static ps_err forward(fixture *fx, int want_grad, double *sum, float *probs, ps_error *err) {
+  model_outputs out = {.loss_sum = *sum, .probs = probs};
+  ps_err rc = model_forward(fx->m, &fx->b, want_grad, &out, err);
+  *sum = out.loss_sum;
+  return rc;
+}
+
 static float uniform(rng *r, float lo, float hi) {
   return lo + (hi - lo) * (float)(rng_next(r) >> 40) / 16777216.0f;
 }
@@ -80,7 +88,7 @@ static void fixture_free(fixture *fx) {
 static double batch_loss(fixture *fx, int record, int *flipped) {
   ps_error err;
   double sum = 0;
-  REQUIRE(model_forward(fx->m, &fx->b, 0, &sum, NULL, &err) == PS_ERR_OK);
+  REQUIRE(forward(fx, 0, &sum, NULL, &err) == PS_ERR_OK);
   mlp *deep = ((ctr_core *)fx->m)->deep;
   if (deep != NULL) {
     /* Each hidden layer's first BATCH rows (CPU backend: host memory). */
@@ -145,7 +153,7 @@ static void gradcheck(const char *model_text) {
   float wide_grads[KEYS], deep_grads[KEYS * DIM];
   REQUIRE(grads != NULL);
   double loss_sum = 0;
-  REQUIRE(model_forward(fx.m, &fx.b, 1, &loss_sum, NULL, &err) == PS_ERR_OK);
+  REQUIRE(forward(&fx, 1, &loss_sum, NULL, &err) == PS_ERR_OK);
   REQUIRE(model_backward(fx.m, &fx.b, (float *[]){wide_grads, deep_grads}, &err) == PS_ERR_OK);
   REQUIRE(model_get_grads(fx.m, grads, &err) == PS_ERR_OK);
 
@@ -223,7 +231,7 @@ static void check_loss(const char *model_text) {
   if (strcmp(fx.m->desc.name, "deepfm") == 0) {
     for (int k = 0; k < KEYS * DIM; k++) fx.deep[k] *= 0.2f;
   }
-  REQUIRE(model_forward(fx.m, &fx.b, 0, &sum, probs, &err) == PS_ERR_OK);
+  REQUIRE(forward(&fx, 0, &sum, probs, &err) == PS_ERR_OK);
   double ref = reference_loss(&fx, ref_probs);
   CHECK_NEAR(sum / BATCH, ref, 1e-5 * fabs(ref));
   for (int i = 0; i < BATCH; i++) {
@@ -258,7 +266,7 @@ static void check_lr_closed_form(void) {
   }
   double sum = 0;
   float wide_grads[KEYS], grad_bias;
-  REQUIRE(model_forward(fx.m, &fx.b, 1, &sum, NULL, &err) == PS_ERR_OK);
+  REQUIRE(forward(&fx, 1, &sum, NULL, &err) == PS_ERR_OK);
   REQUIRE(model_backward(fx.m, &fx.b, (float *[]){wide_grads, NULL}, &err) == PS_ERR_OK);
   REQUIRE(model_get_grads(fx.m, &grad_bias, &err) == PS_ERR_OK);
   CHECK_NEAR(sum, loss, 1e-6 * loss);
@@ -282,7 +290,7 @@ static void check_optimizer_and_state(void) {
   float wide_grads[KEYS], deep_grads[KEYS * DIM];
   REQUIRE(before && after && grads && state && state2);
   double sum = 0;
-  REQUIRE(model_forward(fx.m, &fx.b, 1, &sum, NULL, &err) == PS_ERR_OK);
+  REQUIRE(forward(&fx, 1, &sum, NULL, &err) == PS_ERR_OK);
   REQUIRE(model_backward(fx.m, &fx.b, (float *[]){wide_grads, deep_grads}, &err) == PS_ERR_OK);
   REQUIRE(model_get_grads(fx.m, grads, &err) == PS_ERR_OK);
   REQUIRE(model_get_params(fx.m, before, &err) == PS_ERR_OK);
@@ -323,18 +331,18 @@ static void check_refusals(void) {
   double sum = 0;
   CHECK_EQ_INT(model_backward(fx.m, &fx.b, (float *[]){wide_grads, deep_grads}, &err),
                PS_ERR_FAILED_PRECONDITION);
-  REQUIRE(model_forward(fx.m, &fx.b, 0, &sum, NULL, &err) == PS_ERR_OK);
+  REQUIRE(forward(&fx, 0, &sum, NULL, &err) == PS_ERR_OK);
   CHECK_EQ_INT(model_backward(fx.m, &fx.b, (float *[]){wide_grads, deep_grads}, &err),
                PS_ERR_FAILED_PRECONDITION);
   fx.slot[7] = KEYS;
-  CHECK_EQ_INT(model_forward(fx.m, &fx.b, 1, &sum, NULL, &err), PS_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(forward(&fx, 1, &sum, NULL, &err), PS_ERR_INVALID_ARGUMENT);
   CHECK_CONTAINS(err.msg, "is outside the batch's 7 distinct keys");
   fx.slot[7] = 0;
   fx.b.size = BATCH + 1;
-  CHECK_EQ_INT(model_forward(fx.m, &fx.b, 1, &sum, NULL, &err), PS_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(forward(&fx, 1, &sum, NULL, &err), PS_ERR_INVALID_ARGUMENT);
   fx.b.size = BATCH;
   fx.b.rows[CTR_TABLE_EMBEDDING] = NULL;
-  CHECK_EQ_INT(model_forward(fx.m, &fx.b, 1, &sum, NULL, &err), PS_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(forward(&fx, 1, &sum, NULL, &err), PS_ERR_INVALID_ARGUMENT);
   model_desc mlp_desc;
   model *m;
   REQUIRE(model_parse("mlp:4,2", &mlp_desc, &err) == PS_ERR_OK);

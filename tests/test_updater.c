@@ -47,30 +47,30 @@ static void test_local(void) {
   /* Three steps through the updater equal three optimizer steps, bitwise. */
   backend *be;
   model_desc d;
-  mlp *a, *b;
+  model *a, *b;
   REQUIRE(backend_cpu_create(&be, 1, &err) == PS_ERR_OK);
   REQUIRE(model_parse("mlp:6,5,3", &d, &err) == PS_ERR_OK);
-  REQUIRE(mlp_create(&a, &d, be, 4, 3, &err) == PS_ERR_OK);
-  REQUIRE(mlp_create(&b, &d, be, 4, 3, &err) == PS_ERR_OK);
+  REQUIRE(model_create(&a, &d, be, 4, 3, &err) == PS_ERR_OK);
+  REQUIRE(model_create(&b, &d, be, 4, 3, &err) == PS_ERR_OK);
   t.model = a;
   size_t n = a->layout.total;
-  float first = a->params[0];
+  float first = a->params_host[0];
   for (long step = 0; step < 3; step++) {
     for (size_t i = 0; i < n; i++) {
-      a->grads[i] = b->grads[i] = 0.01f * (float)((long)(i % 7) - 3 + step);
+      a->grads_host[i] = b->grads_host[i] = 0.01f * (float)((long)(i % 7) - 3 + step);
     }
     long next = -1;
     CHECK_EQ_INT(updater_apply(up, step, &next, &err), PS_ERR_OK);
     CHECK_EQ_INT(next, step + 1);
-    CHECK_EQ_INT(mlp_apply_optimizer(b, &t.settings.optimizer, step, &err), PS_ERR_OK);
+    CHECK_EQ_INT(model_apply_optimizer(b, &t.settings.optimizer, step, &err), PS_ERR_OK);
   }
-  CHECK(a->params[0] != first);
-  CHECK(memcmp(a->params, b->params, n * sizeof *a->params) == 0);
+  CHECK(a->params_host[0] != first);
+  CHECK(memcmp(a->params_host, b->params_host, n * sizeof *a->params_host) == 0);
   CHECK(up->comm_seconds == 0.0 && up->comm_bytes == 0.0);
   CHECK_EQ_INT(updater_finish(up, 3, &err), PS_ERR_OK);
   updater_destroy(up);
-  mlp_destroy(a);
-  mlp_destroy(b);
+  model_destroy(a);
+  model_destroy(b);
   backend_destroy(be);
 }
 

@@ -263,7 +263,9 @@ ps_err ctr_collective_step(ctr_trainer *t, int count, long step, double *loss_su
   const float scale = (float)((double)count / (double)total);
   if (count > 0) {
     model_batch b = ctr_batch_of(t, count);
-    PS_TRY(model_forward(t->model, &b, 1, loss_sum, NULL, err));
+    model_outputs out = {0};
+    PS_TRY(model_forward(t->model, &b, 1, &out, err));
+    *loss_sum += out.loss_sum;
     t0 = timeline_span(t->tl, "forward", step, t0);
     PS_TRY(model_backward(t->model, &b, t->row_grads, err));
     for (int i = 0; i < tables; i++) {

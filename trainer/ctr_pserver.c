@@ -125,7 +125,9 @@ ps_err ctr_pserver_step(ctr_trainer *t, int count, long step, double *loss_sum, 
   if (count > 0) {
     model_batch b = ctr_batch_of(t, count);
     t0 = now_s();
-    PS_TRY(model_forward(t->model, &b, 1, loss_sum, NULL, err));
+    model_outputs out = {0};
+    PS_TRY(model_forward(t->model, &b, 1, &out, err));
+    *loss_sum += out.loss_sum;
     t0 = timeline_span(t->tl, "forward", step, t0);
     PS_TRY(model_backward(t->model, &b, t->row_grads, err));
     PS_TRY(model_get_grads(t->model, x->grads, err));

@@ -206,7 +206,9 @@ ps_err ctr_local_step(ctr_trainer *t, int count, long step, double *loss_sum, ps
   }
   t0 = timeline_span(t->tl, "pull", step, t0);
   model_batch b = ctr_batch_of(t, count);
-  PS_TRY(model_forward(t->model, &b, 1, loss_sum, NULL, err));
+  model_outputs out = {0};
+  PS_TRY(model_forward(t->model, &b, 1, &out, err));
+  *loss_sum += out.loss_sum;
   t0 = timeline_span(t->tl, "forward", step, t0);
   PS_TRY(model_backward(t->model, &b, t->row_grads, err));
   t0 = timeline_span(t->tl, "backward", step, t0);
@@ -275,7 +277,9 @@ ps_err ctr_trainer_evaluate(ctr_trainer *t, const char *path, double *auc, doubl
       }
     }
     model_batch b = ctr_batch_of(t, count);
-    if ((rc = model_forward(t->model, &b, 0, &loss, probs + n, err)) != PS_ERR_OK) break;
+    model_outputs out = {.probs = probs + n};
+    if ((rc = model_forward(t->model, &b, 0, &out, err)) != PS_ERR_OK) break;
+    loss += out.loss_sum;
     for (int i = 0; i < count; i++) labels[n + (size_t)i] = t->examples[i].label;
     n += (size_t)count;
   }

@@ -49,8 +49,8 @@ ps_err model_checkpoint_write(trainer *t, long step, ps_error *err) {
   char trainers[16];
   snprintf(trainers, sizeof trainers, "%d", t->trainers);
   const char *extra[] = {"trainers", trainers, "mode", t->mode_label, NULL};
-  ps_err rc = mlp_get_params(t->model, data, err);
-  if (rc == PS_ERR_OK) rc = mlp_get_state(t->model, data + n, err);
+  ps_err rc = model_get_params(t->model, data, err);
+  if (rc == PS_ERR_OK) rc = model_get_state(t->model, data + n, err);
   if (rc == PS_ERR_OK) {
     rc = checkpoint_write(t->settings.opt.checkpoint_dir, MODEL_PREFIX, MODEL_FORMAT, step, &job,
                           extra, &layout, data, err);
@@ -109,8 +109,8 @@ ps_err model_checkpoint_resume(trainer *t, ps_error *err) {
     rc = ps_error_set(err, (ps_err)status.code, "%s%s", t->id == 0 ? "" : "rank 0: ",
                       status.message);
   }
-  if (rc == PS_ERR_OK) rc = mlp_set_params(t->model, data, err);
-  if (rc == PS_ERR_OK) rc = mlp_set_state(t->model, data + n, err);
+  if (rc == PS_ERR_OK) rc = model_set_params(t->model, data, err);
+  if (rc == PS_ERR_OK) rc = model_set_state(t->model, data + n, err);
   if (rc == PS_ERR_OK && t->staged) memcpy(t->host_params, data, n * sizeof *data);
   if (rc == PS_ERR_OK) t->start_step = (long)status.step;
   free(data);

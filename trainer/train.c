@@ -99,12 +99,12 @@ ps_err trainer_init(trainer *t, const trainer_settings *settings, ps_error *err)
   }
   if (backend_open(&t->be, o->device, (int)o->threads, (int)o->gpu, err) != PS_ERR_OK) goto fail;
   int max_batch = o->batch > TRAINER_EVAL_BATCH ? (int)o->batch : TRAINER_EVAL_BATCH;
-  if (mlp_create(&t->model, &settings->model, t->be, max_batch, (uint64_t)o->seed, err) !=
+  if (model_create(&t->model, &settings->model, t->be, max_batch, (uint64_t)o->seed, err) !=
       PS_ERR_OK) {
     goto fail;
   }
   size_t n = t->model->layout.total;
-  t->staged = !t->be->host_memory;
+  t->staged = t->model->params_host == NULL;
   if (t->staged) {
     /* Pinned on a GPU: push and pull copy through these. */
     if ((t->host_params = t->be->ops->host_alloc(t->be, n * sizeof(float), err)) == NULL ||
@@ -112,8 +112,8 @@ ps_err trainer_init(trainer *t, const trainer_settings *settings, ps_error *err)
       goto fail;
     }
   } else {
-    t->host_params = t->model->params;
-    t->host_grads = t->model->grads;
+    t->host_params = t->model->params_host;
+    t->host_grads = t->model->grads_host;
   }
   if (o->checkpoint_dir[0] != '\0' && t->id == 0 && !o->resume &&
       process_prepare_dir(o->checkpoint_dir, "--checkpoint-dir", err) != PS_ERR_OK) {
@@ -139,7 +139,7 @@ void trainer_free(trainer *t) {
     if (t->host_params != NULL) t->be->ops->host_free(t->be, t->host_params);
     if (t->host_grads != NULL) t->be->ops->host_free(t->be, t->host_grads);
   }
-  mlp_destroy(t->model);
+  model_destroy(t->model);
   backend_destroy(t->be);
   if (t->metrics != NULL && fclose(t->metrics) != 0) {
     LOG_ERROR("closing the metrics file: %s", strerror(errno));
@@ -158,11 +158,12 @@ ps_err trainer_evaluate(trainer *t, double *accuracy, double *mean_loss, ps_erro
   for (long start = 0; start < total; start += TRAINER_EVAL_BATCH) {
     int count = (int)(total - start < TRAINER_EVAL_BATCH ? total - start : TRAINER_EVAL_BATCH);
     for (int i = 0; i < count; i++) indices[i] = start + i;
-    sampler_gather(&t->test, indices, count, mlp_host_inputs(t->model), mlp_host_labels(t->model));
-    if (mlp_load_batch(t->model, count, err) != PS_ERR_OK ||
-        mlp_forward(t->model, count, 0, &loss, &correct, err) != PS_ERR_OK) {
-      return err->code;
-    }
+    sampler_gather(&t->test, indices, count, t->model->inputs, t->model->labels);
+    model_batch b = {.size = count, .inputs = t->model->inputs, .labels = t->model->labels};
+    model_outputs out = {0};
+    if (model_forward(t->model, &b, 0, &out, err) != PS_ERR_OK) return err->code;
+    loss += out.loss_sum;
+    correct += out.correct;
   }
   *accuracy = (double)correct / (double)total;
   *mean_loss = loss / (double)total;
@@ -212,17 +213,16 @@ static ps_err train_epoch(trainer *t, long epoch, long *global_step, double *mea
     long first = step * o->batch;
     long left = t->samples_per_epoch - first;
     int count = (int)(left < o->batch ? left : o->batch);
-    sampler_gather(&t->train, t->order.order + first, count, mlp_host_inputs(t->model),
-                   mlp_host_labels(t->model));
-    double batch_loss = 0.0;
+    sampler_gather(&t->train, t->order.order + first, count, t->model->inputs, t->model->labels);
+    model_batch b = {.size = count, .inputs = t->model->inputs, .labels = t->model->labels};
+    model_outputs out = {0};
     long next = 0;
     double t0 = now_s();
-    if (mlp_load_batch(t->model, count, err) != PS_ERR_OK ||
-        mlp_forward(t->model, count, 1, &batch_loss, &correct, err) != PS_ERR_OK) {
-      return err->code;
-    }
+    if (model_forward(t->model, &b, 1, &out, err) != PS_ERR_OK) return err->code;
+    double batch_loss = out.loss_sum;
+    correct += out.correct;
     t0 = timeline_span(t->tl, "forward", *global_step, t0);
-    if (mlp_backward(t->model, count, err) != PS_ERR_OK) return err->code;
+    if (model_backward(t->model, &b, NULL, err) != PS_ERR_OK) return err->code;
     timeline_span(t->tl, "backward", *global_step, t0);
     /* The whole compute (gather, forward, backward), not backward alone. */
     if (slowdown_sleep(o->slowdown, now_s() - step_started, err) != PS_ERR_OK) return err->code;
@@ -272,10 +272,10 @@ static ps_err train_epoch(trainer *t, long epoch, long *global_step, double *mea
 
 static ps_err export_model(trainer *t, ps_error *err) {
   const char *path = t->settings.opt.export_path;
-  if (t->staged && mlp_get_params(t->model, t->host_params, err) != PS_ERR_OK) return err->code;
-  char model[256];
-  model_format(&t->settings.model, model, sizeof model);
-  const char *metadata[] = {"format", "pt", "model", model, "producer", "pstrain", NULL};
+  if (t->staged && model_get_params(t->model, t->host_params, err) != PS_ERR_OK) return err->code;
+  char model_text[256];
+  model_format(&t->settings.model, model_text, sizeof model_text);
+  const char *metadata[] = {"format", "pt", "model", model_text, "producer", "pstrain", NULL};
   if (safetensors_write(path, &t->model->layout, t->host_params, metadata, 0, err) != PS_ERR_OK) {
     return err->code;
   }

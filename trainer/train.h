@@ -11,7 +11,7 @@
 #include "common/timeline.h"
 #include "trainer/backend.h"
 #include "trainer/idx.h"
-#include "trainer/mlp.h"
+#include "trainer/model/model.h"
 #include "trainer/sampler.h"
 #include "trainer/trainer_config.h"
 #include "trainer/updater.h"
@@ -21,7 +21,7 @@ typedef struct trainer {
   const char *mode_label; /* "local", "pserver-sync", ... for metrics */
   dataset train, test;
   backend *be;
-  mlp *model;
+  model *model;
   sampler order;
   long samples_per_epoch; /* equal on every trainer, so sync steps line up */
   long steps_per_epoch;

@@ -55,7 +55,7 @@ static ps_err geo_start(updater *u, ps_error *err) {
              t->start_step, t->start_step / t->steps_per_epoch + 1,
              t->start_step % t->steps_per_epoch + 1);
   }
-  if (t->staged) return mlp_set_params(t->model, t->host_params, err);
+  if (t->staged) return model_set_params(t->model, t->host_params, err);
   return PS_ERR_OK;
 }
 
@@ -65,7 +65,7 @@ static ps_err geo_start(updater *u, ps_error *err) {
 static ps_err exchange(geo_updater *g, long done, ps_error *err) {
   trainer *t = g->base.t;
   size_t n = t->model->layout.total;
-  if (t->staged && mlp_get_params(t->model, t->host_params, err) != PS_ERR_OK) return err->code;
+  if (t->staged && model_get_params(t->model, t->host_params, err) != PS_ERR_OK) return err->code;
   for (size_t i = 0; i < n; i++) g->change[i] = t->host_params[i] - g->at_exchange[i];
   double start = now_s();
   if (ps_client_push_pull(&g->ps, done, g->change, t->host_params, err) != PS_ERR_OK) {
@@ -84,7 +84,7 @@ static ps_err exchange(geo_updater *g, long done, ps_error *err) {
   memcpy(g->at_exchange, t->host_params, n * sizeof(float));
   g->local = 0;
   g->exchanges++;
-  if (t->staged) return mlp_set_params(t->model, t->host_params, err);
+  if (t->staged) return model_set_params(t->model, t->host_params, err);
   return PS_ERR_OK;
 }
 
@@ -92,7 +92,7 @@ static ps_err geo_apply(updater *u, long step, long *next, ps_error *err) {
   geo_updater *g = (geo_updater *)u;
   trainer *t = u->t;
   double t0 = now_s();
-  if (mlp_apply_optimizer(t->model, &t->settings.optimizer, step, err) != PS_ERR_OK) {
+  if (model_apply_optimizer(t->model, &t->settings.optimizer, step, err) != PS_ERR_OK) {
     return err->code;
   }
   timeline_span(t->tl, "apply", step, t0);

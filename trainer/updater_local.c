@@ -9,7 +9,7 @@
 static ps_err local_apply(updater *u, long step, long *next, ps_error *err) {
   trainer *t = u->t;
   double t0 = now_s();
-  if (mlp_apply_optimizer(t->model, &t->settings.optimizer, step, err) != PS_ERR_OK) {
+  if (model_apply_optimizer(t->model, &t->settings.optimizer, step, err) != PS_ERR_OK) {
     return err->code;
   }
   timeline_span(t->tl, "apply", step, t0);

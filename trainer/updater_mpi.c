@@ -56,14 +56,14 @@ static ps_err mpi_apply(updater *u, long step, long *next, ps_error *err) {
   collective_updater *c = (collective_updater *)u;
   trainer *t = u->t;
   size_t n = t->model->layout.total;
-  if (t->staged && mlp_get_grads(t->model, t->host_grads, err) != PS_ERR_OK) return err->code;
+  if (t->staged && model_get_grads(t->model, t->host_grads, err) != PS_ERR_OK) return err->code;
   double start = now_s();
   if (collective_allreduce_mean(&c->coll, t->host_grads, n, err) != PS_ERR_OK) return err->code;
   u->comm_seconds += now_s() - start;
   start = timeline_span(t->tl, "allreduce", step, start);
   u->comm_bytes += updater_ring_bytes(t->trainers, n);
-  if (t->staged && mlp_set_grads(t->model, t->host_grads, err) != PS_ERR_OK) return err->code;
-  if (mlp_apply_optimizer(t->model, &t->settings.optimizer, step, err) != PS_ERR_OK) {
+  if (t->staged && model_set_grads(t->model, t->host_grads, err) != PS_ERR_OK) return err->code;
+  if (model_apply_optimizer(t->model, &t->settings.optimizer, step, err) != PS_ERR_OK) {
     return err->code;
   }
   timeline_span(t->tl, "apply", step, start);

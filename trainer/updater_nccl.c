@@ -11,12 +11,12 @@ static ps_err nccl_apply(updater *u, long step, long *next, ps_error *err) {
   trainer *t = u->t;
   size_t n = t->model->layout.total;
   double start = now_s();
-  if (collective_allreduce_mean_device(&c->coll, t->model->grads, n, err) != PS_ERR_OK) {
+  if (collective_allreduce_mean_device(&c->coll, t->model->grads_device, n, err) != PS_ERR_OK) {
     return err->code;
   }
   u->comm_seconds += now_s() - start;
   u->comm_bytes += updater_ring_bytes(t->trainers, n);
-  if (mlp_apply_optimizer(t->model, &t->settings.optimizer, step, err) != PS_ERR_OK) {
+  if (model_apply_optimizer(t->model, &t->settings.optimizer, step, err) != PS_ERR_OK) {
     return err->code;
   }
   *next = step + 1;

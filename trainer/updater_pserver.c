@@ -21,14 +21,14 @@ typedef struct pserver_updater {
   uint64_t bytes_counted; /* of ps's sent + received, already in comm_bytes */
 } pserver_updater;
 
-/* Backward's report: layer's gradients are final; its blocks go out now. */
-static ps_err layer_ready(void *ctx, int layer, ps_error *err) {
+/* Backward's report: tensors first..last have final gradients; their blocks go out now. */
+static ps_err tensors_ready(void *ctx, int first, int last, ps_error *err) {
   pserver_updater *p = ctx;
   if (!ps_client_parts_open(&p->ps) && ps_client_parts_begin(&p->ps, p->step, err) != PS_ERR_OK) {
     return err->code;
   }
   const tensor_layout *layout = &p->ps.layout;
-  const tensor_info *w = &layout->tensors[2 * (layer - 1)], *b = &layout->tensors[2 * layer - 1];
+  const tensor_info *w = &layout->tensors[first], *b = &layout->tensors[last];
   double start = now_s();
   ps_err rc = ps_client_parts_push(&p->ps, p->base.t->host_grads, w->offset,
                                    b->offset + b->count, err);
@@ -59,7 +59,7 @@ static ps_err pserver_start(updater *u, ps_error *err) {
   if (s->update == UPDATE_SYNC && !t->staged && s->opt.overlap) {
     /* Async pushes stay whole (one apply per push); a device backend's
      * gradients reach the host only at the end of backward. */
-    t->model->grads_ready = layer_ready;
+    t->model->grads_ready = tensors_ready;
     t->model->grads_ready_ctx = p;
   }
   if (t->start_step > 0) {
@@ -67,7 +67,7 @@ static ps_err pserver_start(updater *u, ps_error *err) {
              t->start_step, t->start_step / t->steps_per_epoch + 1,
              t->start_step % t->steps_per_epoch + 1);
   }
-  if (t->staged) return mlp_set_params(t->model, t->host_params, err);
+  if (t->staged) return model_set_params(t->model, t->host_params, err);
   return PS_ERR_OK;
 }
 
@@ -76,7 +76,7 @@ static ps_err pserver_start(updater *u, ps_error *err) {
 static ps_err pserver_apply(updater *u, long step, long *next, ps_error *err) {
   pserver_updater *p = (pserver_updater *)u;
   trainer *t = u->t;
-  if (t->staged && mlp_get_grads(t->model, t->host_grads, err) != PS_ERR_OK) return err->code;
+  if (t->staged && model_get_grads(t->model, t->host_grads, err) != PS_ERR_OK) return err->code;
   double start = now_s();
   if (ps_client_parts_open(&p->ps) && p->step != step) {
     return ps_error_set(err, PS_ERR_INTERNAL, "step %ld: backward pushed parts of step %ld",
@@ -97,7 +97,7 @@ static ps_err pserver_apply(updater *u, long step, long *next, ps_error *err) {
     if (resume_at <= step) {
       /* The job went back: the loop takes the steps from resume_at again. */
       *next = p->step = resume_at;
-      if (t->staged) return mlp_set_params(t->model, t->host_params, err);
+      if (t->staged) return model_set_params(t->model, t->host_params, err);
       return PS_ERR_OK;
     }
   }
@@ -105,7 +105,7 @@ static ps_err pserver_apply(updater *u, long step, long *next, ps_error *err) {
   u->comm_seconds += now_s() - start;
   u->comm_bytes += ps_client_bytes_since(&p->ps, &p->bytes_counted);
   *next = p->step = step + 1;
-  if (t->staged) return mlp_set_params(t->model, t->host_params, err);
+  if (t->staged) return model_set_params(t->model, t->host_params, err);
   return PS_ERR_OK;
 }
 

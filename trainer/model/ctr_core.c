@@ -146,8 +146,8 @@ ps_err ctr_core_deep_forward(ctr_core *c, const model_batch *b, ps_error *err) {
   return PS_ERR_OK;
 }
 
-void ctr_core_loss(ctr_core *c, const model_batch *b, const float *extra, double *loss_sum,
-                   float *probs) {
+void ctr_core_loss(ctr_core *c, const model_batch *b, const float *extra, model_outputs *out) {
+  float *probs = out->probs;
   const int batch = b->size;
   const float *wide_rows = b->rows[CTR_TABLE_WIDE];
   double loss = 0;
@@ -163,7 +163,7 @@ void ctr_core_loss(ctr_core *c, const model_batch *b, const float *extra, double
     if (probs != NULL) probs[i] = (float)p;
     c->dlogits[i] = (float)((p - y) / batch);
   }
-  *loss_sum += loss;
+  out->loss_sum += loss;
 }
 
 ps_err ctr_core_check_backward(const ctr_core *c, const model_batch *b,

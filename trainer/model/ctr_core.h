@@ -42,10 +42,9 @@ ps_err ctr_core_check_batch(ctr_core *c, const model_batch *b, ps_error *err);
 /* The deep part's outputs into c->logits (zeros without a deep part). */
 ps_err ctr_core_deep_forward(ctr_core *c, const model_batch *b, ps_error *err);
 
-/* z_i = logits_i + wide_i (+ extra_i when extra is not NULL), the logloss
- * added to *loss_sum, probs (may be NULL) and c->dlogits. */
-void ctr_core_loss(ctr_core *c, const model_batch *b, const float *extra, double *loss_sum,
-                   float *probs);
+/* z_i = logits_i + wide_i (+ extra_i when extra is not NULL): the logloss
+ * added to out->loss_sum, out->probs (when not NULL) and c->dlogits. */
+void ctr_core_loss(ctr_core *c, const model_batch *b, const float *extra, model_outputs *out);
 
 /* Whether backward may go through batch b (the last forward had gradients). */
 ps_err ctr_core_check_backward(const ctr_core *c, const model_batch *b,

@@ -19,8 +19,8 @@ typedef struct deepfm {
   float *sums; /* (max_batch, DIM) each example's s = sum_f v_f, for backward */
 } deepfm;
 
-static ps_err deepfm_forward(model *m, const model_batch *b, int want_grad, double *loss_sum,
-                             float *probs, ps_error *err) {
+static ps_err deepfm_forward(model *m, const model_batch *b, int want_grad, model_outputs *out,
+                             ps_error *err) {
   deepfm *d = (deepfm *)m;
   ctr_core *c = &d->core;
   if (ctr_core_check_batch(c, b, err) != PS_ERR_OK ||
@@ -45,7 +45,7 @@ static ps_err deepfm_forward(model *m, const model_batch *b, int want_grad, doub
     for (size_t k = 0; k < dim; k++) pairs += s[k] * s[k];
     d->fm[i] = 0.5f * (pairs - squares);
   }
-  ctr_core_loss(c, b, d->fm, loss_sum, probs);
+  ctr_core_loss(c, b, d->fm, out);
   if (want_grad) c->grad_batch = b->size;
   return PS_ERR_OK;
 }

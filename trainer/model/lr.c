@@ -5,14 +5,14 @@
 static ps_err lr_create(model **out, const model_desc *desc, backend *be, int max_batch,
                         uint64_t seed, ps_error *err);
 
-static ps_err lr_forward(model *m, const model_batch *b, int want_grad, double *loss_sum,
-                         float *probs, ps_error *err) {
+static ps_err lr_forward(model *m, const model_batch *b, int want_grad, model_outputs *out,
+                         ps_error *err) {
   ctr_core *c = (ctr_core *)m;
   if (ctr_core_check_batch(c, b, err) != PS_ERR_OK ||
       ctr_core_deep_forward(c, b, err) != PS_ERR_OK) { /* zeros: lr has no deep part */
     return err->code;
   }
-  ctr_core_loss(c, b, NULL, loss_sum, probs);
+  ctr_core_loss(c, b, NULL, out);
   if (want_grad) c->grad_batch = b->size;
   return PS_ERR_OK;
 }

@@ -11,9 +11,8 @@
  * distinct key's row gradient per table, and the loss. The tables, their
  * row widths and optimizer are the job's (common/ctr_tables.h).
  *
- * Today the implementations are the models over Criteo examples (Wide&Deep,
- * LR, DeepFM); the MLP over images joins them when the two training loops
- * become one. One thread at a time. */
+ * The implementations: the MLP over images (a classifier, no tables) and the
+ * models over Criteo examples (Wide&Deep, LR, DeepFM). One thread at a time. */
 #ifndef PSTRAIN_TRAINER_MODEL_MODEL_H
 #define PSTRAIN_TRAINER_MODEL_MODEL_H
 
@@ -30,18 +29,30 @@
 
 #define MODEL_TABLES_MAX CTR_TABLES_MAX
 
-/* One batch as a model sees it. slot[i * 26 + f] is the index, among the
- * batch's distinct keys, of example i's key in field f; rows[t] holds the
- * table t's row (dim[t] floats) of each distinct key. */
+/* One batch as a model sees it: images and their classes for a classifier
+ * (inputs, labels), or Criteo examples with their rows: slot[i * 26 + f] is
+ * the index, among the batch's distinct keys, of example i's key in field
+ * f; rows[t] holds the table t's row (dim[t] floats) of each distinct key. */
 typedef struct model_batch {
   int size;
-  const ctr_example *examples; /* labels and dense features */
+  const float *inputs;         /* (size, input width) classifiers: the model's
+                                  input_buffer, or copied there */
+  const int32_t *labels;       /* (size) classifiers */
+  const ctr_example *examples; /* CTR models: labels and dense features */
   const uint32_t *slot;        /* (size, 26) */
   size_t unique;
   const float *rows[MODEL_TABLES_MAX]; /* (unique, dim[t]) */
 } model_batch;
 
 typedef struct model model;
+
+/* What a forward pass reports, added to across batches. */
+typedef struct model_outputs {
+  double loss_sum; /* the examples' summed loss */
+  long correct;    /* classifiers: examples whose highest logit is the label */
+  float *probs;    /* binary models: each example's predicted probability
+                      (size floats), or NULL */
+} model_outputs;
 
 typedef struct model_ops {
   const char *name; /* as in --model */
@@ -50,11 +61,9 @@ typedef struct model_ops {
   ps_err (*create)(model **out, const model_desc *desc, backend *be, int max_batch,
                    uint64_t seed, ps_error *err);
   void (*destroy)(model *m);
-  /* Forward pass. Adds the batch's summed loss to *loss_sum; probs (size
-   * floats, may be NULL) receives each example's predicted probability.
-   * With want_grad, keeps what backward needs. */
-  ps_err (*forward)(model *m, const model_batch *b, int want_grad, double *loss_sum,
-                    float *probs, ps_error *err);
+  /* Forward pass, reported in *out. With want_grad, keeps what backward needs. */
+  ps_err (*forward)(model *m, const model_batch *b, int want_grad, model_outputs *out,
+                    ps_error *err);
   /* Backward pass of the last forward with want_grad: the gradient of the
    * batch's mean loss w.r.t. the dense parameters (kept in the model) and,
    * per table, w.r.t. each distinct key's row summed over the examples and
@@ -81,6 +90,23 @@ struct model {
   int max_batch;
   int tables;             /* sparse tables (ctr_table_count) */
   int dim[MODEL_TABLES_MAX]; /* floats per row of each */
+  /* Classifiers: host buffers of max_batch rows that a batch's inputs and
+   * labels are gathered into (no copy in forward); NULL for the others. */
+  float *inputs;
+  int32_t *labels;
+  /* Where the backend's memory is the host's: the dense parameters and
+   * gradients themselves (layout.total floats), read and written in place
+   * by replicas; NULL otherwise (then get/set copy them). */
+  float *params_host, *grads_host;
+  /* Device backends: the dense gradients in device memory, for an
+   * all-reduce on the devices; NULL otherwise. */
+  float *grads_device;
+  /* Set by a replica, NULL by default: backward calls it as soon as the
+   * gradients of tensors first..last (layout indices) are final, last
+   * tensors first, so they can be sent while backward goes on (host-memory
+   * backends; models that can tell). An error stops the backward pass. */
+  ps_err (*grads_ready)(void *ctx, int first, int last, ps_error *err);
+  void *grads_ready_ctx;
 };
 
 /* The implementation registry.c names for desc->name, or NULL. */
@@ -95,8 +121,8 @@ static inline void model_destroy(model *m) {
   if (m != NULL) m->ops->destroy(m);
 }
 static inline ps_err model_forward(model *m, const model_batch *b, int want_grad,
-                                   double *loss_sum, float *probs, ps_error *err) {
-  return m->ops->forward(m, b, want_grad, loss_sum, probs, err);
+                                   model_outputs *out, ps_error *err) {
+  return m->ops->forward(m, b, want_grad, out, err);
 }
 static inline ps_err model_backward(model *m, const model_batch *b, float *const *row_grads,
                                     ps_error *err) {

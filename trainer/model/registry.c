@@ -5,6 +5,7 @@
 #include "trainer/model/model.h"
 
 #define MODELS(X)  \
+  X(model_mlp)       \
   X(model_wide_deep) \
   X(model_lr)        \
   X(model_deepfm)    \
