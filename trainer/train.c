@@ -14,6 +14,7 @@
 #include "common/safetensors.h"
 #include "trainer/job_progress.h"
 #include "trainer/metrics_repeat.h"
+#include "trainer/data/idx_source.h"
 #include "trainer/trainer_metrics.h"
 #include "trainer/model_checkpoint.h"
 #include "trainer/slowdown.h"
@@ -81,10 +82,6 @@ ps_err trainer_init(trainer *t, const trainer_settings *settings, ps_error *err)
                  t->train.count, t->trainers);
     goto fail;
   }
-  if (sampler_init(&t->order, (uint64_t)o->seed, t->train.count, t->id, t->trainers, err) !=
-      PS_ERR_OK) {
-    goto fail;
-  }
   t->samples_per_epoch = t->train.count / t->trainers;
   t->steps_per_epoch = (t->samples_per_epoch + o->batch - 1) / o->batch;
   t->settings.optimizer.total_steps = t->steps_per_epoch * o->epochs;
@@ -100,6 +97,11 @@ ps_err trainer_init(trainer *t, const trainer_settings *settings, ps_error *err)
   if (backend_open(&t->be, o->device, (int)o->threads, (int)o->gpu, err) != PS_ERR_OK) goto fail;
   int max_batch = o->batch > TRAINER_EVAL_BATCH ? (int)o->batch : TRAINER_EVAL_BATCH;
   if (model_create(&t->model, &settings->model, t->be, max_batch, (uint64_t)o->seed, err) !=
+      PS_ERR_OK) {
+    goto fail;
+  }
+  if (idx_source_create(&t->data, &t->train, (uint64_t)o->seed, t->id, t->trainers, o->batch,
+                        o->epochs, o->max_steps, t->model->inputs, t->model->labels, err) !=
       PS_ERR_OK) {
     goto fail;
   }
@@ -144,7 +146,7 @@ void trainer_free(trainer *t) {
   if (t->metrics != NULL && fclose(t->metrics) != 0) {
     LOG_ERROR("closing the metrics file: %s", strerror(errno));
   }
-  sampler_free(&t->order);
+  data_source_destroy(t->data);
   dataset_free(&t->train);
   dataset_free(&t->test);
   memset(t, 0, sizeof *t);
@@ -199,22 +201,19 @@ static ps_err train_epoch(trainer *t, long epoch, long *global_step, double *mea
   double comm_s0 = t->up->comm_seconds, comm_b0 = t->up->comm_bytes;
   long step0 = *global_step;
   const trainer_options *o = &t->settings.opt;
-  sampler_start_epoch(&t->order, epoch);
   double loss_sum = 0.0;
   long correct = 0, seen = 0;
   double start = now_s(), next_progress = start + o->progress_interval;
 
-  /* A resumed run starts mid-epoch: the permutation is the epoch's, so
-   * skipping the steps already taken puts the data where it was. */
+  /* A resumed run starts mid-epoch: the data source finds the step. */
   long first_step = *global_step - epoch * t->steps_per_epoch;
   for (long step = first_step > 0 ? first_step : 0; step < t->steps_per_epoch; step++) {
     if (o->max_steps > 0 && *global_step >= o->max_steps) break;
     double step_started = now_s(), comm_before = t->up->comm_seconds;
-    long first = step * o->batch;
-    long left = t->samples_per_epoch - first;
-    int count = (int)(left < o->batch ? left : o->batch);
-    sampler_gather(&t->train, t->order.order + first, count, t->model->inputs, t->model->labels);
-    model_batch b = {.size = count, .inputs = t->model->inputs, .labels = t->model->labels};
+    data_batch db;
+    if (data_source_batch(t->data, *global_step, &db, err) != PS_ERR_OK) return err->code;
+    int count = db.size;
+    model_batch b = {.size = count, .inputs = db.inputs, .labels = db.labels};
     model_outputs out = {0};
     long next = 0;
     double t0 = now_s();

@@ -12,6 +12,7 @@
 #include "trainer/backend.h"
 #include "trainer/idx.h"
 #include "trainer/model/model.h"
+#include "trainer/data/data_source.h"
 #include "trainer/sampler.h"
 #include "trainer/trainer_config.h"
 #include "trainer/updater.h"
@@ -22,7 +23,7 @@ typedef struct trainer {
   dataset train, test;
   backend *be;
   model *model;
-  sampler order;
+  data_source *data;   /* the training set's batches (idx_source.c) */
   long samples_per_epoch; /* equal on every trainer, so sync steps line up */
   long steps_per_epoch;
   long start_step;     /* where training resumes (a checkpoint's or the pservers' step), else 0 */

@@ -1,0 +1,69 @@
+/* The data-source interface: the batch of each job step for this trainer,
+ * whatever the format and wherever it comes from, so the training loop only
+ * asks for "step s". A source knows its share of the data (the trainer's
+ * shard), the epochs (steps_per_epoch steps each) and how to get back to any
+ * step (resume, or a job that went back after a pserver recovery): a step
+ * that does not follow the last one is found by seeking. A source may read
+ * ahead; the next step's distinct keys are then known before that step
+ * (pserver mode sends them with this step's push). One caller thread.
+ *
+ * Implementations: idx_source.c (IDX images with the seeded sampler),
+ * criteo_source.c (Criteo TSV through the reader thread, the next batch read
+ * and deduplicated on a thread of its own). */
+#ifndef PSTRAIN_TRAINER_DATA_DATA_SOURCE_H
+#define PSTRAIN_TRAINER_DATA_DATA_SOURCE_H
+
+#include <stdint.h>
+
+#include "common/criteo.h"
+#include "common/error.h"
+#include "common/sparse_table.h"
+
+/* One step's batch, valid until the next call on its source. */
+typedef struct data_batch {
+  int size;                    /* examples: 0 where the data ran out (bad lines skipped) */
+  float *inputs;               /* classifiers: (size, width), scaled to [0, 1] */
+  int32_t *labels;             /* classifiers: (size) */
+  ctr_example *examples;       /* Criteo: (size) */
+  uint32_t *slot;              /* Criteo: (size, 26) each key's index among the distinct */
+  const sparse_dedup *dedup;   /* Criteo: the distinct keys and their counts */
+} data_batch;
+
+typedef struct data_source data_source;
+
+typedef struct data_source_ops {
+  const char *name;
+  /* The batch of zero-based job step `step` into *out. */
+  ps_err (*batch)(data_source *d, long step, data_batch *out, ps_error *err);
+  /* The distinct keys of step's batch when it was read ahead (*keys NULL
+   * when not: no step follows, or the format has no keys). Waits for it. */
+  ps_err (*keys_ahead)(data_source *d, long step, const sparse_dedup **keys, ps_error *err);
+  /* Logs what the run's data came to (bad lines skipped, ...). NULL: nothing. */
+  void (*log_end)(data_source *d);
+  void (*destroy)(data_source *d);
+} data_source_ops;
+
+/* Implementations put this first in their own struct. */
+struct data_source {
+  const data_source_ops *ops;
+  long batch;           /* examples per step of this trainer */
+  long steps_per_epoch; /* equal on every trainer, so sync steps line up */
+  long total_steps;     /* of the job: nothing is read beyond */
+};
+
+static inline ps_err data_source_batch(data_source *d, long step, data_batch *out, ps_error *err) {
+  return d->ops->batch(d, step, out, err);
+}
+static inline ps_err data_source_keys_ahead(data_source *d, long step, const sparse_dedup **keys,
+                                            ps_error *err) {
+  *keys = NULL;
+  return d->ops->keys_ahead != NULL ? d->ops->keys_ahead(d, step, keys, err) : PS_ERR_OK;
+}
+static inline void data_source_log_end(data_source *d) {
+  if (d->ops->log_end != NULL) d->ops->log_end(d);
+}
+static inline void data_source_destroy(data_source *d) {
+  if (d != NULL) d->ops->destroy(d);
+}
+
+#endif
