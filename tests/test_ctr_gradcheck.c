@@ -9,6 +9,7 @@
  * (float32 forward, h = 1e-3); a difference whose two sides flip a hidden
  * ReLU measures the kink, not the slope: skipped, at most 5% of them. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -343,10 +344,12 @@ static void check_refusals(void) {
   fx.b.size = BATCH;
   fx.b.rows[CTR_TABLE_EMBEDDING] = NULL;
   CHECK_EQ_INT(forward(&fx, 1, &sum, NULL, &err), PS_ERR_INVALID_ARGUMENT);
-  model_desc mlp_desc;
+  model_desc unknown;
   model *m;
-  REQUIRE(model_parse("mlp:4,2", &mlp_desc, &err) == PS_ERR_OK);
-  CHECK_EQ_INT(model_create(&m, &mlp_desc, fx.m->be, 4, 1, &err), PS_ERR_INVALID_ARGUMENT);
+  REQUIRE(model_parse("ctr:4:6", &unknown, &err) == PS_ERR_OK);
+  snprintf(unknown.name, sizeof unknown.name, "nosuch"); /* parsed elsewhere, not trained here */
+  CHECK_EQ_INT(model_create(&m, &unknown, fx.m->be, 4, 1, &err), PS_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(err.msg, "--model nosuch: this trainer has no implementation of it");
   model_desc deepfm_desc;
   REQUIRE(model_parse("deepfm:4:6", &deepfm_desc, &err) == PS_ERR_OK);
   deepfm_desc.num_layers = 0; /* no deep part: refused, not a crash */

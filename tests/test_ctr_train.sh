@@ -99,6 +99,20 @@ for c in "3000 2900 512" "100 60 512"; do
   cmp -s "$SCRATCH/late.safetensors" "$SCRATCH/late-clean.safetensors" ||
     fail "bad line $at of $lines skipped: the model differs from training without the line"
 done
+# Skipped lines that empty an epoch's last step: every epoch still takes its
+# steps (the empty one does nothing), so a resume finds the data by its step
+# (it resumed at the wrong place when an epoch ended early).
+bad_label_at 2561 100 "$SCRATCH/short.tsv"
+SHORT=(--data "$SCRATCH/short.tsv" --model ctr:4:8 --batch 512 --epochs 2 --skip-bad-lines
+       --progress-interval 0 --checkpoint-dir "$SCRATCH/short-ck")
+"$BIN/trainer" "${SHORT[@]}" --checkpoint-every 4 --export "$SCRATCH/short-a.safetensors" \
+  2>"$SCRATCH/short-a.log" || fail "short epochs: $(tail -2 "$SCRATCH/short-a.log")"
+grep -q "done: 2 epochs (12 steps)" "$SCRATCH/short-a.log" ||
+  fail "short epochs: not 6 steps an epoch: $(grep -o 'done: .*steps)' "$SCRATCH/short-a.log")"
+"$BIN/trainer" "${SHORT[@]}" --resume --resume-step 8 --export "$SCRATCH/short-b.safetensors" \
+  2>"$SCRATCH/short-b.log" || fail "short epochs, resumed: $(tail -2 "$SCRATCH/short-b.log")"
+cmp -s "$SCRATCH/short-a.safetensors" "$SCRATCH/short-b.safetensors" ||
+  fail "short epochs: the run resumed at step 8 differs from the uninterrupted one"
 expect_exit 2 "not a Criteo TSV file" -- "$BIN/trainer" --model lr --data "$DATA"
 expect_exit 2 "--test-data $SCRATCH/none.tsv: cannot read: No such file" -- "$BIN/trainer" --model lr \
   --data "$D/train.tsv" --test-data "$SCRATCH/none.tsv"

@@ -158,7 +158,7 @@ static size_t layout_gather(struct ctr_exchange *x, int ranks, size_t per) {
  * the summed counts; sets *total to the examples of the global batch. */
 static ps_err gather_keys(ctr_trainer *t, int count, long long *total, ps_error *err) {
   struct ctr_exchange *x = t->exchange;
-  const sparse_dedup *d = &t->dedup;
+  const sparse_dedup *d = t->batch.dedup;
   long long mine[2] = {count > 0 ? (long long)d->n_unique : 0, count};
   MPI_TRY(err, "gathering the batch sizes",
           MPI_Allgather(mine, 2, MPI_LONG_LONG, x->sizes, 2, MPI_LONG_LONG, MPI_COMM_WORLD));
@@ -243,7 +243,7 @@ ps_err ctr_collective_step(ctr_trainer *t, int count, long step, double *loss_su
   if (gather_keys(t, count, &total, err) != PS_ERR_OK) return err->code;
   t->comm_seconds += now_s() - start;
   if (total == 0) return PS_ERR_OK; /* no rank had examples: nothing to learn */
-  const size_t u = x->uni.n_unique, mine = count > 0 ? t->dedup.n_unique : 0;
+  const size_t u = x->uni.n_unique, mine = count > 0 ? t->batch.dedup->n_unique : 0;
   for (int i = 0; i < tables; i++) {
     if (sparse_table_pull(t->tables[i], x->uni.unique, u, x->counts, step, x->rows[i], err) !=
         PS_ERR_OK) {
@@ -262,7 +262,7 @@ ps_err ctr_collective_step(ctr_trainer *t, int count, long step, double *loss_su
   /* Each rank's share of the global batch's mean loss. */
   const float scale = (float)((double)count / (double)total);
   if (count > 0) {
-    model_batch b = ctr_batch_of(t, count);
+    model_batch b = ctr_batch_of(t, t->batch.examples, t->batch.slot, t->batch.dedup, count);
     model_outputs out = {0};
     PS_TRY(model_forward(t->model, &b, 1, &out, err));
     *loss_sum += out.loss_sum;

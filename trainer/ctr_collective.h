@@ -23,8 +23,7 @@ ps_err ctr_collective_start(ctr_trainer *t, ps_error *err);
 ps_err ctr_collective_ready(ctr_trainer *t, ps_error *err);
 
 /* One global step: this rank's `count` examples (0 allowed) are in
- * t->examples, deduplicated in t->dedup with t->slot. Adds this rank's
- * summed logloss to *loss_sum. */
+ * t->batch. Adds this rank's summed logloss to *loss_sum. */
 ps_err ctr_collective_step(ctr_trainer *t, int count, long step, double *loss_sum, ps_error *err);
 
 /* The metrics row's collective fields (",\"bytes_per_step\":..."): bytes this

@@ -93,7 +93,7 @@ static ps_err reserve(ctr_geo *g, size_t need, ps_error *err) {
 /* After a local step: the batch's keys not touched before in this interval
  * join, with the values the step pulled (before its update) as their base. */
 static ps_err note_touched(ctr_geo *g, const ctr_trainer *t, ps_error *err) {
-  const sparse_dedup *d = &t->dedup;
+  const sparse_dedup *d = t->batch.dedup;
   if (reserve(g, g->n + d->n_unique, err) != PS_ERR_OK) return err->code;
   float *const *rows = t->rows;
   for (size_t j = 0; j < d->n_unique; j++) {
@@ -219,7 +219,7 @@ static ps_err exchange(ctr_geo *g, ctr_trainer *t, long done, ps_error *err) {
 ps_err ctr_geo_step(ctr_geo *g, ctr_trainer *t, int count, long step, double *loss_sum,
                     double *comm_seconds, ps_error *err) {
   double computing = now_s();
-  if (count > 0 && (ctr_local_step(t, count, step, loss_sum, err) != PS_ERR_OK ||
+  if (count > 0 && (ctr_local_step(t, step, loss_sum, err) != PS_ERR_OK ||
                     note_touched(g, t, err) != PS_ERR_OK)) {
     return err->code;
   }

@@ -9,7 +9,6 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "trainer/ctr_geo.h"
-#include "trainer/ctr_prefetch.h"
 #include "trainer/ps_client_sparse.h"
 #include "trainer/slowdown.h"
 
@@ -82,7 +81,7 @@ static ps_err rows_of_step(ctr_trainer *t, size_t n, long step, ps_error *err) {
     }
     return PS_ERR_OK;
   }
-  const sparse_dedup *d = &t->dedup;
+  const sparse_dedup *d = t->batch.dedup;
   if (ps_sparse_split(&x->sp, &x->sp.next, d->unique, d->counts, n, err) != PS_ERR_OK ||
       ps_sparse_pull_step(&x->sp, step, x->params, err) != PS_ERR_OK) {
     return err->code;
@@ -111,7 +110,7 @@ ps_err ctr_pserver_step(ctr_trainer *t, int count, long step, double *loss_sum, 
     x->version = step + 1;
     return ctr_geo_step(x->geo, t, count, step, loss_sum, &t->comm_seconds, err);
   }
-  const size_t n = count > 0 ? t->dedup.n_unique : 0;
+  const size_t n = count > 0 ? t->batch.dedup->n_unique : 0;
   const size_t total = t->model->layout.total;
   double t0 = now_s();
   if (rows_of_step(t, n, step, err) != PS_ERR_OK) return err->code;
@@ -123,7 +122,7 @@ ps_err ctr_pserver_step(ctr_trainer *t, int count, long step, double *loss_sum, 
   x->sp.next = split;
   double computing = now_s();
   if (count > 0) {
-    model_batch b = ctr_batch_of(t, count);
+    model_batch b = ctr_batch_of(t, t->batch.examples, t->batch.slot, t->batch.dedup, count);
     t0 = now_s();
     model_outputs out = {0};
     PS_TRY(model_forward(t->model, &b, 1, &out, err));
@@ -146,19 +145,13 @@ ps_err ctr_pserver_step(ctr_trainer *t, int count, long step, double *loss_sum, 
   if (slowdown_sleep(t->settings.opt.slowdown, now_s() - computing, err) != PS_ERR_OK) {
     return err->code;
   }
-  /* The next batch's keys ride on this push: the prefetch thread has it
+  /* The next batch's keys ride on this push: the data source read it ahead
    * (none after the job's last step). */
-  ctr_prefetch *pf = t->prefetch;
-  const uint64_t *next = NULL;
-  const uint32_t *next_counts = NULL;
-  size_t next_n = 0;
-  if (pf != NULL && ctr_prefetch_pending(pf)) {
-    if (ctr_prefetch_wait(pf, err) != PS_ERR_OK) return err->code;
-    next = pf->dedup.unique;
-    next_counts = pf->dedup.counts;
-    next_n = pf->count > 0 ? pf->dedup.n_unique : 0;
-  }
-  if (ps_sparse_split(&x->sp, &x->sp.next, next, next_counts, next_n, err) != PS_ERR_OK) {
+  const sparse_dedup *next = NULL;
+  if (data_source_keys_ahead(t->data, step + 1, &next, err) != PS_ERR_OK) return err->code;
+  if (ps_sparse_split(&x->sp, &x->sp.next, next != NULL ? next->unique : NULL,
+                      next != NULL ? next->counts : NULL, next != NULL ? next->n_unique : 0,
+                      err) != PS_ERR_OK) {
     return err->code;
   }
   double start = now_s();
@@ -171,8 +164,7 @@ ps_err ctr_pserver_step(ctr_trainer *t, int count, long step, double *loss_sum, 
   t->comm_seconds += now_s() - start;
   x->steps++;
   if (resume_at <= step) {
-    /* The job went back: the batch asked for is not the next one any more. */
-    if (pf != NULL) ctr_prefetch_discard(pf);
+    /* The job went back: the data source seeks when asked for that step. */
     t->rewind_to = resume_at;
     x->need_pull = 1;
     return PS_ERR_OK;
@@ -182,18 +174,16 @@ ps_err ctr_pserver_step(ctr_trainer *t, int count, long step, double *loss_sum, 
   return model_set_params(t->model, x->params, err);
 }
 
-ps_err ctr_pserver_lookup(ctr_trainer *t, ps_error *err) {
+ps_err ctr_pserver_lookup(ctr_trainer *t, const sparse_dedup *d, ps_error *err) {
   struct ctr_pserver *x = t->ps;
   /* The dense parameters that come along are not used: the model has its own. */
   long resume_at;
-  if (ps_sparse_lookup(&x->sp, x->version, t->dedup.unique, t->dedup.counts, t->dedup.n_unique,
-                       t->rows, x->params, t->settings.opt.recover_timeout, &resume_at,
+  if (ps_sparse_lookup(&x->sp, x->version, d->unique, d->counts, d->n_unique, t->rows, x->params, t->settings.opt.recover_timeout, &resume_at,
                        err) != PS_ERR_OK) {
     return err->code;
   }
   if (resume_at < x->version) {
     /* A pserver came back from an older checkpoint: the job goes back there. */
-    if (t->prefetch != NULL) ctr_prefetch_discard(t->prefetch);
     t->rewind_to = resume_at;
     x->need_pull = 1;
   }

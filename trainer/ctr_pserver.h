@@ -22,15 +22,15 @@
  * model and data sizes must be known; t->rank and t->ranks set. */
 ps_err ctr_pserver_start(ctr_trainer *t, ps_error *err);
 
-/* One global step on this trainer's `count` examples (0 allowed: it pushes
- * zero gradients and no keys), deduplicated in t->dedup. Adds the batch's
+/* One global step on this trainer's `count` examples of t->batch (0
+ * allowed: it pushes zero gradients and no keys). Adds the batch's
  * summed logloss to *loss_sum. When the job went back to an earlier step,
  * sets t->rewind_to to it (the loop then reads from there again). */
 ps_err ctr_pserver_step(ctr_trainer *t, int count, long step, double *loss_sum, ps_error *err);
 
-/* Evaluation: the rows of t->dedup's keys, read-only, into t->wide_rows and
- * t->deep_rows (zeros for keys without a row). */
-ps_err ctr_pserver_lookup(ctr_trainer *t, ps_error *err);
+/* Evaluation: the rows of d's keys, read-only, into t->rows (zeros for
+ * keys without a row). */
+ps_err ctr_pserver_lookup(ctr_trainer *t, const sparse_dedup *d, ps_error *err);
 
 /* Export: every row the pservers hold into t's (empty) local tables, the
  * dense parameters into the model, for ctr_export. */

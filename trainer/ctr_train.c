@@ -18,8 +18,8 @@
 #include "trainer/ctr_checkpoint.h"
 #include "trainer/job_progress.h"
 #include "trainer/metrics_repeat.h"
-#include "trainer/ctr_prefetch.h"
 #include "trainer/ctr_pserver.h"
+#include "trainer/data/criteo_source.h"
 #include "trainer/slowdown.h"
 #ifdef PSTRAIN_HAVE_MPI
 #include "trainer/ctr_collective.h"
@@ -57,19 +57,20 @@ static void *alloc_array(size_t count, size_t size, int *ok) {
   return p;
 }
 
-static ps_err open_reader(ctr_trainer *t, ps_error *err) {
+static ps_err open_data(ctr_trainer *t, ps_error *err) {
   const trainer_options *o = &t->settings.opt;
   /* Rank r of N takes blocks r, r+N, ...: a global step is N blocks. */
   ctr_reader_options ro = {.skip_bad_lines = o->skip_bad_lines, .limit = o->train_samples,
                            .shard_block = o->batch, .shard_index = t->rank,
                            .shard_count = t->ranks};
-  return ctr_reader_open(&t->train, o->data, &ro, err);
+  return criteo_source_create(&t->data, o->data, &ro, t->examples_per_epoch, t->ranks, o->batch,
+                              o->epochs, o->max_steps, err);
 }
 
 ps_err ctr_trainer_init(ctr_trainer *t, const trainer_settings *settings, ps_error *err) {
   memset(t, 0, sizeof *t);
   t->settings = *settings;
-  sparse_dedup_init(&t->dedup);
+  sparse_dedup_init(&t->eval_dedup);
   const trainer_options *o = &settings->opt;
   const model_desc *m = &settings->model;
   double start = now_s();
@@ -125,9 +126,10 @@ ps_err ctr_trainer_init(ctr_trainer *t, const trainer_settings *settings, ps_err
   }
   size_t keys = (size_t)max_batch * FIELDS;
   int ok = 1;
-  t->examples = alloc_array((size_t)max_batch, sizeof *t->examples, &ok);
-  t->keys = alloc_array(keys, sizeof *t->keys, &ok);
-  t->slot = alloc_array(keys, sizeof *t->slot, &ok);
+  size_t eval_keys = (size_t)TRAINER_EVAL_BATCH * FIELDS;
+  t->eval_examples = alloc_array(TRAINER_EVAL_BATCH, sizeof *t->eval_examples, &ok);
+  t->eval_keys = alloc_array(eval_keys, sizeof *t->eval_keys, &ok);
+  t->eval_slot = alloc_array(eval_keys, sizeof *t->eval_slot, &ok);
   for (int i = 0; i < t->model->tables; i++) {
     t->rows[i] = alloc_array(keys * (size_t)t->model->dim[i], sizeof(float), &ok);
     t->row_grads[i] = alloc_array(keys * (size_t)t->model->dim[i], sizeof(float), &ok);
@@ -142,7 +144,7 @@ ps_err ctr_trainer_init(ctr_trainer *t, const trainer_settings *settings, ps_err
   }
   if (o->resume && ctr_checkpoint_resume(t, err) != PS_ERR_OK) goto fail;
   if (settings->pserver_mode && ctr_pserver_start(t, err) != PS_ERR_OK) goto fail;
-  if (open_reader(t, err) != PS_ERR_OK) goto fail;
+  if (open_data(t, err) != PS_ERR_OK) goto fail;
 #ifdef PSTRAIN_HAVE_MPI
   t->agreed = 1; /* from here every rank fails alike */
   if (t->exchange != NULL && ctr_collective_ready(t, err) != PS_ERR_OK) goto fail;
@@ -167,7 +169,7 @@ void ctr_trainer_free(ctr_trainer *t) {
 #endif
   ctr_pserver_stop(t);
   timeline_close(t->tl);
-  if (t->train != NULL) ctr_reader_close(t->train);
+  data_source_destroy(t->data);
   for (int i = 0; i < MODEL_TABLES_MAX; i++) {
     sparse_table_destroy(t->tables[i]);
     free(t->rows[i]);
@@ -178,26 +180,23 @@ void ctr_trainer_free(ctr_trainer *t) {
   if (t->metrics != NULL && fclose(t->metrics) != 0) {
     LOG_ERROR("closing the metrics file: %s", strerror(errno));
   }
-  sparse_dedup_free(&t->dedup);
-  free(t->examples);
-  free(t->keys);
-  free(t->slot);
+  sparse_dedup_free(&t->eval_dedup);
+  free(t->eval_examples);
+  free(t->eval_keys);
+  free(t->eval_slot);
   memset(t, 0, sizeof *t);
 }
 
-static ps_err dedup_batch(ctr_trainer *t, int count, ps_error *err) {
-  return ctr_dedup_into(t->examples, count, t->keys, t->slot, &t->dedup, err);
-}
-
-model_batch ctr_batch_of(const ctr_trainer *t, int count) {
-  model_batch b = {.size = count, .examples = t->examples, .slot = t->slot,
-                   .unique = t->dedup.n_unique};
+model_batch ctr_batch_of(const ctr_trainer *t, const ctr_example *examples, const uint32_t *slot,
+                         const sparse_dedup *dedup, int count) {
+  model_batch b = {.size = count, .examples = examples, .slot = slot, .unique = dedup->n_unique};
   for (int i = 0; i < t->model->tables; i++) b.rows[i] = t->rows[i];
   return b;
 }
 
-ps_err ctr_local_step(ctr_trainer *t, int count, long step, double *loss_sum, ps_error *err) {
-  const sparse_dedup *d = &t->dedup;
+ps_err ctr_local_step(ctr_trainer *t, long step, double *loss_sum, ps_error *err) {
+  const data_batch *db = &t->batch;
+  const sparse_dedup *d = db->dedup;
   const int tables = t->model->tables;
   double t0 = now_s();
   for (int i = 0; i < tables; i++) {
@@ -205,7 +204,7 @@ ps_err ctr_local_step(ctr_trainer *t, int count, long step, double *loss_sum, ps
                              err));
   }
   t0 = timeline_span(t->tl, "pull", step, t0);
-  model_batch b = ctr_batch_of(t, count);
+  model_batch b = ctr_batch_of(t, db->examples, db->slot, d, db->size);
   model_outputs out = {0};
   PS_TRY(model_forward(t->model, &b, 1, &out, err));
   *loss_sum += out.loss_sum;
@@ -220,7 +219,9 @@ ps_err ctr_local_step(ctr_trainer *t, int count, long step, double *loss_sum, ps
   return PS_ERR_OK;
 }
 
-/* One step: here, or with every rank in collective mode (the exchange). */
+/* One step: here, or with every rank in collective mode (the exchange), or
+ * with the pservers. Every mode takes every step, with no examples if the
+ * data ran short (bad lines skipped), so steps and data positions agree. */
 static ps_err train_step(ctr_trainer *t, int count, long step, double *loss_sum, ps_error *err) {
   if (t->ps != NULL) return ctr_pserver_step(t, count, step, loss_sum, err); /* evicts there */
   double started = now_s();
@@ -229,7 +230,7 @@ static ps_err train_step(ctr_trainer *t, int count, long step, double *loss_sum,
     if (ctr_collective_step(t, count, step, loss_sum, err) != PS_ERR_OK) return err->code;
   } else
 #endif
-  if (ctr_local_step(t, count, step, loss_sum, err) != PS_ERR_OK) {
+  if (count > 0 && ctr_local_step(t, step, loss_sum, err) != PS_ERR_OK) {
     return err->code;
   }
   long every = t->settings.opt.evict_after / 4 > 0 ? t->settings.opt.evict_after / 4 : 1;
@@ -253,7 +254,8 @@ ps_err ctr_trainer_evaluate(ctr_trainer *t, const char *path, double *auc, doubl
                   : ps_error_set(err, PS_ERR_NO_MEMORY, "evaluating: out of memory");
   while (rc == PS_ERR_OK) {
     int count = 0;
-    if ((rc = ctr_reader_next(r, t->examples, TRAINER_EVAL_BATCH, &count, err)) != PS_ERR_OK) break;
+    rc = ctr_reader_next(r, t->eval_examples, TRAINER_EVAL_BATCH, &count, err);
+    if (rc != PS_ERR_OK) break;
     if (count == 0) break;
     if (n + (size_t)count > cap) {
       cap *= 2;
@@ -266,21 +268,22 @@ ps_err ctr_trainer_evaluate(ctr_trainer *t, const char *path, double *auc, doubl
         break;
       }
     }
-    if ((rc = dedup_batch(t, count, err)) != PS_ERR_OK) break;
-    const sparse_dedup *d = &t->dedup;
+    const sparse_dedup *d = &t->eval_dedup;
+    rc = criteo_dedup(t->eval_examples, count, t->eval_keys, t->eval_slot, &t->eval_dedup, err);
+    if (rc != PS_ERR_OK) break;
     if (t->ps != NULL) {
-      if ((rc = ctr_pserver_lookup(t, err)) != PS_ERR_OK) break;
+      if ((rc = ctr_pserver_lookup(t, d, err)) != PS_ERR_OK) break;
       if (t->rewind_to >= 0) break; /* the job went back: no evaluation now */
     } else {
       for (int i = 0; i < t->model->tables; i++) {
         sparse_table_lookup(t->tables[i], d->unique, d->n_unique, t->rows[i]);
       }
     }
-    model_batch b = ctr_batch_of(t, count);
+    model_batch b = ctr_batch_of(t, t->eval_examples, t->eval_slot, d, count);
     model_outputs out = {.probs = probs + n};
     if ((rc = model_forward(t->model, &b, 0, &out, err)) != PS_ERR_OK) break;
     loss += out.loss_sum;
-    for (int i = 0; i < count; i++) labels[n + (size_t)i] = t->examples[i].label;
+    for (int i = 0; i < count; i++) labels[n + (size_t)i] = t->eval_examples[i].label;
     n += (size_t)count;
   }
   ctr_reader_close(r);
@@ -376,49 +379,18 @@ static ps_err report(ctr_trainer *t, const progress *p, double *auc, double *log
   return PS_ERR_OK;
 }
 
-/* Reads and drops n examples: a resumed run starts where the step left the data. */
-static ps_err skip_examples(ctr_trainer *t, long n, ps_error *err) {
-  while (n > 0) {
-    int count = 0, want = n < t->settings.opt.batch ? (int)n : (int)t->settings.opt.batch;
-    if (ctr_reader_next(t->train, t->examples, want, &count, err) != PS_ERR_OK) return err->code;
-    if (count == 0) break;
-    n -= count;
-  }
-  return PS_ERR_OK;
-}
-
-static ps_err train_epoch(ctr_trainer *t, ctr_prefetch *pf, long epoch, long *global_step,
-                          int *reader_fresh, double run_start, ctr_summary *summary,
-                          ps_error *err) {
+static ps_err train_epoch(ctr_trainer *t, long epoch, long *global_step, double run_start,
+                          ctr_summary *summary, ps_error *err) {
   const trainer_options *o = &t->settings.opt;
-  long total_steps = job_total_steps(t->steps_per_epoch, o->epochs, o->max_steps);
+  long total_steps = t->data->total_steps;
   long first = *global_step - epoch * t->steps_per_epoch;
-  /* The last epoch's last step asked for this epoch's first batch already,
-   * unless the loop stopped early, starts here or went back. */
-  if (!ctr_prefetch_pending(pf) && first < t->steps_per_epoch && *global_step < total_steps) {
-    if (!*reader_fresh && ctr_reader_rewind(t->train, err) != PS_ERR_OK) return err->code;
-    *reader_fresh = 0;
-    if (first > 0 && skip_examples(t, first * o->batch, err) != PS_ERR_OK) return err->code;
-    ctr_prefetch_ask(pf, (int)o->batch, 0);
-  }
   double loss_sum = 0.0, start = now_s(), next_progress = start + o->progress_interval;
   double eval_s = 0.0; /* evaluation time is not training time */
   long seen = 0, seen_since_report = 0;
   double loss_since_report = 0.0;
   for (long step = first; step < t->steps_per_epoch && *global_step < total_steps; step++) {
-    int count = 0;
-    PS_TRY(ctr_prefetch_take(pf, &count, err));
-    /* Bad lines skipped: the file held fewer examples than lines. Every
-     * collective rank and pserver trainer takes every step, with no
-     * examples if need be. */
-    if (count == 0 && t->exchange == NULL && t->ps == NULL) break;
-    /* Only the batches the loop will train are read: the reader's position
-     * and its count of skipped lines stay as without prefetching. After an
-     * epoch's last step, the next epoch's first (pserver mode sends its keys
-     * with this step). */
-    if (*global_step + 1 < total_steps) {
-      ctr_prefetch_ask(pf, (int)o->batch, step + 1 == t->steps_per_epoch);
-    }
+    PS_TRY(data_source_batch(t->data, *global_step, &t->batch, err));
+    const int count = t->batch.size; /* 0: the data ran short (bad lines skipped) */
     double batch_loss = 0.0, step_started = now_s(), comm_before = t->comm_seconds;
     PS_TRY(train_step(t, count, *global_step, &batch_loss, err));
     if (t->rewind_to >= 0) return PS_ERR_OK; /* the job went back: ctr_trainer_run goes there */
@@ -481,15 +453,11 @@ ps_err ctr_trainer_run(ctr_trainer *t, ctr_summary *summary, ps_error *err) {
   summary->auc = summary->logloss = NAN;
   LOG_INFO("training %s on %ld examples per epoch (%ld steps of %ld), backend %s: %s", o->model,
            t->examples_per_epoch, t->steps_per_epoch, o->batch, t->be->name, t->be->description);
-  int reader_fresh = 1; /* at the file's start: opened, not yet read */
-  ctr_prefetch pf;
-  int max_batch = o->batch > TRAINER_EVAL_BATCH ? (int)o->batch : TRAINER_EVAL_BATCH; /* its buffers become t's */
-  ps_err rc = ctr_prefetch_start(&pf, t, max_batch, err);
-  t->prefetch = &pf;
+  ps_err rc = PS_ERR_OK;
   for (long epoch = global_step / t->steps_per_epoch; epoch < o->epochs && rc == PS_ERR_OK;
        epoch++) {
     if (o->max_steps > 0 && global_step >= o->max_steps) break;
-    rc = train_epoch(t, &pf, epoch, &global_step, &reader_fresh, run_start, summary, err);
+    rc = train_epoch(t, epoch, &global_step, run_start, summary, err);
     if (rc == PS_ERR_OK && t->rewind_to >= 0) {
       /* The data position follows from the step, as when resuming. */
       metrics_repeat_note(&t->replay_until, global_step);
@@ -500,12 +468,9 @@ ps_err ctr_trainer_run(ctr_trainer *t, ctr_summary *summary, ps_error *err) {
     }
     summary->epochs = epoch + 1;
   }
-  ctr_prefetch_stop(&pf);
-  t->prefetch = NULL;
   if (rc != PS_ERR_OK) return rc;
   summary->steps = global_step;
-  long bad = ctr_reader_bad_lines(t->train);
-  if (bad > 0) LOG_WARN("skipped %ld malformed lines of %s (--skip-bad-lines)", bad, o->data);
+  data_source_log_end(t->data);
   if (ctr_checkpoint_due(t, global_step, 1) && !ctr_checkpoint_due(t, global_step, 0) &&
       ctr_checkpoint_write(t, global_step, err) != PS_ERR_OK) {
     return err->code;

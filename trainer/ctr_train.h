@@ -14,6 +14,7 @@
 #include "common/timeline.h"
 #include "trainer/backend.h"
 #include "trainer/ctr_reader.h"
+#include "trainer/data/data_source.h"
 #include "trainer/model/model.h"
 #include "trainer/trainer_config.h"
 
@@ -22,7 +23,7 @@ typedef struct ctr_trainer {
   backend *be;
   model *model;
   sparse_table *tables[MODEL_TABLES_MAX]; /* model->tables of them: wide, embedding */
-  ctr_reader *train;
+  data_source *data;         /* --data's batches (criteo_source.c) */
   long examples_per_epoch;   /* lines of --data (at most --train-samples) */
   long steps_per_epoch;
   long start_step;           /* where a --resume starts */
@@ -31,17 +32,18 @@ typedef struct ctr_trainer {
   struct ctr_exchange *exchange; /* collective mode's step (ctr_collective.c); NULL: local */
   int agreed;                /* collective: init reached the ranks' agreement check */
   struct ctr_pserver *ps;    /* pserver mode's step (ctr_pserver.c); NULL: not */
-  struct ctr_prefetch *prefetch; /* the next batch's reader while training runs */
   long rewind_to;            /* pserver mode: the step the job went back to; -1: none */
   timeline *tl;              /* --timeline; NULL without */
   long replay_until;         /* highest step taken before the job went back (metrics_repeat.h) */
   struct trainer_metrics *prom; /* --metrics-listen's step hook; NULL without */
   double comm_seconds;       /* in push-pulls, GEO exchanges and all-gathers, since the start */
-  /* one step's buffers */
-  sparse_dedup dedup;
-  ctr_example *examples;     /* (batch) */
-  uint64_t *keys;            /* (batch, 26) */
-  uint32_t *slot;            /* (batch, 26) */
+  data_batch batch;          /* the step's, from data */
+  /* an evaluation batch's (the test data's) */
+  sparse_dedup eval_dedup;
+  ctr_example *eval_examples; /* (TRAINER_EVAL_BATCH) */
+  uint64_t *eval_keys;        /* (TRAINER_EVAL_BATCH, 26) */
+  uint32_t *eval_slot;        /* (TRAINER_EVAL_BATCH, 26) */
+  /* the rows of a step's or an evaluation batch's distinct keys */
   float *rows[MODEL_TABLES_MAX];      /* (batch * 26, dim[t]): the distinct keys' rows */
   float *row_grads[MODEL_TABLES_MAX]; /* (batch * 26, dim[t]) */
 } ctr_trainer;
@@ -58,16 +60,16 @@ typedef struct ctr_summary {
  * is left allocated on error. */
 ps_err ctr_trainer_init(ctr_trainer *t, const trainer_settings *settings, ps_error *err);
 ps_err ctr_trainer_run(ctr_trainer *t, ctr_summary *summary, ps_error *err);
-/* One step as --mode local takes it on the `count` examples in t->examples,
- * deduplicated in t->dedup: rows pulled from t's tables at `step` (left in
+/* One step as --mode local takes it on t->batch: rows pulled from t's tables at `step` (left in
  * t->rows), forward, backward, the dense optimizer and the rows' updates,
  * each a timeline span (pull, forward, backward, apply). Adds the batch's
  * summed logloss to *loss_sum. */
-ps_err ctr_local_step(ctr_trainer *t, int count, long step, double *loss_sum, ps_error *err);
+ps_err ctr_local_step(ctr_trainer *t, long step, double *loss_sum, ps_error *err);
 
-/* The model's view of the batch in t's buffers: count examples, t->dedup's
- * keys, t->rows. */
-model_batch ctr_batch_of(const ctr_trainer *t, int count);
+/* The model's view of `count` examples, their slots and distinct keys, with
+ * the rows in t->rows. */
+model_batch ctr_batch_of(const ctr_trainer *t, const ctr_example *examples, const uint32_t *slot,
+                         const sparse_dedup *dedup, int count);
 
 /* AUC and mean logloss on path; rows of keys never trained read zeros. */
 ps_err ctr_trainer_evaluate(ctr_trainer *t, const char *path, double *auc, double *logloss,
