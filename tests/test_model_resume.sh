@@ -10,15 +10,18 @@ require_data
 COMMON=(--train-samples 12800 --test-samples 500 --epochs 3 --batch 32 --optimizer adam
         --lr 0.002 --seed 9 --progress-interval 0)
 
-# kill_after_checkpoint LOG PID STEP: SIGKILLs PID once LOG shows a checkpoint at STEP or later.
+# kill_after_checkpoint LOG PID STEP DIR: SIGKILLs PID once LOG shows a checkpoint at STEP or
+# later; prints the newest checkpoint's step in DIR then (on a loaded machine the trainer
+# may have written another between the log line and the kill).
 kill_after_checkpoint() {
-  local log=$1 pid=$2 at=$3 step
+  local log=$1 pid=$2 at=$3 dir=$4 step
   for _ in $(seq 3000); do
     step=$(grep -o "checkpoint at step [0-9]*" "$log" 2>/dev/null | tail -1 | grep -o "[0-9]*$")
     if [ -n "$step" ] && [ "$step" -ge "$at" ]; then
       kill -KILL "$pid" 2>/dev/null
       wait "$pid" 2>/dev/null
-      echo "$step"
+      step=$(ls "$dir" | grep -o "step-[0-9]*\.safetensors$" | grep -o "[0-9]*" | sort -n | tail -1)
+      echo "$((10#$step))"
       return 0
     fi
     kill -0 "$pid" 2>/dev/null || return 1
@@ -32,7 +35,7 @@ kill_after_checkpoint() {
   { fail "local run failed: $(tail -3 "$SCRATCH/local-a.log")"; finish; }
 CK="$SCRATCH/ck-local"
 start local-b "$BIN/trainer" "${COMMON[@]}" --checkpoint-dir "$CK" --checkpoint-every 50
-killed=$(kill_after_checkpoint "$SCRATCH/local-b.log" "$LAST_PID" 200) ||
+killed=$(kill_after_checkpoint "$SCRATCH/local-b.log" "$LAST_PID" 200 "$CK") ||
   { fail "local: no checkpoint at step 200 or later before the end"; finish; }
 echo "local: killed after the checkpoint at step $killed" >&2
 grep -q "done:" "$SCRATCH/local-b.log" && fail "local: the run ended before the kill"
@@ -72,7 +75,7 @@ timeout 300 "${MPIRUN[@]}" "$BIN/trainer" --mode collective "${COMMON[@]}" \
 CK="$SCRATCH/ck-coll"
 start coll-b "${MPIRUN[@]}" "$BIN/trainer" --mode collective "${COMMON[@]}" --checkpoint-dir "$CK" \
   --checkpoint-every 50
-killed=$(kill_after_checkpoint "$SCRATCH/coll-b.log" "$LAST_PID" 200) ||
+killed=$(kill_after_checkpoint "$SCRATCH/coll-b.log" "$LAST_PID" 200 "$CK") ||
   { fail "collective: no checkpoint at step 200 or later before the end"; finish; }
 echo "collective: killed after the checkpoint at step $killed" >&2
 timeout 300 "${MPIRUN[@]}" "$BIN/trainer" --mode collective "${COMMON[@]}" --checkpoint-dir "$CK" \
