@@ -1,6 +1,6 @@
 /* The pserver's request path: dispatch, validation of every request before
  * it touches the table, registration, pull, done, rollback's checks, the
- * deadline poll. The step is in pserver_step.c, the disk in pserver_disk.c. */
+ * deadline poll. The step is in pserver_step.c, the disk in pserver_checkpoint.c. */
 #define _POSIX_C_SOURCE 200809L
 #include "server/pserver_internal.h"
 
@@ -43,7 +43,7 @@ ps_err pserver_init(pserver *ps, const pserver_config *cfg, ps_error *err) {
     free_trainers(ps);
     return ps_error_set(err, PS_ERR_INTERNAL, "pserver: mutex: %s", strerror(rc));
   }
-  if (pserver_disk_start(ps, err) != PS_ERR_OK) {
+  if (pserver_checkpoint_start(ps, err) != PS_ERR_OK) {
     pthread_mutex_destroy(&ps->lock);
     free_trainers(ps);
     return err->code;
@@ -54,7 +54,7 @@ ps_err pserver_init(pserver *ps, const pserver_config *cfg, ps_error *err) {
 }
 
 void pserver_destroy(pserver *ps) {
-  pserver_disk_stop(ps); /* writes what is due first */
+  pserver_checkpoint_stop(ps); /* writes what is due first */
   for (int i = 0; i < PSERVER_SNAPSHOTS; i++) {
     if (ps->snapshots[i].data == NULL) continue;
     /* Still referenced after the wait: leaking beats freeing under gRPC. */
@@ -145,7 +145,7 @@ static ps_err check_sender(pserver *ps, rpc_call *call, const char *method, int 
 /* Checks that a push holds each of this pserver's blocks once, at its size,
  * in the job's wire dtype. */
 static ps_err check_blocks(pserver *ps, rpc_call *call, const wire_blocks_msg *m) {
-  const shard_map *map = &ps->table.map;
+  const shard_map *map = &ps->store.dense.map;
   wire_dtype dtype = ps->job.wire_dtype;
   size_t size = wire_dtype_size(dtype);
   if (m->dtype != (uint32_t)dtype) {
@@ -278,7 +278,7 @@ static void accept_registration(pserver *ps, rpc_call *call, const Pstrain__Requ
   int id = (int)key->trainer_id;
   uint64_t step = ps->job.update == UPDATE_SSP   ? pserver_ssp_register_step(ps)
                   : ps->job.update == UPDATE_GEO ? pserver_geo_register_step(ps, id)
-                                                 : (uint64_t)ps->version;
+                                                 : (uint64_t)ps->updates;
   if (tr->registered && tr->incarnation != key->incarnation) {
     /* A restarted trainer: nothing of the old process counts any more. */
     LOG_WARN("trainer %u registered again with a new incarnation", key->trainer_id);
@@ -375,7 +375,7 @@ static wire_key key_of(const Pstrain__RequestKey *k) {
   return key;
 }
 
-/* A Pull: the parameters, and for CTR jobs rows by kind (pserver_sparse.c).
+/* A Pull: the parameters, and for CTR jobs rows by kind (store/rows.c).
  * It parses like a PushRequest; it may carry a batch's keys per table, so
  * its size limit comes from the job. */
 static void handle_pull(pserver *ps, rpc_call *call, const rpc_message *msg) {
@@ -439,21 +439,21 @@ static void handle_rollback(pserver *ps, rpc_call *call, const rpc_message *msg)
     pserver_refuse(call, "Rollback", ps->stop_code, "%s", ps->stop_reason);
   } else if (ps->job.update != UPDATE_SYNC) {
     pserver_refuse(call, "Rollback", PS_ERR_FAILED_PRECONDITION, "only sync jobs roll back");
-  } else if (req->step > (uint64_t)ps->version) {
+  } else if (req->step > (uint64_t)ps->updates) {
     pserver_refuse(call, "Rollback", PS_ERR_FAILED_PRECONDITION,
-                   "cannot roll forward from step %ld to %llu", ps->version,
+                   "cannot roll forward from step %ld to %llu", ps->updates,
                    (unsigned long long)req->step);
-  } else if (step != ps->version && ps->cfg.checkpoint_dir[0] == '\0') {
+  } else if (step != ps->updates && ps->cfg.checkpoint_dir[0] == '\0') {
     pserver_refuse(call, "Rollback", PS_ERR_FAILED_PRECONDITION,
                    "pserver %d cannot roll back from step %ld to %ld: it has no --checkpoint-dir",
-                   ps->cfg.id, ps->version, step);
-  } else if (step != ps->version) {
+                   ps->cfg.id, ps->updates, step);
+  } else if (step != ps->updates) {
     pserver_rollback_queue(ps, call, step, key.trainer_id, req->restarted_pserver);
   } else {
     /* At the step already (another trainer asked first): the step's pushes stay. */
     Pstrain__RollbackReply reply = PSTRAIN__ROLLBACK_REPLY__INIT;
     reply.pserver_incarnation = ps->incarnation;
-    reply.step = (uint64_t)ps->version;
+    reply.step = (uint64_t)ps->updates;
     pserver_reply_message(call, &reply.base);
   }
   pthread_mutex_unlock(&ps->lock);
@@ -487,7 +487,7 @@ void pserver_handle(void *ctx, rpc_call *call, int method, const rpc_message *re
 void pserver_log_summary(pserver *ps) {
   pthread_mutex_lock(&ps->lock);
   if (ps->configured) {
-    pserver_log_table_stats(ps, ps->version);
+    pserver_log_table_stats(ps, ps->updates);
     pserver_ssp_log(ps, "job");
     pserver_geo_log(ps, "job");
   }
@@ -496,7 +496,7 @@ void pserver_log_summary(pserver *ps) {
 
 long pserver_version(pserver *ps) {
   pthread_mutex_lock(&ps->lock);
-  long version = ps->version;
+  long version = ps->updates;
   pthread_mutex_unlock(&ps->lock);
   return version;
 }
@@ -516,7 +516,7 @@ static void drop_missing_trainers(pserver *ps, int pull) {
     ps->active--;
     LOG_WARN("trainer %d missed %s %ld for %.0f s (--step-timeout): continuing with %d "
              "trainer(s) (--on-trainer-loss continue)", i,
-             pull ? "the pull barrier of step" : "step", ps->version, ps->cfg.step_timeout,
+             pull ? "the pull barrier of step" : "step", ps->updates, ps->cfg.step_timeout,
              ps->active);
     pserver_parts_drop(ps, i, PS_ERR_FAILED_PRECONDITION,
                        "the trainer was dropped for missing a step (--on-trainer-loss continue)");
@@ -538,7 +538,7 @@ static void fail_step(pserver *ps, int pull) {
   }
   snprintf(ps->failure, sizeof ps->failure,
            "%s %ld waited %.0f s (--step-timeout) for trainer(s) %s",
-           pull ? "the pull barrier of step" : "step", ps->version, ps->cfg.step_timeout,
+           pull ? "the pull barrier of step" : "step", ps->updates, ps->cfg.step_timeout,
            missing);
   ps->status = PSERVER_FAILED;
 }
@@ -585,5 +585,5 @@ void pserver_abort_waiting(pserver *ps, ps_err code, const char *why) {
   pserver_abort_waiting_locked(ps, code, why);
   pthread_mutex_unlock(&ps->lock);
   /* Rollbacks being read are answered (refused) before the server stops. */
-  pserver_disk_wait(ps);
+  pserver_checkpoint_wait(ps);
 }

@@ -10,8 +10,8 @@
  * pserver_parts.c (the sync step of dense jobs in parts: blocks applied as
  * every trainer's arrive), pserver_ssp.c (bounded staleness),
  * pserver_geo.c (GEO-SGD: trainers' parameter changes added on arrival),
- * pserver_sparse.c (the sparse tables' requests: checks, merges, pulls),
- * pserver_disk.c (checkpoints, resume, rollback, the disk thread),
+ * store/rows.c (the sparse tables' requests: checks, merges, pulls),
+ * pserver_checkpoint.c (checkpoints, resume, rollback, the disk thread),
  * pserver_shard_file.c (a checkpoint's tensors: dense shard and table rows),
  * pserver_reshard.c (--resume onto another number of pservers). */
 #ifndef PSTRAIN_SERVER_PSERVER_H
@@ -27,7 +27,7 @@
 #include "common/timeline.h"
 #include "common/sparse_table.h"
 #include "common/wire.h"
-#include "server/table.h"
+#include "server/store/store.h"
 
 typedef struct pserver_config {
   int id;
@@ -101,7 +101,7 @@ typedef struct pserver_rows {
 
 /* The disk threads' work: a writer of checkpoints, a reader of rollbacks.
  * Lock order: pserver.lock, then this lock. */
-typedef struct pserver_disk {
+typedef struct pserver_checkpointer {
   pthread_t writer, reader;
   int initialized; /* lock and conditions */
   int started;     /* threads running */
@@ -121,7 +121,7 @@ typedef struct pserver_disk {
   ps_err last_rc;           /* of the newest finished write */
   char last_msg[512];
   pserver_rollback *rollbacks, **rollbacks_tail;
-} pserver_disk;
+} pserver_checkpointer;
 
 typedef struct pserver {
   pserver_config cfg;
@@ -132,17 +132,14 @@ typedef struct pserver {
   uint64_t job_hash;
   int configured_by;   /* the trainer whose registration set the job; -1: a checkpoint */
   tensor_layout checkpoint_layout; /* params, optimizer state 1 and 2 of the shard */
-  table table;
-  /* CTR models: the rows of each sparse table this pserver owns
-   * (shard_of_key), CTR_TABLE_* order; sparse_count 0 for the MLP. */
-  sparse_table *sparse[CTR_TABLES_MAX];
-  int sparse_count;
-  struct pserver_sparse *sp; /* CTR jobs: pushed rows, the pull barrier (pserver_sparse.c) */
+  pserver_store store; /* the dense shard and the sparse tables */
   struct pserver_parts *parts; /* sync dense jobs: the step's pushes in parts (pserver_parts.c) */
   trainer_state *trainers;
   int *step_slots;         /* (trainers) scratch of complete_step */
   rpc_call **step_calls;   /* (trainers) scratch of complete_step */
-  long version;        /* steps applied */
+  /* Updates applied: sync, steps; async and ssp, pushes (the job's step is
+   * updates / trainers); geo, trainer steps merged (the same division). */
+  long updates;
   int pushed_count;    /* sync: trainers that pushed the current step */
   int step_torn;       /* a step in parts was cut off half applied: no checkpoint of it */
   int active;          /* trainers not lost */
@@ -175,7 +172,7 @@ typedef struct pserver {
   long geo_pushes;
   uint64_t geo_rows;
   long geo_base; /* the step trainers started at here (0, or a checkpoint's) */
-  pserver_disk disk;
+  pserver_checkpointer ckpt; /* the disk threads: checkpoints written, rollbacks read */
 } pserver;
 
 ps_err pserver_init(pserver *ps, const pserver_config *cfg, ps_error *err);
@@ -216,7 +213,7 @@ ps_err pserver_checkpoint(pserver *ps, ps_error *err);
 
 /* Waits until every checkpoint due so far is written and every rollback
  * asked for is answered (tests, and before stopping the RPC server). */
-void pserver_disk_wait(pserver *ps);
+void pserver_checkpoint_wait(pserver *ps);
 
 /* Loads a checkpoint before serving (the newest when resume_step < 0): job,
  * shard, optimizer state, the sparse tables' rows and step. A missing,

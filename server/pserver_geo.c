@@ -36,7 +36,7 @@ uint64_t pserver_geo_register_step(pserver *ps, int trainer) {
    * (0, or a checkpoint's step), not from what the others did since. */
   int n = ps->cfg.trainers, fresh = 1;
   for (int i = 0; i < n; i++) fresh &= ps->trainers[i].last_step < 0;
-  if (fresh) ps->geo_base = ps->version / n;
+  if (fresh) ps->geo_base = ps->updates / n;
   long last = ps->trainers[trainer].last_step;
   return (uint64_t)(last >= 0 ? last : ps->geo_base) * (uint64_t)n;
 }
@@ -44,10 +44,10 @@ uint64_t pserver_geo_register_step(pserver *ps, int trainer) {
 /* weights += change * scale, block by block (decoded in the gradient slot). */
 static void add_blocks(pserver *ps, const rpc_message *msg, const wire_blocks_msg *m,
                        float scale) {
-  float *slot = table_slot(&ps->table, 0);
+  float *slot = dense_shard_slot(&ps->store.dense, 0);
   for (size_t i = 0; i < m->block_count; i++) {
-    const shard_block *b = &ps->table.map.blocks[m->blocks[i].id];
-    float *d = slot + b->shard_offset, *w = ps->table.params + b->shard_offset;
+    const shard_block *b = &ps->store.dense.map.blocks[m->blocks[i].id];
+    float *d = slot + b->shard_offset, *w = ps->store.dense.params + b->shard_offset;
     wire_decode_block(msg, &m->blocks[i], ps->job.wire_dtype, d);
     for (size_t k = 0; k < b->count; k++) w[k] += d[k] * scale;
   }
@@ -55,9 +55,9 @@ static void add_blocks(pserver *ps, const rpc_message *msg, const wire_blocks_ms
 
 /* The pushed rows' changes * scale into each table (rows created as needed). */
 static ps_err add_rows(pserver *ps, float scale, long step, ps_error *err) {
-  for (int t = 0; t < ps->sparse_count; t++) {
-    const sparse_rows *r = &ps->sp->req[SPARSE_FIELD_GRADS][t];
-    if (sparse_table_add_rows(ps->sparse[t], r->keys, r->n, r->values, scale, step, err) !=
+  for (int t = 0; t < ps->store.table_count; t++) {
+    const sparse_rows *r = &ps->store.rows->req[SPARSE_FIELD_GRADS][t];
+    if (sparse_table_add_rows(ps->store.tables[t], r->keys, r->n, r->values, scale, step, err) !=
         PS_ERR_OK) {
       return err->code;
     }
@@ -71,10 +71,10 @@ static ps_err add_rows(pserver *ps, float scale, long step, ps_error *err) {
 static void add_fresh_rows(pserver *ps, int index, wire_writer *w, void *ctx) {
   (void)index;
   (void)ctx;
-  for (int t = 0; t < ps->sparse_count; t++) {
-    sparse_rows *r = &ps->sp->req[SPARSE_FIELD_GRADS][t];
-    size_t dim = (size_t)sparse_table_config_of(ps->sparse[t])->dim;
-    if (r->n > 0) sparse_table_lookup(ps->sparse[t], r->keys, r->n, r->values);
+  for (int t = 0; t < ps->store.table_count; t++) {
+    sparse_rows *r = &ps->store.rows->req[SPARSE_FIELD_GRADS][t];
+    size_t dim = (size_t)sparse_table_config_of(ps->store.tables[t])->dim;
+    if (r->n > 0) sparse_table_lookup(ps->store.tables[t], r->keys, r->n, r->values);
     wire_writer_sparse(w, WIRE_SPARSE_ROWS, (uint32_t)t, NULL, 0, r->n > 0 ? r->values : no_rows,
                        r->n * dim, NULL, NULL);
     ps->stats_out += r->n * dim * sizeof(float);
@@ -86,7 +86,7 @@ void pserver_push_geo(pserver *ps, rpc_call *call, const rpc_message *msg,
   uint32_t id = m->key.trainer_id;
   trainer_state *tr = &ps->trainers[id];
   long step = (long)m->key.step, n = ps->cfg.trainers;
-  if (ps->sp != NULL && ps->sp->req_present[SPARSE_FIELD_KEYS]) {
+  if (ps->store.rows != NULL && ps->store.rows->req_present[SPARSE_FIELD_KEYS]) {
     pserver_refuse(call, "PushPull", PS_ERR_INVALID_ARGUMENT,
                    "a geo push carries no sparse_keys: the fresh rows of its sparse_grads' keys "
                    "come back");
@@ -99,21 +99,21 @@ void pserver_push_geo(pserver *ps, rpc_call *call, const rpc_message *msg,
     float scale = 1.0f / (float)n;
     double t0 = now_s();
     ps_error err;
-    if (ps->sp != NULL && add_rows(ps, scale, ps->version / n, &err) != PS_ERR_OK) {
+    if (ps->store.rows != NULL && add_rows(ps, scale, ps->updates / n, &err) != PS_ERR_OK) {
       pserver_refuse(call, "PushPull", err.code, "%s", err.msg);
       return;
     }
     add_blocks(ps, msg, m, scale);
-    timeline_span_arg(ps->cfg.timeline, "apply", ps->version / n, t0, "trainer", id);
-    long from = ps->version / n;
-    ps->version += covered;
+    timeline_span_arg(ps->cfg.timeline, "apply", ps->updates / n, t0, "trainer", id);
+    long from = ps->updates / n;
+    ps->updates += covered;
     tr->last_step = step;
     ps->geo_pushes++;
-    pserver_metrics_after_step(ps->cfg.metrics, ps, (const int[]){(int)id}, 1, ps->version / n);
-    pserver_after_steps(ps, from, ps->version / n);
+    pserver_metrics_after_step(ps->cfg.metrics, ps, (const int[]){(int)id}, 1, ps->updates / n);
+    pserver_after_steps(ps, from, ps->updates / n);
   }
   /* A resend of a push applied before is only answered. */
-  if (ps->sp != NULL) pserver_reply_params_rows(ps, &call, 1, add_fresh_rows, NULL);
+  if (ps->store.rows != NULL) pserver_reply_params_rows(ps, &call, 1, add_fresh_rows, NULL);
   else pserver_reply_params(ps, &call, 1);
 }
 

@@ -130,7 +130,7 @@ uint64_t pserver_geo_register_step(pserver *ps, int trainer);
  * other jobs. */
 void pserver_geo_log(const pserver *ps, const char *when);
 
-/* --- pserver_sparse.c: the sparse tables' side of requests (CTR jobs) ------------ */
+/* --- store/rows.c: the sparse tables' side of requests (CTR jobs) ------------ */
 
 /* Rows of one table as a request brought them: keys with values (n * dim)
  * or counts (n); grown on demand, owned. */
@@ -150,7 +150,7 @@ typedef struct sparse_trainer {
   rpc_call *pull_call;               /* its pull at the barrier (NULL: none) */
 } sparse_trainer;
 
-typedef struct pserver_sparse {
+typedef struct store_rows {
   sparse_trainer *trainers; /* (trainers) */
   size_t max_keys;          /* per table per request: batch * CTR_CAT_FIELDS */
   int pulled_count;         /* sync: trainers at the pull barrier */
@@ -169,17 +169,17 @@ typedef struct pserver_sparse {
   float *sums, *rows[CTR_TABLES_MAX], *out[CTR_TABLES_MAX];
   size_t sums_cap, rows_cap[CTR_TABLES_MAX], out_cap[CTR_TABLES_MAX];
   size_t merged[CTR_TABLES_MAX];       /* keys in the union of the last merge */
-  sparse_rows *(*which)[CTR_TABLES_MAX]; /* (trainers) each reply's rows per table */
+  sparse_rows *(*which)[CTR_TABLES_MAX]; /* (trainers) each reply's rows per dense_shard */
   sparse_rows **rowp;                    /* (trainers) the rows one merge takes */
   rpc_call **pull_calls;                 /* (trainers) a completed barrier's calls */
-} pserver_sparse;
+} store_rows;
 
 ps_err pserver_sparse_configure(pserver *ps, ps_error *err);
 /* Answers what still waits (ABORTED) and frees the state. */
 void pserver_sparse_deconfigure(pserver *ps);
 
 /* Checks a request's SparseRows (pull: a Pull; lookup: counts optional)
- * and copies them to ps->sp->req; answers and returns the code if refused. */
+ * and copies them to ps->store.rows->req; answers and returns the code if refused. */
 ps_err pserver_sparse_check(pserver *ps, rpc_call *call, const char *method,
                             const rpc_message *msg, const wire_blocks_msg *m, int pull);
 /* The largest Pull this pserver accepts (bytes). */
@@ -189,7 +189,7 @@ size_t pserver_sparse_pull_limit(const pserver *ps);
  * (swapped in, no copy). */
 void pserver_sparse_store_push(pserver *ps, int id);
 /* Sync completion: the pushed rows of slots (id order) summed, scaled
- * 1/count, applied at ps->version. */
+ * 1/count, applied at ps->updates. */
 ps_err pserver_sparse_apply_step(pserver *ps, const int *slots, int count, ps_error *err);
 /* After version++: eviction, the merged pull of the next keys, replies. */
 void pserver_sparse_reply_step(pserver *ps, const int *slots, rpc_call *const *calls, int count);
@@ -211,17 +211,17 @@ void pserver_sparse_pull_try_complete(pserver *ps);
 /* Answers trainer's waiting pull (or every one: trainer -1) with code. */
 void pserver_sparse_drop_pull(pserver *ps, int trainer, ps_err code, const char *why);
 
-/* --- pserver_disk.c: checkpoints and rollback ---------------------------------- */
+/* --- pserver_checkpoint.c: checkpoints and rollback ---------------------------------- */
 
-ps_err pserver_disk_start(pserver *ps, ps_error *err);
+ps_err pserver_checkpoint_start(pserver *ps, ps_error *err);
 /* Writes what is queued, refuses queued rollbacks, joins the thread (lock not held). */
-void pserver_disk_stop(pserver *ps);
+void pserver_checkpoint_stop(pserver *ps);
 
-/* Copies the state of step ps->version and hands it to the disk thread.
+/* Copies the state of step ps->updates and hands it to the disk thread.
  * Returns its ticket (0: nothing to write). */
 uint64_t pserver_checkpoint_due(pserver *ps);
 
-/* Hands a checked rollback to ps->version from `from` to the disk thread,
+/* Hands a checked rollback to ps->updates from `from` to the disk thread,
  * which reads the file and answers call. */
 void pserver_rollback_queue(pserver *ps, rpc_call *call, long step, uint32_t trainer,
                             uint32_t restarted_pserver);

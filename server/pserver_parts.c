@@ -2,7 +2,7 @@
  * a trainer's blocks for the step (an overlapped trainer pushes a layer as
  * soon as backward has it; recovery and older trainers push all at once, the
  * one-part case). Each block is applied once every active trainer has
- * delivered it, with table_apply_sum's math over its range (sum in trainer-id
+ * delivered it, with dense_shard_apply_sum's math over its range (sum in trainer-id
  * order, 1/N, the optimizer at the step: bitwise what the whole-shard apply
  * gives), and each held call is answered as soon as all of its blocks are
  * applied, with those blocks only. The step completes (version++, checkpoint,
@@ -41,11 +41,11 @@ struct pserver_parts {
 
 ps_err pserver_parts_configure(pserver *ps, ps_error *err) {
   pserver_parts *pp = calloc(1, sizeof *pp);
-  size_t blocks = ps->table.map.block_count, trainers = (size_t)ps->cfg.trainers;
+  size_t blocks = ps->store.dense.map.block_count, trainers = (size_t)ps->cfg.trainers;
   if (pp == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "pserver: out of memory for parts");
   ps->parts = pp;
   pp->blocks = blocks;
-  pp->mine = ps->table.map.shard_blocks[ps->cfg.id];
+  pp->mine = ps->store.dense.map.shard_blocks[ps->cfg.id];
   pp->delivered = calloc(trainers * blocks + 1, 1);
   pp->delivered_count = calloc(trainers, sizeof *pp->delivered_count);
   pp->applied = calloc(blocks + 1, 1);
@@ -82,7 +82,7 @@ int pserver_parts_started(const pserver *ps) { return ps->parts != NULL && ps->p
 /* A snapshot no reply sends from any more, holding the marked blocks'
  * parameters; NULL when all are busy (gRPC then copies from the table). */
 static params_snapshot *snapshot_marked(pserver *ps) {
-  const table *t = &ps->table;
+  const dense_shard *t = &ps->store.dense;
   size_t size = wire_dtype_size(ps->job.wire_dtype);
   for (int i = 0; i < PSERVER_SNAPSHOTS; i++) {
     params_snapshot *snap = &ps->snapshots[i];
@@ -106,7 +106,7 @@ static params_snapshot *snapshot_marked(pserver *ps) {
 static void reply_blocks(pserver *ps, rpc_call *call, const uint32_t *ids, size_t count,
                          long version, params_snapshot *snap) {
   ps_error err;
-  const table *t = &ps->table;
+  const dense_shard *t = &ps->store.dense;
   if (wire_writer_begin(&ps->reply, count, &err) != PS_ERR_OK) {
     rpc_call_reply(call, err.code, err.msg, NULL, 0);
     return;
@@ -149,7 +149,7 @@ void pserver_parts_reply_behind(pserver *ps, rpc_call *call, const wire_blocks_m
     list[i] = m->blocks[i].id;
     ps->parts->mark[list[i]] = 1;
   }
-  reply_blocks(ps, call, list, m->block_count, ps->version, snapshot_marked(ps));
+  reply_blocks(ps, call, list, m->block_count, ps->updates, snapshot_marked(ps));
   if (list != ids) free(list);
 }
 
@@ -232,7 +232,7 @@ static void reset_step(pserver *ps) {
 /* Resets the step's bookkeeping once every block is applied. */
 static void finish_step(pserver *ps, const int *slots, int count) {
   reset_step(ps);
-  ps->version++;
+  ps->updates++;
   ps->step_torn = 0;
   pserver_after_step(ps, slots, count);
 }
@@ -243,8 +243,8 @@ void pserver_parts_try_apply(pserver *ps) {
   int *slots = ps->step_slots;
   int count = active_slots(ps, slots);
   if (count == 0) return;
-  const table *t = &ps->table;
-  long step = ps->version;
+  const dense_shard *t = &ps->store.dense;
+  long step = ps->updates;
   double t0 = now_s();
   size_t newly = 0;
   /* Apply every block each active trainer has delivered, in runs of
@@ -256,7 +256,7 @@ void pserver_parts_try_apply(pserver *ps) {
       ready = pp->delivered[(size_t)slots[s] * pp->blocks + b];
     }
     if (ready && run_floats > 0 && t->map.blocks[b].shard_offset != run_start + run_floats) {
-      table_apply_sum_range(&ps->table, &ps->job.optimizer, slots, count, 1.0f / (float)count,
+      dense_shard_apply_range(&ps->store.dense, &ps->job.optimizer, slots, count, 1.0f / (float)count,
                             step, run_start, run_floats);
       run_floats = 0;
     }
@@ -266,7 +266,7 @@ void pserver_parts_try_apply(pserver *ps) {
       pp->applied[b] = 1;
       newly++;
     } else if (run_floats > 0) {
-      table_apply_sum_range(&ps->table, &ps->job.optimizer, slots, count, 1.0f / (float)count,
+      dense_shard_apply_range(&ps->store.dense, &ps->job.optimizer, slots, count, 1.0f / (float)count,
                             step, run_start, run_floats);
       run_floats = 0;
     }
@@ -312,18 +312,18 @@ void pserver_parts_push(pserver *ps, rpc_call *call, const rpc_message *msg,
   if (!reserve(pp, m->block_count)) {
     pserver_refuse(call, "PushPull", PS_ERR_RESOURCE_EXHAUSTED,
                    "trainer %u holds too many pushes of step %ld waiting (resends of "
-                   "overlapping parts)", id, ps->version);
+                   "overlapping parts)", id, ps->updates);
     return;
   }
   /* Blocks it delivered already this step are resends: the data is the same. */
   unsigned char *mine = pp->delivered + (size_t)id * pp->blocks;
-  float *slot = table_slot(&ps->table, (int)id);
+  float *slot = dense_shard_slot(&ps->store.dense, (int)id);
   memset(pp->mark, 0, pp->blocks);
   for (size_t i = 0; i < m->block_count; i++) {
     uint32_t b = m->blocks[i].id;
     pp->mark[b] = 1;
     if (mine[b]) continue;
-    wire_decode_block(msg, &m->blocks[i], ps->job.wire_dtype, slot + ps->table.map.blocks[b].shard_offset);
+    wire_decode_block(msg, &m->blocks[i], ps->job.wire_dtype, slot + ps->store.dense.map.blocks[b].shard_offset);
     mine[b] = 1;
     pp->delivered_count[id]++;
   }
@@ -342,7 +342,7 @@ void pserver_parts_push(pserver *ps, rpc_call *call, const rpc_message *msg,
   parts_call *c = &pp->calls[pp->call_count++];
   *c = (parts_call){call, (int)id, pp->pool_count, m->block_count};
   for (size_t i = 0; i < m->block_count; i++) pp->pool[pp->pool_count++] = m->blocks[i].id;
-  long step = ps->version;
+  long step = ps->updates;
   double stored = timeline_span_arg(ps->cfg.timeline, "push", step, arrived, "trainer", id);
   if (!pp->started) {
     pp->started = 1;

@@ -34,13 +34,13 @@ static long slowest(const pserver *ps) {
 uint64_t pserver_ssp_register_step(pserver *ps) {
   int n = ps->cfg.trainers, fresh = 1;
   for (int i = 0; i < n; i++) fresh &= ps->trainers[i].last_step < 0;
-  if (fresh) ps->ssp_base = ps->version / n;
+  if (fresh) ps->ssp_base = ps->updates / n;
   long lo = LONG_MAX;
   for (int i = 0; i < n; i++) {
     const trainer_state *tr = &ps->trainers[i];
     if (!tr->lost && position(ps, tr) < lo) lo = position(ps, tr);
   }
-  if (lo == LONG_MAX) return (uint64_t)ps->version;
+  if (lo == LONG_MAX) return (uint64_t)ps->updates;
   return (uint64_t)(lo + 1) * (uint64_t)n;
 }
 
@@ -59,7 +59,7 @@ static void note_lead(pserver *ps, long step, long low) {
  * rows, and come back into the request's for the reply (the request then
  * being handled has been answered: its buffers are free). */
 static void swap_keys(pserver *ps, int id) {
-  pserver_sparse *sp = ps->sp;
+  store_rows *sp = ps->store.rows;
   for (int t = 0; t < CTR_TABLES_MAX; t++) {
     sparse_rows keep = sp->trainers[id].next[t];
     sp->trainers[id].next[t] = sp->req[SPARSE_FIELD_KEYS][t];
@@ -72,8 +72,8 @@ static void hold(pserver *ps, int id, rpc_call *call) {
   tr->held = call;
   tr->held_since = now_s();
   ps->ssp_held++;
-  if (ps->sp != NULL) {
-    tr->held_keys = ps->sp->req_present[SPARSE_FIELD_KEYS];
+  if (ps->store.rows != NULL) {
+    tr->held_keys = ps->store.rows->req_present[SPARSE_FIELD_KEYS];
     swap_keys(ps, id);
   }
 }
@@ -86,14 +86,14 @@ static void release(pserver *ps, int id, long low) {
   ps->ssp_held_s += held;
   note_lead(ps, tr->last_step, low);
   pserver_metrics_ssp(ps->cfg.metrics, held, ps->ssp_max_lead);
-  if (ps->sp != NULL) {
+  if (ps->store.rows != NULL) {
     swap_keys(ps, id);
-    ps->sp->req_present[SPARSE_FIELD_KEYS] = tr->held_keys;
+    ps->store.rows->req_present[SPARSE_FIELD_KEYS] = tr->held_keys;
   }
   pserver_reply_async(ps, call, 1);
-  if (ps->sp != NULL) {
-    for (int t = 0; t < CTR_TABLES_MAX; t++) ps->sp->req[SPARSE_FIELD_KEYS][t].n = 0;
-    ps->sp->req_present[SPARSE_FIELD_KEYS] = 0;
+  if (ps->store.rows != NULL) {
+    for (int t = 0; t < CTR_TABLES_MAX; t++) ps->store.rows->req[SPARSE_FIELD_KEYS][t].n = 0;
+    ps->store.rows->req_present[SPARSE_FIELD_KEYS] = 0;
   }
 }
 
