@@ -480,7 +480,7 @@ static void apply_rollback(pserver *ps, const pserver_rollback *r, rollback_read
     ps->store.tables[i] = rr->tables[i];
     rr->tables[i] = old;
   }
-  if (ps->store.rows != NULL) ps->store.rows->pulled_step = -1; /* new tables: the next pull is merged again */
+  ps->mode->rolled_back(ps); /* new tables: what the mode kept of steps goes */
   ps->updates = r->step;
   char why[128];
   snprintf(why, sizeof why, "pserver %d rolled back to step %ld", ps->cfg.id, r->step);

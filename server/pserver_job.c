@@ -1,5 +1,6 @@
-/* The pserver's step: the job's table, sync and async apply, the replies'
- * parameter snapshots and the statistics line. Lock held throughout. */
+/* The pserver's job: its store and mode configured, the replies' parameter
+ * snapshots, the statistics line and what follows a step. The steps
+ * themselves are the modes' (server/mode/). Lock held throughout. */
 #define _POSIX_C_SOURCE 200809L
 #include "server/pserver_internal.h"
 
@@ -45,12 +46,9 @@ static ps_err check_job_size(const pserver *ps, const job_config *job, int slots
 }
 
 void pserver_deconfigure(pserver *ps) {
-  pserver_parts_free(ps);
-  pserver_sparse_deconfigure(ps);
-  dense_shard_free(&ps->store.dense);
-  for (int i = 0; i < ps->store.table_count; i++) sparse_table_destroy(ps->store.tables[i]);
-  memset(ps->store.tables, 0, sizeof ps->store.tables);
-  ps->store.table_count = 0;
+  if (ps->mode != NULL && ps->mode->deconfigure != NULL) ps->mode->deconfigure(ps);
+  ps->mode = NULL;
+  store_free(ps);
   tensor_layout_free(&ps->checkpoint_layout);
   free(ps->refs);
   free(ps->seen);
@@ -62,7 +60,7 @@ void pserver_deconfigure(pserver *ps) {
   ps->configured = 0;
 }
 
-/* The rest of configure, after the table: scratch and the checkpoint layout. */
+/* The rest of configure, after the store: scratch and the checkpoint layout. */
 static ps_err configure_scratch(pserver *ps, const job_config *job, ps_error *err) {
   long max_blocks = ps->cfg.max_blocks_per_request;
   size_t mine = ps->store.dense.map.shard_blocks[ps->cfg.id];
@@ -91,26 +89,19 @@ static ps_err configure_scratch(pserver *ps, const job_config *job, ps_error *er
 }
 
 ps_err pserver_configure(pserver *ps, const job_config *job, int trainer, ps_error *err) {
-  int slots = job->update == UPDATE_SYNC ? job->trainers : 1;
+  const pserver_mode_ops *mode = pserver_mode_of(job->update);
+  int slots = mode->slots_per_trainer ? job->trainers : 1;
   if (check_job_size(ps, job, slots, err) != PS_ERR_OK) return err->code;
-  if (dense_shard_init(&ps->store.dense, job, ps->cfg.id, slots, err) != PS_ERR_OK) return err->code;
   tensor_layout_init(&ps->checkpoint_layout);
-  for (int i = 0; i < ctr_table_count(&job->model); i++) {
-    sparse_table_config c;
-    ctr_table_config(job, i, ps->cfg.max_table_bytes, &c);
-    if (sparse_table_create(&ps->store.tables[i], &c, err) != PS_ERR_OK) {
-      pserver_deconfigure(ps);
-      return err->code;
-    }
-    ps->store.table_count = i + 1;
-  }
-  if (configure_scratch(ps, job, err) != PS_ERR_OK) {
+  if (store_init(ps, job, slots, err) != PS_ERR_OK ||
+      configure_scratch(ps, job, err) != PS_ERR_OK) {
     pserver_deconfigure(ps);
     return err->code;
   }
   ps->job = *job;
-  if (pserver_sparse_configure(ps, err) != PS_ERR_OK ||
-      (job->update == UPDATE_SYNC && ps->store.rows == NULL && pserver_parts_configure(ps, err) != PS_ERR_OK)) {
+  ps->mode = mode;
+  if (store_configure_rows(ps, err) != PS_ERR_OK ||
+      (mode->configure != NULL && mode->configure(ps, err) != PS_ERR_OK)) {
     pserver_deconfigure(ps);
     return err->code;
   }
@@ -251,8 +242,7 @@ static void log_stats(pserver *ps, long step) {
   pserver_straggler_log(ps, step);
   char when[32];
   snprintf(when, sizeof when, "step %ld", step);
-  pserver_ssp_log(ps, when);
-  pserver_geo_log(ps, when);
+  if (ps->mode->log != NULL) ps->mode->log(ps, when);
   pserver_log_table_stats(ps, step);
 }
 
@@ -266,50 +256,6 @@ static void maybe_checkpoint(pserver *ps, long step) {
   pserver_checkpoint_due(ps);
 }
 
-void pserver_after_steps(pserver *ps, long from, long to) {
-  long every = ps->cfg.checkpoint_every, log = ps->cfg.log_every;
-  if (ps->cfg.checkpoint_dir[0] != '\0' && every > 0 && to / every > from / every) {
-    pserver_checkpoint_due(ps);
-  }
-  if (log > 0 && to / log > from / log) log_stats(ps, to / log * log);
-  timeline_flush(ps->cfg.timeline);
-}
-
-/* --- sync --------------------------------------------------------------------- */
-
-void pserver_complete_step(pserver *ps) {
-  int n = ps->cfg.trainers, count = 0;
-  int *slots = ps->step_slots;
-  rpc_call **calls = ps->step_calls;
-  for (int i = 0; i < n; i++) {
-    if (!ps->trainers[i].pushed) continue;
-    slots[count] = i;
-    calls[count++] = ps->trainers[i].waiting;
-    ps->trainers[i].pushed = 0;
-    ps->trainers[i].waiting = NULL;
-  }
-  ps->pushed_count = 0;
-  long step = ps->updates;
-  double t0 = now_s();
-  ps_error err;
-  if (ps->store.rows != NULL && pserver_sparse_apply_step(ps, slots, count, &err) != PS_ERR_OK) {
-    /* Out of memory merging: a table may already hold the step, so it cannot
-     * be taken again; the job stops, naming why (a checkpoint resumes it). */
-    snprintf(ps->failure, sizeof ps->failure, "step %ld: %.400s", step, err.msg);
-    ps->status = PSERVER_FAILED;
-    for (int i = 0; i < count; i++) pserver_refuse(calls[i], "PushPull", err.code, "%s", err.msg);
-    return;
-  }
-  /* Sum in trainer-id order, average, apply. */
-  dense_shard_apply_sum(&ps->store.dense, &ps->job.optimizer, slots, count, 1.0f / (float)count, ps->updates);
-  ps->updates++;
-  t0 = timeline_span(ps->cfg.timeline, "apply", step, t0);
-  if (ps->store.rows != NULL) pserver_sparse_reply_step(ps, slots, calls, count);
-  else pserver_reply_params(ps, calls, count);
-  timeline_span(ps->cfg.timeline, "reply", step, t0);
-  pserver_after_step(ps, slots, count);
-}
-
 void pserver_after_step(pserver *ps, const int *slots, int count) {
   maybe_checkpoint(ps, ps->updates);
   log_stats(ps, ps->updates);
@@ -317,111 +263,17 @@ void pserver_after_step(pserver *ps, const int *slots, int count) {
   pserver_metrics_after_step(ps->cfg.metrics, ps, slots, count, ps->updates);
 }
 
-void pserver_push_sync(pserver *ps, rpc_call *call, const rpc_message *msg,
-                       const wire_blocks_msg *m) {
-  uint32_t id = m->key.trainer_id;
-  trainer_state *tr = &ps->trainers[id];
-  long step = (long)m->key.step;
-  double arrived = now_s();
-  if (tr->lost) {
-    pserver_refuse(call, "PushPull", PS_ERR_FAILED_PRECONDITION,
-                   "trainer %u was dropped for missing a step (--on-trainer-loss continue)", id);
-    return;
-  }
-  if (step < ps->updates) {
-    /* Behind: a resend of a push already applied (its reply was lost), or one
-     * from before a rollback. Answered with the parameters, not applied: the
-     * reply's step tells the trainer where the pserver is. Its next keys'
-     * rows are read only: the merged pull created them. */
-    if (ps->parts != NULL) pserver_parts_reply_behind(ps, call, m);
-    else pserver_sparse_reply_lookup(ps, call);
-    return;
-  }
-  if (step > ps->updates) {
-    /* Ahead: this pserver restarted or rolled back; the trainer recovers. */
-    pserver_refuse(call, "PushPull", PS_ERR_ABORTED,
-                   "trainer %u pushed step %ld but the pserver is at step %ld", id, step,
-                   ps->updates);
-    return;
-  }
-  if (ps->parts != NULL) {
-    pserver_parts_push(ps, call, msg, m);
-    return;
-  }
-  if (tr->pushed) {
-    /* A resend while the step waits: the data is the same; keep the newer call. */
-    rpc_call_reply(tr->waiting, PS_ERR_ABORTED, "superseded by a resend of the same push", NULL, 0);
-    tr->waiting = call;
-    return;
-  }
-  if (ps->store.rows != NULL) pserver_sparse_store_push(ps, (int)id);
-  float *slot = dense_shard_slot(&ps->store.dense, (int)id);
-  for (size_t i = 0; i < m->block_count; i++) {
-    const shard_block *b = &ps->store.dense.map.blocks[m->blocks[i].id];
-    wire_decode_block(msg, &m->blocks[i], ps->job.wire_dtype, slot + b->shard_offset);
-  }
-  tr->pushed = 1;
-  tr->waiting = call;
-  double stored = timeline_span_arg(ps->cfg.timeline, "push", step, arrived, "trainer", id);
-  if (ps->pushed_count++ == 0) ps->step_started = stored;
-  if (ps->pushed_count == ps->active) {
-    double last = timeline_span_arg(ps->cfg.timeline, "wait-for-last", step, ps->step_started,
-                                    "trainer", id);
-    pserver_straggler_note(ps, (int)id, last);
-    pserver_metrics_sync_wait(ps->cfg.metrics, last - ps->step_started, id);
-    pserver_complete_step(ps);
-  }
+void pserver_after_async_step(pserver *ps, long step) {
+  maybe_checkpoint(ps, step);
+  log_stats(ps, step);
+  timeline_flush(ps->cfg.timeline);
 }
 
-/* --- async -------------------------------------------------------------------- */
-
-/* Applies the push at once, scaled by 1/N, at schedule step version / N (the
- * schedule advances once per N pushes, as in sync mode). A trainer's step it
- * has applied already is not applied again. */
-int pserver_apply_async(pserver *ps, rpc_call *call, const rpc_message *msg,
-                        const wire_blocks_msg *m) {
-  trainer_state *tr = &ps->trainers[m->key.trainer_id];
-  long step = (long)m->key.step;
-  int n = ps->cfg.trainers;
-  if (step > tr->last_step) {
-    ps_error err;
-    if (ps->store.rows != NULL && pserver_sparse_apply_async(ps, ps->updates / n, &err) != PS_ERR_OK) {
-      pserver_refuse(call, "PushPull", err.code, "%s", err.msg);
-      return -1;
-    }
-    float *slot = dense_shard_slot(&ps->store.dense, 0);
-    for (size_t i = 0; i < m->block_count; i++) {
-      const shard_block *b = &ps->store.dense.map.blocks[m->blocks[i].id];
-      wire_decode_block(msg, &m->blocks[i], ps->job.wire_dtype, slot + b->shard_offset);
-    }
-    const int slot0 = 0;
-    double t0 = now_s();
-    dense_shard_apply_sum(&ps->store.dense, &ps->job.optimizer, &slot0, 1, 1.0f / (float)n, ps->updates / n);
-    timeline_span_arg(ps->cfg.timeline, "apply", ps->updates / n, t0, "trainer", tr - ps->trainers);
-    ps->updates++;
-    tr->last_step = step;
-    pserver_metrics_after_step(ps->cfg.metrics, ps, (const int[]){(int)m->key.trainer_id}, 1,
-                               ps->updates / n);
-    if (ps->updates % n == 0) {
-      maybe_checkpoint(ps, ps->updates / n);
-      log_stats(ps, ps->updates / n);
-      timeline_flush(ps->cfg.timeline);
-    }
-    return 1;
+void pserver_after_steps(pserver *ps, long from, long to) {
+  long every = ps->cfg.checkpoint_every, log = ps->cfg.log_every;
+  if (ps->cfg.checkpoint_dir[0] != '\0' && every > 0 && to / every > from / every) {
+    pserver_checkpoint_due(ps);
   }
-  return 0;
-}
-
-/* The current parameters; for CTR jobs the rows of the push's next keys
- * (created as a pull would when applied, read only when a resend). */
-void pserver_reply_async(pserver *ps, rpc_call *call, int applied) {
-  if (ps->store.rows != NULL && applied) pserver_sparse_reply_async(ps, call);
-  else if (ps->store.rows != NULL) pserver_sparse_reply_lookup(ps, call);
-  else pserver_reply_params(ps, &call, 1);
-}
-
-void pserver_push_async(pserver *ps, rpc_call *call, const rpc_message *msg,
-                        const wire_blocks_msg *m) {
-  int applied = pserver_apply_async(ps, call, msg, m);
-  if (applied >= 0) pserver_reply_async(ps, call, applied);
+  if (log > 0 && to / log > from / log) log_stats(ps, to / log * log);
+  timeline_flush(ps->cfg.timeline);
 }

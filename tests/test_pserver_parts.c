@@ -1,4 +1,4 @@
-/* The sync step in parts (server/pserver_parts.c), driven through
+/* The sync step in parts (server/mode/sync_dense.c), driven through
  * pserver_handle on in-memory calls that the pserver may hold:
  * - trainers pushing a step's blocks in parts, in any order, one of them
  *   pushing all at once, give parameters bitwise equal to whole pushes;
