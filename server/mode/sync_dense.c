@@ -89,6 +89,7 @@ static int dense_started(const pserver *ps) { return ps->pushed_count > 0 || den
  * parameters; NULL when all are busy (gRPC then copies from the table). */
 static params_snapshot *snapshot_marked(pserver *ps) {
   const dense_shard *t = &ps->store.dense;
+  const unsigned char *mark = dense_of(ps)->mark;
   size_t size = wire_dtype_size(ps->job.wire_dtype);
   for (int i = 0; i < PSERVER_SNAPSHOTS; i++) {
     params_snapshot *snap = &ps->snapshots[i];
@@ -98,7 +99,7 @@ static params_snapshot *snapshot_marked(pserver *ps) {
       return NULL;
     }
     for (size_t b = 0; b < t->map.block_count; b++) {
-      if (!dense_of(ps)->mark[b]) continue;
+      if (!mark[b]) continue;
       const shard_block *blk = &t->map.blocks[b];
       wire_dtype_encode(ps->job.wire_dtype, t->params + blk->shard_offset,
                         (uint8_t *)snap->data + blk->shard_offset * size, blk->count);
@@ -151,10 +152,11 @@ static void dense_reply_behind(pserver *ps, rpc_call *call, const wire_blocks_ms
     pserver_refuse(call, "PushPull", PS_ERR_NO_MEMORY, "pserver: out of memory for a reply");
     return;
   }
-  memset(dense_of(ps)->mark, 0, dense_of(ps)->blocks);
+  sync_dense *pp = dense_of(ps);
+  memset(pp->mark, 0, pp->blocks);
   for (size_t i = 0; i < m->block_count; i++) {
     list[i] = m->blocks[i].id;
-    dense_of(ps)->mark[list[i]] = 1;
+    pp->mark[list[i]] = 1;
   }
   reply_blocks(ps, call, list, m->block_count, ps->updates, snapshot_marked(ps));
   if (list != ids) free(list);
