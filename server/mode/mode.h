@@ -1,8 +1,9 @@
 /* The pserver's update modes as tables of operations: sync.c, async.c,
  * ssp.c and geo.c each fill one, with their state private to the file
  * (ps->mode_state). An operation a mode has no use for is NULL (nothing to
- * do), except register_step, push and pull_step. The job's mode is chosen once, when the job is
- * configured; pserver.c calls it and never asks which it is. The modes
+ * do), except register_step, push and pull_step. The job's mode is chosen
+ * once, when the job is configured; pserver.c calls it and never asks
+ * which it is. The modes
  * reach the dense shard and the tables only through the store (store.h).
  * Every operation runs with the pserver's lock held, on a configured
  * pserver. */
@@ -19,7 +20,7 @@
 struct pserver;
 
 typedef struct pserver_mode_ops {
-  int deltas;         /* pushes carry parameter changes (geo), not gradients */
+  int deltas;            /* pushes carry parameter changes (geo), not gradients */
   int slots_per_trainer; /* a gradient slot each (sync sums them in id order); else one */
   /* Allocates the mode's state for the configured job; frees it (NULL state too). */
   ps_err (*configure)(struct pserver *ps, ps_error *err);
@@ -56,7 +57,7 @@ extern const pserver_mode_ops pserver_mode_sync, pserver_mode_async, pserver_mod
 /* The table of update mode `update`. */
 const pserver_mode_ops *pserver_mode_of(update_mode update);
 
-/* --- async.c: what ssp shares with async -------------------------------------------- */
+/* --- async.c: what ssp and geo share with async -------------------------------------------- */
 
 /* Applies a checked push at once, scaled by 1/N, at schedule step
  * updates / N. Returns 1 applied, 0 a step of the trainer applied before
