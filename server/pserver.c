@@ -13,7 +13,6 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/process.h"
-#include "server/store/rows.h"
 
 enum { METHOD_REGISTER, METHOD_PUSH_PULL, METHOD_PULL, METHOD_DONE, METHOD_ROLLBACK };
 const char *const pserver_methods[] = {WIRE_METHOD_REGISTER, WIRE_METHOD_PUSH_PULL,
@@ -369,7 +368,7 @@ static void handle_push(pserver *ps, rpc_call *call, const rpc_message *msg) {
   } else if (check_sender(ps, call, "PushPull", m.has_key, &m.key, m.config_hash) == PS_ERR_OK &&
              check_blocks(ps, call, &m) == PS_ERR_OK &&
              check_deltas(ps, call, &m) == PS_ERR_OK &&
-             store_rows_check(ps, call, "PushPull", msg, &m, 0) == PS_ERR_OK) {
+             store_check_rows(ps, call, "PushPull", msg, &m, 0) == PS_ERR_OK) {
     ps->stats_pushes++;
     ps->stats_in += msg->total;
     pserver_metrics_push(ps->cfg.metrics, m.key.trainer_id, msg->total);
@@ -392,7 +391,7 @@ static wire_key key_of(const Pstrain__RequestKey *k) {
 static void handle_pull(pserver *ps, rpc_call *call, const rpc_message *msg) {
   ps_error err;
   pthread_mutex_lock(&ps->lock);
-  size_t limit = store_rows_pull_limit(ps);
+  size_t limit = store_pull_limit(ps);
   wire_block_ref none[1];
   wire_blocks_msg m = {.blocks = none, .block_cap = 0};
   if (msg->total > limit) {
@@ -402,8 +401,8 @@ static void handle_pull(pserver *ps, rpc_call *call, const rpc_message *msg) {
   } else if (wire_parse_blocks(msg, &m, &err) != PS_ERR_OK) {
     pserver_refuse(call, "Pull", err.code, "%s", err.msg);
   } else if (check_sender(ps, call, "Pull", m.has_key, &m.key, m.config_hash) == PS_ERR_OK &&
-             store_rows_check(ps, call, "Pull", msg, &m, 1) == PS_ERR_OK) {
-    store_rows_pull(ps, call, &m);
+             store_check_rows(ps, call, "Pull", msg, &m, 1) == PS_ERR_OK) {
+    store_pull(ps, call, &m);
   }
   pthread_mutex_unlock(&ps->lock);
 }

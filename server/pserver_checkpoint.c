@@ -344,8 +344,8 @@ static ps_err resume_path(pserver *ps, long *resume_step, char *path, size_t len
 static ps_err load_file(pserver *ps, const char *path, ps_error *err) {
   pserver_shard_file *f = malloc(sizeof *f);
   if (f == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "out of memory reading %s", path);
-  ps_err rc = pserver_shard_file_read(path, shard_floats(ps), ps->store.tables, ps->store.table_count,
-                                      ps->cfg.id, ps->cfg.pservers, f, err);
+  ps_err rc = pserver_shard_file_read(path, shard_floats(ps), ps->store.tables,
+                                      ps->store.table_count, ps->cfg.id, ps->cfg.pservers, f, err);
   if (rc == PS_ERR_OK) {
     set_dense(ps, f);
     for (int i = 0; i < ps->store.table_count && rc == PS_ERR_OK; i++) {
@@ -454,8 +454,8 @@ static ps_err read_rollback(pserver *ps, long step, rollback_read *rr, ps_error 
     return ps_error_set(err, PS_ERR_FAILED_PRECONDITION,
                         "%s holds step %ld of another job", path, file_step);
   }
-  if (pserver_shard_file_read(path, shard_floats(ps), ps->store.tables, ps->store.table_count, ps->cfg.id,
-                              ps->cfg.pservers, &rr->file, err) != PS_ERR_OK) {
+  if (pserver_shard_file_read(path, shard_floats(ps), ps->store.tables, ps->store.table_count,
+                              ps->cfg.id, ps->cfg.pservers, &rr->file, err) != PS_ERR_OK) {
     return err->code;
   }
   for (int i = 0; i < ps->store.table_count; i++) {

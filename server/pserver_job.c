@@ -112,7 +112,8 @@ ps_err pserver_configure(pserver *ps, const job_config *job, int trainer, ps_err
   job_config_format(job, text, sizeof text);
   LOG_INFO("job from %s %d: %s; this pserver holds %zu of %zu blocks, %zu floats (%.1f MB)",
            trainer >= 0 ? "trainer" : "checkpoint", trainer, text,
-           ps->store.dense.map.shard_blocks[ps->cfg.id], ps->store.dense.map.block_count, ps->store.dense.n,
+           ps->store.dense.map.shard_blocks[ps->cfg.id], ps->store.dense.map.block_count,
+           ps->store.dense.n,
            (double)ps->store.dense.n * 4 / 1e6);
   /* A sync step receives every trainer's push at once (dense blocks; rows on top). */
   double step_bytes = (double)ps->cfg.trainers * (double)ps->store.dense.n *

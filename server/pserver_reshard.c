@@ -141,8 +141,9 @@ static void reshard_free(reshard *rs) {
 static ps_err take_old_file(pserver *ps, reshard *rs, int k, const char *path,
                             pserver_shard_file *f, ps_error *err) {
   size_t floats = rs->old_map.shard_floats[k];
-  if (pserver_shard_file_read(path, floats > 0 ? floats : 1, ps->store.tables, ps->store.table_count, k,
-                              rs->old_map.pservers, f, err) != PS_ERR_OK) {
+  if (pserver_shard_file_read(path, floats > 0 ? floats : 1, ps->store.tables,
+                              ps->store.table_count, k, rs->old_map.pservers, f, err) !=
+      PS_ERR_OK) {
     return ps_error_set(err, err->code, "--resume: %s", err->msg);
   }
   for (int j = 0; j < 3; j++) shard_map_scatter(&rs->old_map, k, f->dense[j], rs->flat[j]);

@@ -81,7 +81,9 @@ static void dense_free(pserver *ps) {
 }
 
 /* The step's clock runs once a push of it arrived (or completed one). */
-static int dense_started(const pserver *ps) { return ps->pushed_count > 0 || dense_of(ps)->started; }
+static int dense_started(const pserver *ps) {
+  return ps->pushed_count > 0 || dense_of(ps)->started;
+}
 
 /* --- replies ----------------------------------------------------------------------- */
 
@@ -266,8 +268,8 @@ static void dense_try_apply(pserver *ps) {
       ready = pp->delivered[(size_t)slots[s] * pp->blocks + b];
     }
     if (ready && run_floats > 0 && t->map.blocks[b].shard_offset != run_start + run_floats) {
-      dense_shard_apply_range(&ps->store.dense, &ps->job.optimizer, slots, count, 1.0f / (float)count,
-                            step, run_start, run_floats);
+      dense_shard_apply_range(&ps->store.dense, &ps->job.optimizer, slots, count,
+                              1.0f / (float)count, step, run_start, run_floats);
       run_floats = 0;
     }
     if (ready) {
@@ -276,8 +278,8 @@ static void dense_try_apply(pserver *ps) {
       pp->applied[b] = 1;
       newly++;
     } else if (run_floats > 0) {
-      dense_shard_apply_range(&ps->store.dense, &ps->job.optimizer, slots, count, 1.0f / (float)count,
-                            step, run_start, run_floats);
+      dense_shard_apply_range(&ps->store.dense, &ps->job.optimizer, slots, count,
+                              1.0f / (float)count, step, run_start, run_floats);
       run_floats = 0;
     }
   }
@@ -335,7 +337,8 @@ static void dense_push(pserver *ps, rpc_call *call, const rpc_message *msg,
     uint32_t b = m->blocks[i].id;
     pp->mark[b] = 1;
     if (mine[b]) continue;
-    wire_decode_block(msg, &m->blocks[i], ps->job.wire_dtype, slot + ps->store.dense.map.blocks[b].shard_offset);
+    wire_decode_block(msg, &m->blocks[i], ps->job.wire_dtype,
+                      slot + ps->store.dense.map.blocks[b].shard_offset);
     mine[b] = 1;
     pp->delivered_count[id]++;
   }

@@ -3,7 +3,8 @@
 
 #include <string.h>
 
-ps_err dense_shard_init(dense_shard *t, const job_config *job, int pserver, int slots, ps_error *err) {
+ps_err dense_shard_init(dense_shard *t, const job_config *job, int pserver, int slots,
+                        ps_error *err) {
   memset(t, 0, sizeof *t);
   t->pserver = pserver;
   t->slots = slots;
@@ -50,13 +51,13 @@ void dense_shard_free(dense_shard *t) {
  * in the order given), scaled and applied while it is in L1. Per element the
  * operations and their order are those of summing whole slots, scaling, then
  * optimizer_apply: the results are the same bits (test_table_fused). */
-void dense_shard_apply_sum(dense_shard *t, const optimizer_config *opt, const int *slots, int count,
-                     float scale, long step) {
+void dense_shard_apply_sum(dense_shard *t, const optimizer_config *opt, const int *slots,
+                           int count, float scale, long step) {
   dense_shard_apply_range(t, opt, slots, count, scale, step, 0, t->n);
 }
 
-void dense_shard_apply_range(dense_shard *t, const optimizer_config *opt, const int *slots, int count,
-                           float scale, long step, size_t offset, size_t n) {
+void dense_shard_apply_range(dense_shard *t, const optimizer_config *opt, const int *slots,
+                             int count, float scale, long step, size_t offset, size_t n) {
   float sum[DENSE_SHARD_CHUNK];
   const optimizer_scalars s = optimizer_scalars_at(opt, step);
   int states = optimizer_state_per_param(opt->kind);

@@ -28,11 +28,14 @@ typedef struct dense_shard {
  * and initializes its parameters from job->seed exactly as a whole model
  * would be (model_init_params). slots: gradient slots (trainers in sync
  * mode, 1 in async). */
-ps_err dense_shard_init(dense_shard *t, const job_config *job, int pserver, int slots, ps_error *err);
+ps_err dense_shard_init(dense_shard *t, const job_config *job, int pserver, int slots,
+                        ps_error *err);
 void dense_shard_free(dense_shard *t);
 
 /* The gradient slot of `slot` (n floats). */
-static inline float *dense_shard_slot(dense_shard *t, int slot) { return t->grads + (size_t)slot * t->n; }
+static inline float *dense_shard_slot(dense_shard *t, int slot) {
+  return t->grads + (size_t)slot * t->n;
+}
 
 /* Floats per piece of dense_shard_apply_sum's single pass (4 KiB on the stack). */
 #define DENSE_SHARD_CHUNK 1024
@@ -41,12 +44,12 @@ static inline float *dense_shard_slot(dense_shard *t, int slot) { return t->grad
  * scales by `scale` (when not 1), and applies the optimizer at zero-based
  * step `step`, in one pass of DENSE_SHARD_CHUNK-float pieces. The slots are only
  * read. */
-void dense_shard_apply_sum(dense_shard *t, const optimizer_config *opt, const int *slots, int count,
-                     float scale, long step);
+void dense_shard_apply_sum(dense_shard *t, const optimizer_config *opt, const int *slots,
+                           int count, float scale, long step);
 
 /* dense_shard_apply_sum over the n floats from shard offset `offset` only, with
  * the same per-element math (an overlapped step applies a part's blocks). */
-void dense_shard_apply_range(dense_shard *t, const optimizer_config *opt, const int *slots, int count,
-                           float scale, long step, size_t offset, size_t n);
+void dense_shard_apply_range(dense_shard *t, const optimizer_config *opt, const int *slots,
+                             int count, float scale, long step, size_t offset, size_t n);
 
 #endif

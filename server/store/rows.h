@@ -1,6 +1,6 @@
 /* The sparse tables' side of the pserver's requests (CTR jobs): the rows a
  * request brings, kept per trainer for a step, merged, pulled and answered.
- * For store.c, and for the sync mode's pull barrier; lock held throughout.
+ * Behind store.c (the modes and pserver.c call store.h); lock held throughout.
  * Nothing here is called for a job without tables (ps->store.rows NULL)
  * unless it says so. */
 #ifndef PSTRAIN_SERVER_STORE_ROWS_H

@@ -32,6 +32,17 @@ void store_free(pserver *ps) {
   s->table_count = 0;
 }
 
+ps_err store_check_rows(pserver *ps, rpc_call *call, const char *method, const rpc_message *msg,
+                        const wire_blocks_msg *m, int pull) {
+  return store_rows_check(ps, call, method, msg, m, pull);
+}
+
+size_t store_pull_limit(const pserver *ps) { return store_rows_pull_limit(ps); }
+
+void store_pull(pserver *ps, rpc_call *call, const wire_blocks_msg *m) {
+  store_rows_pull(ps, call, m);
+}
+
 int store_applies_parts(const pserver_store *s) { return s->rows == NULL; }
 
 /* The push's dense blocks decoded into gradient slot `slot`. */

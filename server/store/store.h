@@ -34,6 +34,17 @@ ps_err store_configure_rows(struct pserver *ps, ps_error *err);
 /* Frees everything; answers nothing (the modes answered what waited). */
 void store_free(struct pserver *ps);
 
+/* Checks a request's sparse rows (pull: a Pull) and keeps them for the
+ * request's handling; answers and returns the code if refused (rows sent
+ * to a job without tables too). */
+ps_err store_check_rows(struct pserver *ps, rpc_call *call, const char *method,
+                        const rpc_message *msg, const wire_blocks_msg *m, int pull);
+/* The largest Pull this pserver accepts (bytes): a batch's keys per table. */
+size_t store_pull_limit(const struct pserver *ps);
+/* A checked Pull, by kind: the parameters, rows read or pulled (a step's
+ * pull with keys goes to the job's mode, pull_step). */
+void store_pull(struct pserver *ps, rpc_call *call, const wire_blocks_msg *m);
+
 /* Whether a sync step may be applied in parts as blocks arrive: a step's
  * row merge needs every trainer's whole push, so only without tables. */
 int store_applies_parts(const pserver_store *s);
