@@ -413,6 +413,41 @@ static int listen_and_serve(pserver_start *st, pserver *ps, const sigset_t *sign
   return status;
 }
 
+/* The flags' checks that span several flags. */
+static ps_err check_flags(pserver_start *st, ps_error *err) {
+  if (st->opt.timeline_steps[0] != '\0' && st->opt.timeline[0] == '\0') {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "--timeline-steps needs --timeline FILE");
+  }
+  if (st->opt.trainers >= st->opt.max_pending_calls) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                        "--max-pending-calls %ld is too few for %ld trainers: a sync step holds "
+                        "a push from each (more with --overlap); give at least 4 per trainer",
+                        st->opt.max_pending_calls, st->opt.trainers);
+  }
+  if (st->opt.trainers * 4 > st->opt.max_pending_calls) {
+    LOG_WARN("--max-pending-calls %ld leaves fewer than 4 open calls per trainer (%ld): a sync "
+             "step with --overlap may be refused RESOURCE_EXHAUSTED", st->opt.max_pending_calls,
+             st->opt.trainers);
+  }
+  return timeline_parse_steps(st->opt.timeline_steps, &st->timeline_first, &st->timeline_last,
+                              &st->timeline_every, err);
+}
+
+/* Open files up to the hard limit: each connection is one. */
+static void raise_fd_limit(pserver_start *st) {
+  long fd_before, fd_hard;
+  ps_error err;
+  if (process_raise_fd_limit(&fd_before, &st->fd_limit, &fd_hard, &err) != PS_ERR_OK) {
+    LOG_WARN("%s: connections are limited to the current soft limit", err.msg);
+    st->fd_limit = fd_before;
+  } else if (fd_before != st->fd_limit) {
+    LOG_INFO("open files: RLIMIT_NOFILE soft limit raised from %ld to the hard limit %ld",
+             fd_before, st->fd_limit);
+  } else {
+    LOG_INFO("open files: RLIMIT_NOFILE %ld (the hard limit)", st->fd_limit);
+  }
+}
+
 int main(int argc, char **argv) {
   /* Before any thread starts: threads inherit the FP mode (common/fp_env.h). */
   fp_env_flush_denormals();
@@ -423,25 +458,7 @@ int main(int argc, char **argv) {
   if (status >= 0) return status;
   if (resolve_id(&st, &err) != PS_ERR_OK) goto refused;
   listen_address(&st);
-  if (check_security(&st, &err) != PS_ERR_OK) goto refused;
-  if (st.opt.timeline_steps[0] != '\0' && st.opt.timeline[0] == '\0') {
-    ps_error_set(&err, PS_ERR_INVALID_ARGUMENT, "--timeline-steps needs --timeline FILE");
-    goto refused;
-  }
-  if (st.opt.trainers >= st.opt.max_pending_calls) {
-    ps_error_set(&err, PS_ERR_INVALID_ARGUMENT,
-                 "--max-pending-calls %ld is too few for %ld trainers: a sync step holds a push "
-                 "from each (more with --overlap); give at least 4 per trainer",
-                 st.opt.max_pending_calls, st.opt.trainers);
-    goto refused;
-  }
-  if (st.opt.trainers * 4 > st.opt.max_pending_calls) {
-    LOG_WARN("--max-pending-calls %ld leaves fewer than 4 open calls per trainer (%ld): a sync "
-             "step with --overlap may be refused RESOURCE_EXHAUSTED", st.opt.max_pending_calls,
-             st.opt.trainers);
-  }
-  if (timeline_parse_steps(st.opt.timeline_steps, &st.timeline_first, &st.timeline_last,
-                           &st.timeline_every, &err) != PS_ERR_OK) {
+  if (check_security(&st, &err) != PS_ERR_OK || check_flags(&st, &err) != PS_ERR_OK) {
     goto refused;
   }
   options_format(pserver_option_table, pserver_option_count, &st.opt, st.effective,
@@ -466,16 +483,7 @@ int main(int argc, char **argv) {
   pthread_sigmask(SIG_BLOCK, &signals, NULL);
   rpc_global_init();
   process_tune_malloc();
-  long fd_before, fd_hard;
-  if (process_raise_fd_limit(&fd_before, &st.fd_limit, &fd_hard, &err) != PS_ERR_OK) {
-    LOG_WARN("%s: connections are limited to the current soft limit", err.msg);
-    st.fd_limit = fd_before;
-  } else if (fd_before != st.fd_limit) {
-    LOG_INFO("open files: RLIMIT_NOFILE soft limit raised from %ld to the hard limit %ld",
-             fd_before, st.fd_limit);
-  } else {
-    LOG_INFO("open files: RLIMIT_NOFILE %ld (the hard limit)", st.fd_limit);
-  }
+  raise_fd_limit(&st);
   st.receive_limit = receive_limit(&st.opt);
   static pserver ps;
   if (metrics_prepare(&st, &err) != PS_ERR_OK) {

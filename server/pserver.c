@@ -1,6 +1,7 @@
 /* The pserver's request path: dispatch, validation of every request before
- * it touches the table, registration, pull, done, rollback's checks, the
- * deadline poll. The step is in pserver_step.c, the disk in pserver_disk.c. */
+ * it touches the store, registration, pull, done, rollback's checks, the
+ * deadline poll. What a push does is the job's mode's (server/mode/), the
+ * disk is pserver_checkpoint.c's. */
 #define _POSIX_C_SOURCE 200809L
 #include "server/pserver_internal.h"
 
@@ -43,7 +44,7 @@ ps_err pserver_init(pserver *ps, const pserver_config *cfg, ps_error *err) {
     free_trainers(ps);
     return ps_error_set(err, PS_ERR_INTERNAL, "pserver: mutex: %s", strerror(rc));
   }
-  if (pserver_disk_start(ps, err) != PS_ERR_OK) {
+  if (pserver_checkpoint_start(ps, err) != PS_ERR_OK) {
     pthread_mutex_destroy(&ps->lock);
     free_trainers(ps);
     return err->code;
@@ -54,7 +55,7 @@ ps_err pserver_init(pserver *ps, const pserver_config *cfg, ps_error *err) {
 }
 
 void pserver_destroy(pserver *ps) {
-  pserver_disk_stop(ps); /* writes what is due first */
+  pserver_checkpoint_stop(ps); /* writes what is due first */
   for (int i = 0; i < PSERVER_SNAPSHOTS; i++) {
     if (ps->snapshots[i].data == NULL) continue;
     /* Still referenced after the wait: leaking beats freeing under gRPC. */
@@ -145,7 +146,7 @@ static ps_err check_sender(pserver *ps, rpc_call *call, const char *method, int 
 /* Checks that a push holds each of this pserver's blocks once, at its size,
  * in the job's wire dtype. */
 static ps_err check_blocks(pserver *ps, rpc_call *call, const wire_blocks_msg *m) {
-  const shard_map *map = &ps->table.map;
+  const shard_map *map = &ps->store.dense.map;
   wire_dtype dtype = ps->job.wire_dtype;
   size_t size = wire_dtype_size(dtype);
   if (m->dtype != (uint32_t)dtype) {
@@ -156,11 +157,12 @@ static ps_err check_blocks(pserver *ps, rpc_call *call, const wire_blocks_msg *m
   }
   size_t want = map->shard_blocks[ps->cfg.id];
   /* Sync dense jobs take a step's blocks in parts; others all at once. */
-  int parts = ps->parts != NULL && m->block_count > 0 && m->block_count < want;
+  int takes_parts = ps->mode->takes_parts != NULL && ps->mode->takes_parts(ps);
+  int parts = takes_parts && m->block_count > 0 && m->block_count < want;
   if (m->block_count != want && !parts) {
     pserver_refuse(call, "PushPull", PS_ERR_INVALID_ARGUMENT, "push holds %zu blocks, pserver %d holds %zu%s",
            m->block_count, ps->cfg.id, want,
-           ps->parts != NULL ? "" : " (this job's pushes carry all of them)");
+           takes_parts ? "" : " (this job's pushes carry all of them)");
     return PS_ERR_INVALID_ARGUMENT;
   }
   memset(ps->seen, 0, map->block_count);
@@ -185,6 +187,27 @@ static ps_err check_blocks(pserver *ps, rpc_call *call, const wire_blocks_msg *m
     }
   }
   return PS_ERR_OK;
+}
+
+/* A push's deltas flag against the job's mode: geo pushes in geo jobs
+ * only, and only geo pushes there; answers and returns the code if not. */
+static ps_err check_deltas(pserver *ps, rpc_call *call, const wire_blocks_msg *m) {
+  if (m->deltas == ps->mode->deltas) return PS_ERR_OK;
+  if (ps->mode->deltas) {
+    pserver_refuse(call, "PushPull", PS_ERR_FAILED_PRECONDITION,
+                   "this job's update is %s: a push carries parameter changes (deltas), not "
+                   "gradients", update_mode_name(ps->job.update));
+  } else {
+    pserver_refuse(call, "PushPull", PS_ERR_FAILED_PRECONDITION,
+                   "a push of GEO parameter changes (deltas) to a job whose update is %s",
+                   update_mode_name(ps->job.update));
+  }
+  return PS_ERR_FAILED_PRECONDITION;
+}
+
+/* What the job's mode has waiting of trainer (-1: every one) is answered with code. */
+static void drop_waiting(pserver *ps, int trainer, ps_err code, const char *why) {
+  if (ps->mode->drop != NULL) ps->mode->drop(ps, trainer, code, why);
 }
 
 /* --- registration ------------------------------------------------------------------ */
@@ -276,22 +299,11 @@ static ps_err check_registration(const pserver *ps, const Pstrain__RegisterReque
 static void accept_registration(pserver *ps, rpc_call *call, const Pstrain__RequestKey *key) {
   trainer_state *tr = &ps->trainers[key->trainer_id];
   int id = (int)key->trainer_id;
-  uint64_t step = ps->job.update == UPDATE_SSP   ? pserver_ssp_register_step(ps)
-                  : ps->job.update == UPDATE_GEO ? pserver_geo_register_step(ps, id)
-                                                 : (uint64_t)ps->version;
+  uint64_t step = ps->mode->register_step(ps, id);
   if (tr->registered && tr->incarnation != key->incarnation) {
     /* A restarted trainer: nothing of the old process counts any more. */
     LOG_WARN("trainer %u registered again with a new incarnation", key->trainer_id);
-    pserver_parts_drop(ps, (int)key->trainer_id, PS_ERR_ABORTED, "the trainer registered again");
-    if (tr->pushed) {
-      rpc_call_reply(tr->waiting, PS_ERR_ABORTED, "the trainer registered again", NULL, 0);
-      tr->waiting = NULL;
-      tr->pushed = 0;
-      ps->pushed_count--;
-    }
-    pserver_sparse_drop_pull(ps, (int)key->trainer_id, PS_ERR_ABORTED,
-                             "the trainer registered again");
-    pserver_ssp_drop(ps, (int)key->trainer_id, PS_ERR_ABORTED, "the trainer registered again");
+    drop_waiting(ps, id, PS_ERR_ABORTED, "the trainer registered again");
     tr->last_step = -1;
     tr->done = 0;
   }
@@ -355,15 +367,12 @@ static void handle_push(pserver *ps, rpc_call *call, const rpc_message *msg) {
     pserver_refuse(call, "PushPull", err.code, "%s", err.msg);
   } else if (check_sender(ps, call, "PushPull", m.has_key, &m.key, m.config_hash) == PS_ERR_OK &&
              check_blocks(ps, call, &m) == PS_ERR_OK &&
-             pserver_geo_check(ps, call, &m) == PS_ERR_OK &&
-             pserver_sparse_check(ps, call, "PushPull", msg, &m, 0) == PS_ERR_OK) {
+             check_deltas(ps, call, &m) == PS_ERR_OK &&
+             store_check_rows(ps, call, "PushPull", msg, &m, 0) == PS_ERR_OK) {
     ps->stats_pushes++;
     ps->stats_in += msg->total;
     pserver_metrics_push(ps->cfg.metrics, m.key.trainer_id, msg->total);
-    if (ps->job.update == UPDATE_SYNC) pserver_push_sync(ps, call, msg, &m);
-    else if (ps->job.update == UPDATE_SSP) pserver_push_ssp(ps, call, msg, &m);
-    else if (ps->job.update == UPDATE_GEO) pserver_push_geo(ps, call, msg, &m);
-    else pserver_push_async(ps, call, msg, &m);
+    ps->mode->push(ps, call, msg, &m);
   }
   pthread_mutex_unlock(&ps->lock);
 }
@@ -375,13 +384,14 @@ static wire_key key_of(const Pstrain__RequestKey *k) {
   return key;
 }
 
-/* A Pull: the parameters, and for CTR jobs rows by kind (pserver_sparse.c).
+/* A Pull: the parameters, and for CTR jobs rows by kind (store/rows.c;
+ * a step's pull goes to the mode).
  * It parses like a PushRequest; it may carry a batch's keys per table, so
  * its size limit comes from the job. */
 static void handle_pull(pserver *ps, rpc_call *call, const rpc_message *msg) {
   ps_error err;
   pthread_mutex_lock(&ps->lock);
-  size_t limit = pserver_sparse_pull_limit(ps);
+  size_t limit = store_pull_limit(ps);
   wire_block_ref none[1];
   wire_blocks_msg m = {.blocks = none, .block_cap = 0};
   if (msg->total > limit) {
@@ -391,8 +401,8 @@ static void handle_pull(pserver *ps, rpc_call *call, const rpc_message *msg) {
   } else if (wire_parse_blocks(msg, &m, &err) != PS_ERR_OK) {
     pserver_refuse(call, "Pull", err.code, "%s", err.msg);
   } else if (check_sender(ps, call, "Pull", m.has_key, &m.key, m.config_hash) == PS_ERR_OK &&
-             pserver_sparse_check(ps, call, "Pull", msg, &m, 1) == PS_ERR_OK) {
-    pserver_sparse_pull(ps, call, &m);
+             store_check_rows(ps, call, "Pull", msg, &m, 1) == PS_ERR_OK) {
+    store_pull(ps, call, &m);
   }
   pthread_mutex_unlock(&ps->lock);
 }
@@ -411,7 +421,7 @@ static void handle_done(pserver *ps, rpc_call *call, const rpc_message *msg) {
     trainer_state *tr = &ps->trainers[key.trainer_id];
     if (!tr->done) LOG_INFO("trainer %u is done at step %llu", key.trainer_id, (unsigned long long)key.step);
     tr->done = 1;
-    pserver_ssp_release(ps); /* it no longer holds the others back */
+    if (ps->mode->done != NULL) ps->mode->done(ps, (int)key.trainer_id); /* it holds no one back */
     Pstrain__DoneReply reply = PSTRAIN__DONE_REPLY__INIT;
     reply.pserver_incarnation = ps->incarnation;
     pserver_reply_message(call, &reply.base);
@@ -437,23 +447,23 @@ static void handle_rollback(pserver *ps, rpc_call *call, const rpc_message *msg)
     /* answered */
   } else if (ps->stopping) {
     pserver_refuse(call, "Rollback", ps->stop_code, "%s", ps->stop_reason);
-  } else if (ps->job.update != UPDATE_SYNC) {
+  } else if (ps->mode->rolled_back == NULL) {
     pserver_refuse(call, "Rollback", PS_ERR_FAILED_PRECONDITION, "only sync jobs roll back");
-  } else if (req->step > (uint64_t)ps->version) {
+  } else if (req->step > (uint64_t)ps->updates) {
     pserver_refuse(call, "Rollback", PS_ERR_FAILED_PRECONDITION,
-                   "cannot roll forward from step %ld to %llu", ps->version,
+                   "cannot roll forward from step %ld to %llu", ps->updates,
                    (unsigned long long)req->step);
-  } else if (step != ps->version && ps->cfg.checkpoint_dir[0] == '\0') {
+  } else if (step != ps->updates && ps->cfg.checkpoint_dir[0] == '\0') {
     pserver_refuse(call, "Rollback", PS_ERR_FAILED_PRECONDITION,
                    "pserver %d cannot roll back from step %ld to %ld: it has no --checkpoint-dir",
-                   ps->cfg.id, ps->version, step);
-  } else if (step != ps->version) {
+                   ps->cfg.id, ps->updates, step);
+  } else if (step != ps->updates) {
     pserver_rollback_queue(ps, call, step, key.trainer_id, req->restarted_pserver);
   } else {
     /* At the step already (another trainer asked first): the step's pushes stay. */
     Pstrain__RollbackReply reply = PSTRAIN__ROLLBACK_REPLY__INIT;
     reply.pserver_incarnation = ps->incarnation;
-    reply.step = (uint64_t)ps->version;
+    reply.step = (uint64_t)ps->updates;
     pserver_reply_message(call, &reply.base);
   }
   pthread_mutex_unlock(&ps->lock);
@@ -487,60 +497,17 @@ void pserver_handle(void *ctx, rpc_call *call, int method, const rpc_message *re
 void pserver_log_summary(pserver *ps) {
   pthread_mutex_lock(&ps->lock);
   if (ps->configured) {
-    pserver_log_table_stats(ps, ps->version);
-    pserver_ssp_log(ps, "job");
-    pserver_geo_log(ps, "job");
+    pserver_log_table_stats(ps, ps->updates);
+    if (ps->mode->log != NULL) ps->mode->log(ps, "job");
   }
   pthread_mutex_unlock(&ps->lock);
 }
 
 long pserver_version(pserver *ps) {
   pthread_mutex_lock(&ps->lock);
-  long version = ps->version;
+  long version = ps->updates;
   pthread_mutex_unlock(&ps->lock);
   return version;
-}
-
-/* Whether trainer i is at the barrier that is late: the step's pushes, or
- * (pull) the sync pull barrier of CTR jobs. */
-static int at_barrier(const pserver *ps, int i, int pull) {
-  return pull ? pserver_sparse_pull_waits(ps, i) : ps->trainers[i].pushed;
-}
-
-/* --on-trainer-loss continue: drops the trainers the barrier waits for. */
-static void drop_missing_trainers(pserver *ps, int pull) {
-  for (int i = 0; i < ps->cfg.trainers; i++) {
-    trainer_state *tr = &ps->trainers[i];
-    if (at_barrier(ps, i, pull) || tr->done || tr->lost) continue;
-    tr->lost = 1;
-    ps->active--;
-    LOG_WARN("trainer %d missed %s %ld for %.0f s (--step-timeout): continuing with %d "
-             "trainer(s) (--on-trainer-loss continue)", i,
-             pull ? "the pull barrier of step" : "step", ps->version, ps->cfg.step_timeout,
-             ps->active);
-    pserver_parts_drop(ps, i, PS_ERR_FAILED_PRECONDITION,
-                       "the trainer was dropped for missing a step (--on-trainer-loss continue)");
-  }
-  if (ps->parts != NULL) pserver_parts_try_apply(ps);
-  else if (ps->pushed_count > 0 && ps->pushed_count == ps->active) pserver_complete_step(ps);
-  pserver_sparse_pull_try_complete(ps);
-}
-
-/* --on-trainer-loss stop: the job fails naming the missing trainers. */
-static void fail_step(pserver *ps, int pull) {
-  char missing[256] = "";
-  size_t used = 0;
-  for (int i = 0; i < ps->cfg.trainers && used < sizeof missing; i++) {
-    if (!at_barrier(ps, i, pull)) {
-      used += (size_t)snprintf(missing + used, sizeof missing - used, "%s%d",
-                               used > 0 ? ", " : "", i);
-    }
-  }
-  snprintf(ps->failure, sizeof ps->failure,
-           "%s %ld waited %.0f s (--step-timeout) for trainer(s) %s",
-           pull ? "the pull barrier of step" : "step", ps->version, ps->cfg.step_timeout,
-           missing);
-  ps->status = PSERVER_FAILED;
 }
 
 pserver_status pserver_poll(pserver *ps) {
@@ -549,14 +516,7 @@ pserver_status pserver_poll(pserver *ps) {
     int done = 0;
     for (int i = 0; i < ps->cfg.trainers; i++) done += ps->trainers[i].done || ps->trainers[i].lost;
     if (done == ps->cfg.trainers) ps->status = PSERVER_FINISHED;
-    double now = now_s();
-    int late = ps->job.update == UPDATE_SYNC &&
-               (ps->pushed_count > 0 || pserver_parts_started(ps)) &&
-               now - ps->step_started > ps->cfg.step_timeout;
-    int late_pull = ps->job.update == UPDATE_SYNC && pserver_sparse_pull_late(ps, now);
-    if ((late || late_pull) && ps->cfg.continue_on_trainer_loss) drop_missing_trainers(ps, !late);
-    else if (late || late_pull) fail_step(ps, !late);
-    if (ps->job.update == UPDATE_SSP && ps->status == PSERVER_RUNNING) pserver_ssp_poll(ps, now);
+    if (ps->mode->poll != NULL) ps->mode->poll(ps, now_s());
   }
   pserver_status status = ps->status;
   pthread_mutex_unlock(&ps->lock);
@@ -564,17 +524,7 @@ pserver_status pserver_poll(pserver *ps) {
 }
 
 void pserver_abort_waiting_locked(pserver *ps, ps_err code, const char *why) {
-  pserver_parts_drop(ps, -1, code, why);
-  for (int i = 0; i < ps->cfg.trainers; i++) {
-    if (ps->trainers[i].waiting != NULL) {
-      rpc_call_reply(ps->trainers[i].waiting, code, why, NULL, 0);
-      ps->trainers[i].waiting = NULL;
-      ps->trainers[i].pushed = 0;
-    }
-  }
-  ps->pushed_count = 0;
-  pserver_sparse_drop_pull(ps, -1, code, why);
-  pserver_ssp_drop(ps, -1, code, why);
+  if (ps->configured) drop_waiting(ps, -1, code, why);
 }
 
 void pserver_abort_waiting(pserver *ps, ps_err code, const char *why) {
@@ -585,5 +535,5 @@ void pserver_abort_waiting(pserver *ps, ps_err code, const char *why) {
   pserver_abort_waiting_locked(ps, code, why);
   pthread_mutex_unlock(&ps->lock);
   /* Rollbacks being read are answered (refused) before the server stops. */
-  pserver_disk_wait(ps);
+  pserver_checkpoint_wait(ps);
 }

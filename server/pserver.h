@@ -6,12 +6,12 @@
  * rollbacks read, by the pserver's disk thread. main polls pserver_poll.
  *
  * Files: pserver.c (dispatch, validation, registration, pull, done, poll),
- * pserver_step.c (the sync and async step, replies, statistics),
- * pserver_parts.c (the sync step of dense jobs in parts: blocks applied as
- * every trainer's arrive), pserver_ssp.c (bounded staleness),
- * pserver_geo.c (GEO-SGD: trainers' parameter changes added on arrival),
- * pserver_sparse.c (the sparse tables' requests: checks, merges, pulls),
- * pserver_disk.c (checkpoints, resume, rollback, the disk thread),
+ * pserver_job.c (the job's store and mode, replies, statistics),
+ * mode/ (the update modes, one table of operations each: sync.c with
+ * sync_dense.c, the dense sync step in parts; async.c; ssp.c, bounded
+ * staleness; geo.c, GEO-SGD), store/ (what the modes update: store.c over
+ * dense_shard.c and rows.c, the sparse tables' requests),
+ * pserver_checkpoint.c (checkpoints, resume, rollback, the disk threads),
  * pserver_shard_file.c (a checkpoint's tensors: dense shard and table rows),
  * pserver_reshard.c (--resume onto another number of pservers). */
 #ifndef PSTRAIN_SERVER_PSERVER_H
@@ -27,7 +27,7 @@
 #include "common/timeline.h"
 #include "common/sparse_table.h"
 #include "common/wire.h"
-#include "server/table.h"
+#include "server/store/store.h"
 
 typedef struct pserver_config {
   int id;
@@ -55,16 +55,12 @@ typedef struct trainer_state {
   int registered;
   uint64_t incarnation;
   int done;
-  int pushed;          /* sync: pushed the current step (all of its blocks) */
-  rpc_call *waiting;   /* sync CTR jobs: its push, answered when the step completes
-                        * (dense jobs hold theirs in pserver_parts.c) */
-  long last_step;      /* async: last step applied, -1 before any */
+  int pushed;          /* sync: pushed the current step (all of its blocks); the
+                        * calls wait in the sync mode's state */
+  long last_step;      /* async, ssp, geo: last step applied, -1 before any */
   int lost;            /* dropped after missing a step (--on-trainer-loss continue) */
   long registrations;  /* incarnations accepted so far (--max-registrations) */
   long stats_last;     /* sync: steps since the statistics line it pushed last in */
-  rpc_call *held;      /* ssp: its push of last_step, answered once the slowest is near */
-  double held_since;   /* ssp: when that push arrived */
-  int held_keys;       /* ssp, CTR: the held push brought next keys (in sp->trainers[].next) */
 } trainer_state;
 
 typedef enum { PSERVER_RUNNING, PSERVER_FINISHED, PSERVER_FAILED } pserver_status;
@@ -101,7 +97,7 @@ typedef struct pserver_rows {
 
 /* The disk threads' work: a writer of checkpoints, a reader of rollbacks.
  * Lock order: pserver.lock, then this lock. */
-typedef struct pserver_disk {
+typedef struct pserver_checkpointer {
   pthread_t writer, reader;
   int initialized; /* lock and conditions */
   int started;     /* threads running */
@@ -121,7 +117,7 @@ typedef struct pserver_disk {
   ps_err last_rc;           /* of the newest finished write */
   char last_msg[512];
   pserver_rollback *rollbacks, **rollbacks_tail;
-} pserver_disk;
+} pserver_checkpointer;
 
 typedef struct pserver {
   pserver_config cfg;
@@ -132,17 +128,15 @@ typedef struct pserver {
   uint64_t job_hash;
   int configured_by;   /* the trainer whose registration set the job; -1: a checkpoint */
   tensor_layout checkpoint_layout; /* params, optimizer state 1 and 2 of the shard */
-  table table;
-  /* CTR models: the rows of each sparse table this pserver owns
-   * (shard_of_key), CTR_TABLE_* order; sparse_count 0 for the MLP. */
-  sparse_table *sparse[CTR_TABLES_MAX];
-  int sparse_count;
-  struct pserver_sparse *sp; /* CTR jobs: pushed rows, the pull barrier (pserver_sparse.c) */
-  struct pserver_parts *parts; /* sync dense jobs: the step's pushes in parts (pserver_parts.c) */
+  pserver_store store; /* the dense shard and the sparse tables */
+  const struct pserver_mode_ops *mode; /* the job's update mode (server/mode/) */
+  void *mode_state;    /* ... its state, private to its file */
   trainer_state *trainers;
-  int *step_slots;         /* (trainers) scratch of complete_step */
-  rpc_call **step_calls;   /* (trainers) scratch of complete_step */
-  long version;        /* steps applied */
+  int *step_slots;         /* (trainers) scratch of a sync step's completion */
+  rpc_call **step_calls;   /* (trainers) scratch of a sync step's completion */
+  /* Updates applied: sync, steps; async and ssp, pushes (the job's step is
+   * updates / trainers); geo, trainer steps merged (the same division). */
+  long updates;
   int pushed_count;    /* sync: trainers that pushed the current step */
   int step_torn;       /* a step in parts was cut off half applied: no checkpoint of it */
   int active;          /* trainers not lost */
@@ -165,17 +159,7 @@ typedef struct pserver {
   uint64_t stats_in, stats_out;
   long stats_steps;       /* sync steps completed by a last push (pserver_straggler.c) */
   double stats_wait_s;    /* their summed wait from first push to last */
-  /* ssp, since the job started here (pserver_ssp.c): the largest lead a
-   * trainer was let go with, pushes applied, how many were held and for how long */
-  long ssp_max_lead;
-  long ssp_base;          /* the step trainers started at here (0, or a checkpoint's) */
-  long ssp_pushes, ssp_held;
-  double ssp_held_s;
-  /* geo, since the job started here (pserver_geo.c): pushes merged, rows in them */
-  long geo_pushes;
-  uint64_t geo_rows;
-  long geo_base; /* the step trainers started at here (0, or a checkpoint's) */
-  pserver_disk disk;
+  pserver_checkpointer ckpt; /* the disk threads: checkpoints written, rollbacks read */
 } pserver;
 
 ps_err pserver_init(pserver *ps, const pserver_config *cfg, ps_error *err);
@@ -216,7 +200,7 @@ ps_err pserver_checkpoint(pserver *ps, ps_error *err);
 
 /* Waits until every checkpoint due so far is written and every rollback
  * asked for is answered (tests, and before stopping the RPC server). */
-void pserver_disk_wait(pserver *ps);
+void pserver_checkpoint_wait(pserver *ps);
 
 /* Loads a checkpoint before serving (the newest when resume_step < 0): job,
  * shard, optimizer state, the sparse tables' rows and step. A missing,

@@ -113,13 +113,13 @@ void pserver_metrics_after_step(pserver_metrics *pm, const pserver *ps, const in
     char id[16];
     snprintf(id, sizeof id, "%d", slots[i]);
     metric_inc(pm->bytes, (const char *[]){id, "out"},
-               (double)(ps->table.n * wire_dtype_size(ps->job.wire_dtype)));
+               (double)(ps->store.dense.n * wire_dtype_size(ps->job.wire_dtype)));
   }
   metric_set(pm->step, NULL, (double)step);
-  for (int t = 0; t < ps->sparse_count; t++) {
+  for (int t = 0; t < ps->store.table_count; t++) {
     sparse_table_stats st;
-    sparse_table_stats_get(ps->sparse[t], &st);
-    const char *name[] = {sparse_table_config_of(ps->sparse[t])->name};
+    sparse_table_stats_get(ps->store.tables[t], &st);
+    const char *name[] = {sparse_table_config_of(ps->store.tables[t])->name};
     metric_set(pm->rows, name, (double)st.rows);
     metric_set(pm->table_bytes, name, (double)st.bytes);
   }

@@ -141,20 +141,21 @@ static void reshard_free(reshard *rs) {
 static ps_err take_old_file(pserver *ps, reshard *rs, int k, const char *path,
                             pserver_shard_file *f, ps_error *err) {
   size_t floats = rs->old_map.shard_floats[k];
-  if (pserver_shard_file_read(path, floats > 0 ? floats : 1, ps->sparse, ps->sparse_count, k,
-                              rs->old_map.pservers, f, err) != PS_ERR_OK) {
+  if (pserver_shard_file_read(path, floats > 0 ? floats : 1, ps->store.tables,
+                              ps->store.table_count, k, rs->old_map.pservers, f, err) !=
+      PS_ERR_OK) {
     return ps_error_set(err, err->code, "--resume: %s", err->msg);
   }
   for (int j = 0; j < 3; j++) shard_map_scatter(&rs->old_map, k, f->dense[j], rs->flat[j]);
   ps_err rc = PS_ERR_OK;
-  for (int i = 0; i < ps->sparse_count && rc == PS_ERR_OK; i++) {
+  for (int i = 0; i < ps->store.table_count && rc == PS_ERR_OK; i++) {
     const pserver_rows *src = &f->rows[i];
     size_t mine = 0;
     for (size_t r = 0; r < src->rows; r++) {
       mine += shard_of_key(src->keys[r], ps->cfg.pservers) == ps->cfg.id;
     }
     rs->rows_read[i] += src->rows;
-    rc = pserver_rows_reserve(&rs->rows[i], ps->sparse[i], rs->rows[i].rows + mine, err);
+    rc = pserver_rows_reserve(&rs->rows[i], ps->store.tables[i], rs->rows[i].rows + mine, err);
     for (size_t r = 0; r < src->rows && rc == PS_ERR_OK; r++) {
       if (shard_of_key(src->keys[r], ps->cfg.pservers) == ps->cfg.id) {
         pserver_rows_append(&rs->rows[i], src, r);
@@ -167,7 +168,7 @@ static ps_err take_old_file(pserver *ps, reshard *rs, int k, const char *path,
 
 /* The configured pserver's state from the old files (lock held). */
 static ps_err rebuild(pserver *ps, int old_count, long step, reshard *rs, ps_error *err) {
-  table *t = &ps->table;
+  dense_shard *t = &ps->store.dense;
   if (shard_map_build(&rs->old_map, &t->layout, ps->job.block_size, old_count, err) !=
       PS_ERR_OK) {
     return err->code;
@@ -191,8 +192,8 @@ static ps_err rebuild(pserver *ps, int old_count, long step, reshard *rs, ps_err
   if (rc != PS_ERR_OK) return rc;
   float *shard[3] = {t->params, t->state1, t->state2};
   for (int j = 0; j < 3; j++) shard_map_gather(&t->map, ps->cfg.id, rs->flat[j], shard[j]);
-  for (int i = 0; i < ps->sparse_count; i++) {
-    if (pserver_rows_load(ps->sparse[i], &rs->rows[i], err) != PS_ERR_OK) {
+  for (int i = 0; i < ps->store.table_count; i++) {
+    if (pserver_rows_load(ps->store.tables[i], &rs->rows[i], err) != PS_ERR_OK) {
       return ps_error_set(err, err->code, "--resume: re-sharding step %ld: %s", step, err->msg);
     }
   }
@@ -210,20 +211,20 @@ ps_err pserver_reshard_resume(pserver *ps, int old_count, long step, ps_error *e
   ps_err rc = pserver_configure(ps, &job, -1, err);
   if (rc == PS_ERR_OK) {
     rc = rebuild(ps, old_count, step, &rs, err);
-    if (rc == PS_ERR_OK) ps->version = step;
+    if (rc == PS_ERR_OK) ps->updates = step;
     else pserver_deconfigure(ps);
   }
   pthread_mutex_unlock(&ps->lock);
   if (rc == PS_ERR_OK) {
     char tables[256] = "";
     size_t used = 0;
-    for (int i = 0; i < ps->sparse_count && used < sizeof tables; i++) {
+    for (int i = 0; i < ps->store.table_count && used < sizeof tables; i++) {
       used += (size_t)snprintf(tables + used, sizeof tables - used, "; table %s: %zu of %zu rows",
                                rs.rows[i].name, rs.rows[i].rows, rs.rows_read[i]);
     }
     LOG_INFO("re-sharded step %ld from the %d files of %d pservers onto pserver %d of %d: "
              "dense shard of %zu floats%s", step, old_count, old_count, ps->cfg.id,
-             ps->cfg.pservers, ps->table.n, tables);
+             ps->cfg.pservers, ps->store.dense.n, tables);
   }
   reshard_free(&rs);
   return rc;

@@ -4,7 +4,7 @@
  * the names local mode uses ("<table>.keys" U64 [rows], "<table>.values"
  * F32 [rows, dim], "<table>.state" F32 [rows, state floats] when the row
  * optimizer has state, "<table>.meta" I64 [rows, 2]), keys ascending.
- * Used by pserver_disk.c and pserver_reshard.c only. */
+ * Used by pserver_checkpoint.c and pserver_reshard.c only. */
 #ifndef PSTRAIN_SERVER_PSERVER_SHARD_FILE_H
 #define PSTRAIN_SERVER_PSERVER_SHARD_FILE_H
 

@@ -286,22 +286,22 @@ typedef struct snapshot {
 } snapshot;
 
 static inline void snap_take(pserver *ps, snapshot *s) {
-  for (int t = 0; t < ps->sparse_count; t++) s->tables[t] = dump(ps->sparse[t], &s->lens[t]);
-  size_t n = ps->table.n;
+  for (int t = 0; t < ps->store.table_count; t++) s->tables[t] = dump(ps->store.tables[t], &s->lens[t]);
+  size_t n = ps->store.dense.n;
   s->dense = malloc(3 * n * sizeof(float) + 1);
   REQUIRE(s->dense != NULL);
-  memcpy(s->dense, ps->table.params, n * sizeof(float));
-  memcpy(s->dense + n, ps->table.state1, n * sizeof(float));
-  memcpy(s->dense + 2 * n, ps->table.state2, n * sizeof(float));
-  s->version = ps->version;
+  memcpy(s->dense, ps->store.dense.params, n * sizeof(float));
+  memcpy(s->dense + n, ps->store.dense.state1, n * sizeof(float));
+  memcpy(s->dense + 2 * n, ps->store.dense.state2, n * sizeof(float));
+  s->version = ps->updates;
 }
 
 static inline int snap_same(pserver *ps, const snapshot *s) {
   snapshot now = {0};
   snap_take(ps, &now);
   int same = now.version == s->version &&
-             memcmp(now.dense, s->dense, 3 * ps->table.n * sizeof(float)) == 0;
-  for (int t = 0; t < ps->sparse_count; t++) {
+             memcmp(now.dense, s->dense, 3 * ps->store.dense.n * sizeof(float)) == 0;
+  for (int t = 0; t < ps->store.table_count; t++) {
     same = same && now.lens[t] == s->lens[t] && memcmp(now.tables[t], s->tables[t], s->lens[t]) == 0;
     free(now.tables[t]);
   }

@@ -83,15 +83,15 @@ static inline void testlib_push_blocks(wire_writer *w, const shard_map *map, con
  * (NULL when out of memory), and whether they still equal one. */
 static inline float *testlib_params_copy(pserver *ps) {
   pthread_mutex_lock(&ps->lock);
-  float *copy = malloc(ps->table.n * sizeof *copy + 1);
-  if (copy != NULL) memcpy(copy, ps->table.params, ps->table.n * sizeof *copy);
+  float *copy = malloc(ps->store.dense.n * sizeof *copy + 1);
+  if (copy != NULL) memcpy(copy, ps->store.dense.params, ps->store.dense.n * sizeof *copy);
   pthread_mutex_unlock(&ps->lock);
   return copy;
 }
 
 static inline int testlib_params_equal(pserver *ps, const float *want) {
   pthread_mutex_lock(&ps->lock);
-  int same = memcmp(want, ps->table.params, ps->table.n * sizeof *want) == 0;
+  int same = memcmp(want, ps->store.dense.params, ps->store.dense.n * sizeof *want) == 0;
   pthread_mutex_unlock(&ps->lock);
   return same;
 }

@@ -216,7 +216,7 @@ static void test_wrong_job(void) {
   CHECK_EQ_INT(r.code, PS_ERR_FAILED_PRECONDITION);
   CHECK(strstr(r.msg, "a push of GEO parameter changes (deltas) to a job whose update is sync") !=
         NULL);
-  CHECK(memcmp(ps.table.params, init, layout.total * sizeof *init) == 0);
+  CHECK(memcmp(ps.store.dense.params, init, layout.total * sizeof *init) == 0);
   stop(&ps);
 }
 
@@ -258,7 +258,7 @@ static void test_ctr(void) {
       CHECK_EQ_INT(r.code, PS_ERR_INVALID_ARGUMENT);
       CHECK(strstr(r.msg, "a geo push carries no sparse_keys") != NULL);
       sparse_table_stats st;
-      sparse_table_stats_get(ps.sparse[0], &st);
+      sparse_table_stats_get(ps.store.tables[0], &st);
       CHECK_EQ_INT(st.rows, 0);
     }
     change(dense, layout.total, k, K);
@@ -293,7 +293,7 @@ static void test_ctr(void) {
     }
   }
   sparse_table_stats st;
-  sparse_table_stats_get(ps.sparse[1], &st);
+  sparse_table_stats_get(ps.store.tables[1], &st);
   CHECK_EQ_INT(st.rows, nkeys + nkeys / 2);
   stop(&ps);
 }

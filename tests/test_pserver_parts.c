@@ -1,4 +1,4 @@
-/* The sync step in parts (server/pserver_parts.c), driven through
+/* The sync step in parts (server/mode/sync_dense.c), driven through
  * pserver_handle on in-memory calls that the pserver may hold:
  * - trainers pushing a step's blocks in parts, in any order, one of them
  *   pushing all at once, give parameters bitwise equal to whole pushes;
@@ -244,7 +244,7 @@ static void test_refusals(void) {
   size_t lo, hi;
   layer_range(2, &lo, &hi);
   pthread_mutex_lock(&ps.lock);
-  memcpy(before, ps.table.params, n * sizeof *before);
+  memcpy(before, ps.store.dense.params, n * sizeof *before);
   pthread_mutex_unlock(&ps.lock);
   held empty = send_part(&ps, 0, 0, g, 0, 0, UINT32_MAX);
   finish(&empty, PS_ERR_INVALID_ARGUMENT, 0, 0, 0, NULL);
@@ -262,9 +262,9 @@ static void test_refusals(void) {
   CHECK(!answered(&whole));
   finish(&good, PS_ERR_OK, 1, lo, hi, NULL); /* layer 2 complete */
   pthread_mutex_lock(&ps.lock);
-  CHECK_EQ_INT(ps.version, 0);
-  CHECK(memcmp(before, ps.table.params, map.blocks[first2].shard_offset * sizeof *before) == 0);
-  CHECK(memcmp(before, ps.table.params, n * sizeof *before) != 0);
+  CHECK_EQ_INT(ps.updates, 0);
+  CHECK(memcmp(before, ps.store.dense.params, map.blocks[first2].shard_offset * sizeof *before) == 0);
+  CHECK(memcmp(before, ps.store.dense.params, n * sizeof *before) != 0);
   pthread_mutex_unlock(&ps.lock);
   stop(&ps);
   finish(&whole, PS_ERR_UNAVAILABLE, 0, 0, 0, NULL);
@@ -273,7 +273,7 @@ static void test_refusals(void) {
   held part = send_part(&ps, 0, 0, g, lo, hi, UINT32_MAX);
   finish(&part, PS_ERR_INVALID_ARGUMENT, 0, 0, 0, NULL);
   pthread_mutex_lock(&ps.lock);
-  CHECK_EQ_INT(ps.version, 0);
+  CHECK_EQ_INT(ps.updates, 0);
   pthread_mutex_unlock(&ps.lock);
   stop(&ps);
   free(g);

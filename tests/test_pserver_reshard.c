@@ -114,20 +114,20 @@ static void touch_rows(pserver *ps, int from, int to, long step) {
   uint64_t keys[2 * KEYS];
   float *rows = malloc((size_t)2 * KEYS * 64 * sizeof *rows);
   REQUIRE(rows != NULL);
-  for (int t = 0; t < ps->sparse_count; t++) {
+  for (int t = 0; t < ps->store.table_count; t++) {
     size_t n = 0;
     for (int i = from; i < to; i++) {
       if (shard_of_key(key_of(i), ps->cfg.pservers) == ps->cfg.id) keys[n++] = key_of(i);
     }
-    REQUIRE(sparse_table_pull(ps->sparse[t], keys, n, NULL, step, rows, &err) == PS_ERR_OK);
-    int dim = sparse_table_config_of(ps->sparse[t])->dim;
+    REQUIRE(sparse_table_pull(ps->store.tables[t], keys, n, NULL, step, rows, &err) == PS_ERR_OK);
+    int dim = sparse_table_config_of(ps->store.tables[t])->dim;
     size_t half = 0;
     for (size_t i = 0; i < n; i += 2) {
       keys[half] = keys[i];
       for (int d = 0; d < dim; d++) rows[half * (size_t)dim + (size_t)d] = 0.01f * (float)(i % 7 + d) - 0.02f;
       half++;
     }
-    REQUIRE(sparse_table_push(ps->sparse[t], keys, half, rows, step, &err) == PS_ERR_OK);
+    REQUIRE(sparse_table_push(ps->store.tables[t], keys, half, rows, step, &err) == PS_ERR_OK);
   }
   free(rows);
 }
@@ -199,16 +199,16 @@ static void fill_and_checkpoint(pserver *ps, int count, const char *dir) {
     start(&ps[p], p, count, dir);
     pthread_mutex_lock(&ps[p].lock);
     REQUIRE(pserver_configure(&ps[p], &job, 0, &err) == PS_ERR_OK);
-    table *t = &ps[p].table;
+    dense_shard *t = &ps[p].store.dense;
     shard_map_gather(&t->map, p, want[0], t->params);
     shard_map_gather(&t->map, p, want[1], t->state1);
     shard_map_gather(&t->map, p, want[2], t->state2);
     touch_rows(&ps[p], 0, KEYS, 2);
     touch_rows(&ps[p], KEYS / 3, KEYS, 3);
-    ps[p].version = STEP;
-    for (int i = 0; i < ps[p].sparse_count; i++) {
+    ps[p].updates = STEP;
+    for (int i = 0; i < ps[p].store.table_count; i++) {
       rows_ref r;
-      dump(ps[p].sparse[i], &r);
+      dump(ps[p].store.tables[i], &r);
       CHECK(r.rows > 0);
       rows_append(&ref[i], &r);
       rows_free(&r);
@@ -227,16 +227,16 @@ static void check_resumed(pserver *ps, int count) {
   size_t rows[CTR_TABLES_MAX] = {0};
   for (int p = 0; p < count; p++) {
     CHECK(ps[p].configured);
-    CHECK_EQ_INT(ps[p].version, STEP);
+    CHECK_EQ_INT(ps[p].updates, STEP);
     CHECK_EQ_INT(ps[p].job.pservers, count);
     CHECK(ps[p].job_hash == job_config_hash(&resumed));
-    table *t = &ps[p].table;
+    dense_shard *t = &ps[p].store.dense;
     shard_map_scatter(&t->map, p, t->params, flat[0]);
     shard_map_scatter(&t->map, p, t->state1, flat[1]);
     shard_map_scatter(&t->map, p, t->state2, flat[2]);
-    for (int i = 0; i < ps[p].sparse_count; i++) {
+    for (int i = 0; i < ps[p].store.table_count; i++) {
       rows_ref got;
-      dump(ps[p].sparse[i], &got);
+      dump(ps[p].store.tables[i], &got);
       rows[i] += got.rows;
       int dim = got.dim, sf = got.sf;
       for (size_t r = 0; r < got.rows; r++) {
@@ -256,7 +256,7 @@ static void check_resumed(pserver *ps, int count) {
   }
   /* Each resumed key owned by its pserver and found in the reference, as
    * many rows as the reference: every key exactly once. */
-  for (int i = 0; i < ps[0].sparse_count; i++) CHECK_EQ_INT((long)rows[i], (long)ref[i].rows);
+  for (int i = 0; i < ps[0].store.table_count; i++) CHECK_EQ_INT((long)rows[i], (long)ref[i].rows);
   for (int j = 0; j < 3; j++) {
     CHECK(memcmp(flat[j], want[j], total * sizeof(float)) == 0);
     free(flat[j]);
@@ -281,32 +281,32 @@ static void resume_and_check(const char *dir, int count) {
 static void check_rollback(pserver *ps) {
   pthread_mutex_lock(&ps->lock);
   rows_ref before[CTR_TABLES_MAX];
-  for (int i = 0; i < ps->sparse_count; i++) dump(ps->sparse[i], &before[i]);
+  for (int i = 0; i < ps->store.table_count; i++) dump(ps->store.tables[i], &before[i]);
   touch_rows(ps, 0, KEYS, STEP);
   touch_rows(ps, KEYS / 2, KEYS + KEYS / 2, STEP + 1); /* new rows too */
-  for (size_t i = 0; i < ps->table.n; i++) ps->table.params[i] += 1.0f;
-  ps->version = STEP + 2;
+  for (size_t i = 0; i < ps->store.dense.n; i++) ps->store.dense.params[i] += 1.0f;
+  ps->updates = STEP + 2;
   pthread_mutex_unlock(&ps->lock);
   rpc_call *call = rpc_call_local_create("rollback");
   REQUIRE(call != NULL);
   pthread_mutex_lock(&ps->lock);
   pserver_rollback_queue(ps, call, STEP, 0, 1);
   pthread_mutex_unlock(&ps->lock);
-  pserver_disk_wait(ps);
+  pserver_checkpoint_wait(ps);
   const rpc_local_result *r = rpc_call_local_result(call);
   CHECK_EQ_INT(r->replies, 1);
   CHECK_EQ_INT(r->code, PS_ERR_OK);
   rpc_call_local_free(call);
   pthread_mutex_lock(&ps->lock);
-  CHECK_EQ_INT(ps->version, STEP);
-  float *mine = malloc((ps->table.n + 1) * sizeof(float));
+  CHECK_EQ_INT(ps->updates, STEP);
+  float *mine = malloc((ps->store.dense.n + 1) * sizeof(float));
   REQUIRE(mine != NULL);
-  shard_map_gather(&ps->table.map, 0, want[0], mine);
-  CHECK(memcmp(mine, ps->table.params, ps->table.n * sizeof(float)) == 0);
+  shard_map_gather(&ps->store.dense.map, 0, want[0], mine);
+  CHECK(memcmp(mine, ps->store.dense.params, ps->store.dense.n * sizeof(float)) == 0);
   free(mine);
-  for (int i = 0; i < ps->sparse_count; i++) {
+  for (int i = 0; i < ps->store.table_count; i++) {
     rows_ref after;
-    dump(ps->sparse[i], &after);
+    dump(ps->store.tables[i], &after);
     CHECK_EQ_INT((long)after.rows, (long)before[i].rows);
     CHECK(after.rows == before[i].rows &&
           memcmp(after.keys, before[i].keys, after.rows * sizeof *after.keys) == 0 &&
@@ -319,25 +319,25 @@ static void check_rollback(pserver *ps) {
   /* The pserver serves on with the loaded tables; two more checkpoints
    * (the copies' buffers come and go), the newest resumed as it was. */
   touch_rows(ps, 0, KEYS, STEP);
-  ps->version = STEP + 1;
+  ps->updates = STEP + 1;
   pthread_mutex_unlock(&ps->lock);
   ps_error err;
   CHECK_EQ_INT(pserver_checkpoint(ps, &err), PS_ERR_OK);
   pthread_mutex_lock(&ps->lock);
   touch_rows(ps, KEYS, 2 * KEYS, STEP + 1);
-  ps->version = STEP + 2;
-  for (int i = 0; i < ps->sparse_count; i++) dump(ps->sparse[i], &before[i]);
+  ps->updates = STEP + 2;
+  for (int i = 0; i < ps->store.table_count; i++) dump(ps->store.tables[i], &before[i]);
   pthread_mutex_unlock(&ps->lock);
   CHECK_EQ_INT(pserver_checkpoint(ps, &err), PS_ERR_OK);
   pserver again;
   start(&again, 0, 2, ps->cfg.checkpoint_dir);
   CHECK_EQ_INT(pserver_resume(&again, -1, &err), PS_ERR_OK);
-  CHECK_EQ_INT(again.version, STEP + 2);
-  CHECK(again.configured && memcmp(again.table.params, ps->table.params,
-                                   ps->table.n * sizeof(float)) == 0);
-  for (int i = 0; again.configured && i < ps->sparse_count; i++) {
+  CHECK_EQ_INT(again.updates, STEP + 2);
+  CHECK(again.configured && memcmp(again.store.dense.params, ps->store.dense.params,
+                                   ps->store.dense.n * sizeof(float)) == 0);
+  for (int i = 0; again.configured && i < ps->store.table_count; i++) {
     rows_ref got;
-    dump(again.sparse[i], &got);
+    dump(again.store.tables[i], &got);
     CHECK(got.rows == before[i].rows &&
           memcmp(got.keys, before[i].keys, got.rows * sizeof *got.keys) == 0 &&
           memcmp(got.values, before[i].values, got.rows * (size_t)got.dim * sizeof(float)) == 0 &&

@@ -166,10 +166,10 @@ static void test_sync(void) {
   for (int t = 0; t < 2; t++) {
     size_t la, lb;
     sparse_table_stats sa, sb;
-    sparse_table_stats_get(ps.sparse[t], &sa);
+    sparse_table_stats_get(ps.store.tables[t], &sa);
     sparse_table_stats_get(ref.t[t], &sb);
     CHECK_EQ_INT((long)sa.rows, (long)sb.rows);
-    uint8_t *a = dump(ps.sparse[t], &la), *b = dump(ref.t[t], &lb);
+    uint8_t *a = dump(ps.store.tables[t], &la), *b = dump(ref.t[t], &lb);
     CHECK(la == lb && memcmp(a, b, sa.rows * 8) == 0);
     const float *va = (const float *)(a + sa.rows * 24), *vb = (const float *)(b + sb.rows * 24);
     for (size_t i = 0; la == lb && i < sa.rows * (size_t)dim_of(t); i++) {
@@ -187,7 +187,7 @@ static void test_sync(void) {
       for (size_t k = 0; k < last[1][t].n; k++) {
         uint64_t key = last[1][t].keys[k];
         if (shared(key, &last[0][t], &last[1][t])) continue;
-        sparse_table_lookup(ps.sparse[t], &key, 1, a);
+        sparse_table_lookup(ps.store.tables[t], &key, 1, a);
         sparse_table_lookup(ref.t[t], &key, 1, b);
         CHECK(memcmp(a, b, (size_t)dim_of(t) * sizeof(float)) == 0);
       }
@@ -248,7 +248,7 @@ static void test_admission(void) {
     CHECK(memcmp(got[1].values[1], init, sizeof init) == 0);
   }
   sparse_table_stats st;
-  sparse_table_stats_get(ps.sparse[CTR_TABLE_EMBEDDING], &st);
+  sparse_table_stats_get(ps.store.tables[CTR_TABLE_EMBEDDING], &st);
   CHECK_EQ_INT((long)st.rows, 1);
   CHECK_EQ_INT((long)st.admitted, 1);
   reply_free(&got[0]);

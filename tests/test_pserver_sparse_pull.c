@@ -87,7 +87,7 @@ static void test_pull_after_barrier(void) {
   CHECK_EQ_INT(got.code, PS_ERR_OK);
   for (int t = 0; t < 2 && got.code == PS_ERR_OK; t++) {
     float want[MAXK * DIM];
-    sparse_table_lookup(ps.sparse[t], keys[t].keys, keys[t].n, want);
+    sparse_table_lookup(ps.store.tables[t], keys[t].keys, keys[t].n, want);
     CHECK_EQ_INT((long)got.n[t], (long)(keys[t].n * (size_t)dim_of(t)));
     CHECK(memcmp(got.values[t], want, got.n[t] * sizeof(float)) == 0);
   }
@@ -113,7 +113,7 @@ static void test_lookup_and_all(void) {
   CHECK_EQ_INT(got.code, PS_ERR_OK);
   for (int t = 0; t < 2 && got.code == PS_ERR_OK; t++) {
     float want[(MAXK + 1) * DIM];
-    sparse_table_lookup(ps.sparse[t], keys[t].keys, keys[t].n, want);
+    sparse_table_lookup(ps.store.tables[t], keys[t].keys, keys[t].n, want);
     CHECK_EQ_INT((long)got.n[t], (long)(keys[t].n * (size_t)dim_of(t)));
     CHECK(memcmp(got.values[t], want, got.n[t] * sizeof(float)) == 0);
     for (int d = 0; d < dim_of(t); d++) CHECK(got.values[t][got.n[t] - 1 - (size_t)d] == 0.0f);
@@ -125,7 +125,7 @@ static void test_lookup_and_all(void) {
   CHECK_EQ_INT(got.code, PS_ERR_OK);
   for (int t = 0; t < 2 && got.code == PS_ERR_OK; t++) {
     sparse_table_stats st;
-    sparse_table_stats_get(ps.sparse[t], &st);
+    sparse_table_stats_get(ps.store.tables[t], &st);
     CHECK_EQ_INT((long)got.nkeys[t], (long)st.rows);
     CHECK_EQ_INT((long)got.n[t], (long)(st.rows * (size_t)dim_of(t)));
     for (size_t k = 1; k < got.nkeys[t]; k++) CHECK(got.keys[t][k - 1] < got.keys[t][k]);

@@ -376,7 +376,7 @@ int main(void) {
   CHECK_EQ_INT(send_rollback(0, 100, 1, last_msg), PS_ERR_OK);
   CHECK(unchanged(stepped));
   char ck0[512];
-  pserver_disk_wait(&ps); /* step 0's checkpoint is written by the disk thread */
+  pserver_checkpoint_wait(&ps); /* step 0's checkpoint is written by the disk thread */
   pserver_checkpoint_path(&ps, 0, ck0, sizeof ck0);
   char hidden[600];
   snprintf(hidden, sizeof hidden, "%s.hidden", ck0);

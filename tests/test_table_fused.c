@@ -1,8 +1,8 @@
-/* table_apply_sum's single pass against the three passes it replaced (sum the
+/* dense_shard_apply_sum's single pass against the three passes it replaced (sum the
  * slots, scale, optimizer_apply over the whole shard), bit for bit: every
- * optimizer, 1-4 slots in a shuffled order, shard sizes around TABLE_CHUNK,
+ * optimizer, 1-4 slots in a shuffled order, shard sizes around DENSE_SHARD_CHUNK,
  * scale 1 and not 1, several steps so the optimizer state matters; and
- * table_apply_sum_range over pieces at offsets off the chunk grid equal to
+ * dense_shard_apply_range over pieces at offsets off the chunk grid equal to
  * the whole, touching nothing outside its range. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -10,7 +10,7 @@
 
 #include "common/optimizer.h"
 #include "common/rng.h"
-#include "server/table.h"
+#include "server/store/dense_shard.h"
 #include "tests/check.h"
 
 #define MAX_SLOTS 4
@@ -46,7 +46,7 @@ static void shard_free(shard *s) {
   free(s->grads);
 }
 
-/* The three passes, as table_apply_sum did them: summed into the first slot. */
+/* The three passes, as dense_shard_apply_sum did them: summed into the first slot. */
 static void reference(shard *s, const optimizer_config *opt, const int *slots, int count,
                       float scale, long step) {
   float *sum = s->grads + (size_t)slots[0] * s->n;
@@ -78,13 +78,13 @@ static int compare(optimizer_kind kind, size_t n, int count, float scale, const 
   shard_make(&fused, n, &r);
   shard_make(&ref, n, &r);
   memcpy(ref.params, fused.params, n * sizeof(float));
-  table t = {.n = n, .params = fused.params, .state1 = fused.state1, .state2 = fused.state2,
+  dense_shard t = {.n = n, .params = fused.params, .state1 = fused.state1, .state2 = fused.state2,
              .grads = fused.grads, .slots = MAX_SLOTS};
   int equal = 1;
   for (long step = 0; step < STEPS; step++) {
     for (size_t i = 0; i < MAX_SLOTS * n; i++) fused.grads[i] = gradient(&r);
     memcpy(ref.grads, fused.grads, MAX_SLOTS * n * sizeof(float));
-    table_apply_sum(&t, &opt, order, count, scale, step);
+    dense_shard_apply_sum(&t, &opt, order, count, scale, step);
     reference(&ref, &opt, ref_order, count, scale, step);
     /* The fused pass only reads the slots. */
     for (int k = 1; k < count; k++) {
@@ -111,24 +111,24 @@ static int compare_ranges(optimizer_kind kind, size_t n, size_t a, size_t b) {
   shard_make(&whole, n, &r);
   shard_make(&parts, n, &r);
   memcpy(parts.params, whole.params, n * sizeof(float));
-  table tw = {.n = n, .params = whole.params, .state1 = whole.state1, .state2 = whole.state2,
+  dense_shard tw = {.n = n, .params = whole.params, .state1 = whole.state1, .state2 = whole.state2,
               .grads = whole.grads, .slots = MAX_SLOTS};
-  table tp = {.n = n, .params = parts.params, .state1 = parts.state1, .state2 = parts.state2,
+  dense_shard tp = {.n = n, .params = parts.params, .state1 = parts.state1, .state2 = parts.state2,
               .grads = parts.grads, .slots = MAX_SLOTS};
   for (long step = 0; step < STEPS; step++) {
     for (size_t i = 0; i < MAX_SLOTS * n; i++) whole.grads[i] = gradient(&r);
     memcpy(parts.grads, whole.grads, MAX_SLOTS * n * sizeof(float));
-    table_apply_sum(&tw, &opt, order, 2, 0.5f, step);
-    table_apply_sum_range(&tp, &opt, order, 2, 0.5f, step, b, n - b); /* any order */
-    table_apply_sum_range(&tp, &opt, order, 2, 0.5f, step, 0, a);
-    table_apply_sum_range(&tp, &opt, order, 2, 0.5f, step, a, b - a);
+    dense_shard_apply_sum(&tw, &opt, order, 2, 0.5f, step);
+    dense_shard_apply_range(&tp, &opt, order, 2, 0.5f, step, b, n - b); /* any order */
+    dense_shard_apply_range(&tp, &opt, order, 2, 0.5f, step, 0, a);
+    dense_shard_apply_range(&tp, &opt, order, 2, 0.5f, step, a, b - a);
   }
   int equal = same_bits(whole.params, parts.params, n) &&
               same_bits(whole.state1, parts.state1, n) && same_bits(whole.state2, parts.state2, n);
   float *before = malloc(n * sizeof(float));
   REQUIRE(before != NULL);
   memcpy(before, parts.params, n * sizeof(float));
-  table_apply_sum_range(&tp, &opt, order, 2, 0.5f, STEPS, a, b - a);
+  dense_shard_apply_range(&tp, &opt, order, 2, 0.5f, STEPS, a, b - a);
   equal = equal && same_bits(before, parts.params, a) &&
           same_bits(before + b, parts.params + b, n - b) &&
           !same_bits(before + a, parts.params + a, b - a);
@@ -139,8 +139,8 @@ static int compare_ranges(optimizer_kind kind, size_t n, size_t a, size_t b) {
 }
 
 int main(void) {
-  const size_t sizes[] = {1, 5, TABLE_CHUNK - 1, TABLE_CHUNK, TABLE_CHUNK + 3,
-                          3 * TABLE_CHUNK + 17};
+  const size_t sizes[] = {1, 5, DENSE_SHARD_CHUNK - 1, DENSE_SHARD_CHUNK, DENSE_SHARD_CHUNK + 3,
+                          3 * DENSE_SHARD_CHUNK + 17};
   const int order[MAX_SLOTS] = {2, 0, 3, 1}; /* a trainer-id order that is not the slots' */
   int cases = 0;
   for (int kind = 0; kind < OPTIMIZER_KIND_COUNT; kind++) {
@@ -161,12 +161,12 @@ int main(void) {
   CHECK_EQ_INT(cases, 3 * 4 * 6 * 3);
   /* The comparison can fail: summing the same slots in another order rounds
    * differently somewhere in 3K floats. */
-  const size_t n = 3 * TABLE_CHUNK + 17;
+  const size_t n = 3 * DENSE_SHARD_CHUNK + 17;
   for (int kind = 0; kind < OPTIMIZER_KIND_COUNT; kind++) {
-    CHECK(compare_ranges((optimizer_kind)kind, n, 5, TABLE_CHUNK + 9));
-    CHECK(compare_ranges((optimizer_kind)kind, n, TABLE_CHUNK - 1, 2 * TABLE_CHUNK + 1));
+    CHECK(compare_ranges((optimizer_kind)kind, n, 5, DENSE_SHARD_CHUNK + 9));
+    CHECK(compare_ranges((optimizer_kind)kind, n, DENSE_SHARD_CHUNK - 1, 2 * DENSE_SHARD_CHUNK + 1));
   }
   const int reversed[MAX_SLOTS] = {1, 3, 0, 2};
-  CHECK(!compare(OPTIMIZER_SGD, 3 * TABLE_CHUNK + 17, 4, 1.0f, order, reversed));
+  CHECK(!compare(OPTIMIZER_SGD, 3 * DENSE_SHARD_CHUNK + 17, 4, 1.0f, order, reversed));
   return check_report("test_table_fused");
 }

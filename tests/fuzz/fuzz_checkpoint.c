@@ -124,7 +124,7 @@ static void check_serves(pserver *ps) {
   wire_blocks_msg m = {.blocks = refs, .block_cap = 4096};
   ps_error err;
   if (wire_parse_blocks(&reply, &m, &err) != PS_ERR_OK || m.step != 7 ||
-      m.block_count != ps->table.map.shard_blocks[0]) {
+      m.block_count != ps->store.dense.map.shard_blocks[0]) {
     finding("a resumed pserver's pull reply is wrong", NULL);
   }
   rpc_call_local_free(c);
@@ -170,7 +170,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (pserver_resume(&ps, 7, &err) == PS_ERR_OK) {
     /* The build does not enforce the file's config hash (see CMakeLists.txt);
      * the job must still be consistent with the pserver's own. */
-    if (!ps.configured || ps.version != 7 || ps.configured_by != -1) {
+    if (!ps.configured || ps.updates != 7 || ps.configured_by != -1) {
       finding("a resumed pserver is not at the checkpoint's step", NULL);
     }
     if (ps.job_hash != job_config_hash(&ps.job)) finding("a resumed pserver's hash is not its job's", NULL);

@@ -463,8 +463,8 @@ static void checkpoint_seed(const char *name, update_mode update) {
     pending[npending++] = c;
     at += 3 + len;
   }
-  if (ps.version != 7) {
-    fprintf(stderr, "fuzz_corpus: the %s pserver reached step %ld, not 7\n", name, ps.version);
+  if (ps.updates != 7) {
+    fprintf(stderr, "fuzz_corpus: the %s pserver reached step %ld, not 7\n", name, ps.updates);
     exit(1);
   }
   if (pserver_checkpoint(&ps, &err) != PS_ERR_OK) fuzz_die("checkpoint", &err);

@@ -59,27 +59,27 @@ static void dump_table(const sparse_table *t, uint8_t *out) {
 
 static void take(const pserver *ps, state_copy *s) {
   s->configured = ps->configured;
-  s->version = ps->version;
+  s->version = ps->updates;
   s->job_hash = ps->job_hash;
   memcpy(s->trainers, ps->trainers, sizeof s->trainers);
-  size_t dense = ps->configured ? 3 * ps->table.n * sizeof(float) : 0;
+  size_t dense = ps->configured ? 3 * ps->store.dense.n * sizeof(float) : 0;
   s->bytes = dense;
-  for (int t = 0; t < ps->sparse_count; t++) s->bytes += dump_bytes(ps->sparse[t]);
+  for (int t = 0; t < ps->store.table_count; t++) s->bytes += dump_bytes(ps->store.tables[t]);
   /* 8-aligned for the dumps' keys */
   s->data = malloc(s->bytes + 8);
   if (s->data == NULL) abort();
-  for (size_t at = dense, t = 0; t < (size_t)ps->sparse_count; at += dump_bytes(ps->sparse[t]), t++) {
-    uint8_t *aligned = malloc(dump_bytes(ps->sparse[t]) + 8);
+  for (size_t at = dense, t = 0; t < (size_t)ps->store.table_count; at += dump_bytes(ps->store.tables[t]), t++) {
+    uint8_t *aligned = malloc(dump_bytes(ps->store.tables[t]) + 8);
     if (aligned == NULL) abort();
-    dump_table(ps->sparse[t], aligned);
-    memcpy(s->data + at, aligned, dump_bytes(ps->sparse[t]));
+    dump_table(ps->store.tables[t], aligned);
+    memcpy(s->data + at, aligned, dump_bytes(ps->store.tables[t]));
     free(aligned);
   }
   if (s->bytes > 0) {
-    memcpy(s->data, ps->table.params, ps->table.n * sizeof(float));
-    memcpy(s->data + ps->table.n * sizeof(float), ps->table.state1, ps->table.n * sizeof(float));
-    memcpy(s->data + 2 * ps->table.n * sizeof(float), ps->table.state2,
-           ps->table.n * sizeof(float));
+    memcpy(s->data, ps->store.dense.params, ps->store.dense.n * sizeof(float));
+    memcpy(s->data + ps->store.dense.n * sizeof(float), ps->store.dense.state1, ps->store.dense.n * sizeof(float));
+    memcpy(s->data + 2 * ps->store.dense.n * sizeof(float), ps->store.dense.state2,
+           ps->store.dense.n * sizeof(float));
   }
 }
 
@@ -106,7 +106,7 @@ static int same(const pserver *ps, const state_copy *s) {
  * for a Pull, some for a PushPull), each once, at size. */
 static void check_params_reply(const pserver *ps, const rpc_local_result *r, int request,
                                int whole) {
-  const shard_map *map = &ps->table.map;
+  const shard_map *map = &ps->store.dense.map;
   wire_block_ref refs[64];
   unsigned char seen[64] = {0};
   rpc_segment seg = {r->bytes, r->len};
@@ -212,7 +212,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       }
     }
     /* Sync pushes wait for the step; a CTR job's keyed pulls for the barrier. */
-    int may_wait = method == 1 || (method == 2 && ps.sparse_count > 0);
+    int may_wait = method == 1 || (method == 2 && ps.store.table_count > 0);
     if (r->replies == 0 && !may_wait) finding("a request other than a push or pull left unanswered", request);
     free(before.data);
     for (int i = 0; i < ncalls; i++) {

@@ -12,7 +12,7 @@
 #include "common/shard_map.h"
 #include "common/tensor.h"
 
-typedef struct table {
+typedef struct dense_shard {
   int pserver;           /* this pserver's id in the map */
   tensor_layout layout;  /* the whole model's */
   shard_map map;
@@ -22,31 +22,34 @@ typedef struct table {
   float *params, *state1, *state2;
   float *grads; /* (slots, n) */
   int slots;
-} table;
+} dense_shard;
 
 /* Builds the layout and shard map of job, allocates this pserver's shard
  * and initializes its parameters from job->seed exactly as a whole model
  * would be (model_init_params). slots: gradient slots (trainers in sync
  * mode, 1 in async). */
-ps_err table_init(table *t, const job_config *job, int pserver, int slots, ps_error *err);
-void table_free(table *t);
+ps_err dense_shard_init(dense_shard *t, const job_config *job, int pserver, int slots,
+                        ps_error *err);
+void dense_shard_free(dense_shard *t);
 
 /* The gradient slot of `slot` (n floats). */
-static inline float *table_slot(table *t, int slot) { return t->grads + (size_t)slot * t->n; }
+static inline float *dense_shard_slot(dense_shard *t, int slot) {
+  return t->grads + (size_t)slot * t->n;
+}
 
-/* Floats per piece of table_apply_sum's single pass (4 KiB on the stack). */
-#define TABLE_CHUNK 1024
+/* Floats per piece of dense_shard_apply_sum's single pass (4 KiB on the stack). */
+#define DENSE_SHARD_CHUNK 1024
 
 /* Sums the gradient slots listed in `slots` (count of them, in that order),
  * scales by `scale` (when not 1), and applies the optimizer at zero-based
- * step `step`, in one pass of TABLE_CHUNK-float pieces. The slots are only
+ * step `step`, in one pass of DENSE_SHARD_CHUNK-float pieces. The slots are only
  * read. */
-void table_apply_sum(table *t, const optimizer_config *opt, const int *slots, int count,
-                     float scale, long step);
+void dense_shard_apply_sum(dense_shard *t, const optimizer_config *opt, const int *slots,
+                           int count, float scale, long step);
 
-/* table_apply_sum over the n floats from shard offset `offset` only, with
+/* dense_shard_apply_sum over the n floats from shard offset `offset` only, with
  * the same per-element math (an overlapped step applies a part's blocks). */
-void table_apply_sum_range(table *t, const optimizer_config *opt, const int *slots, int count,
-                           float scale, long step, size_t offset, size_t n);
+void dense_shard_apply_range(dense_shard *t, const optimizer_config *opt, const int *slots,
+                             int count, float scale, long step, size_t offset, size_t n);
 
 #endif

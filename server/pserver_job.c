@@ -1,5 +1,6 @@
-/* The pserver's step: the job's table, sync and async apply, the replies'
- * parameter snapshots and the statistics line. Lock held throughout. */
+/* The pserver's job: its store and mode configured, the replies' parameter
+ * snapshots, the statistics line and what follows a step. The steps
+ * themselves are the modes' (server/mode/). Lock held throughout. */
 #define _POSIX_C_SOURCE 200809L
 #include "server/pserver_internal.h"
 
@@ -45,12 +46,9 @@ static ps_err check_job_size(const pserver *ps, const job_config *job, int slots
 }
 
 void pserver_deconfigure(pserver *ps) {
-  pserver_parts_free(ps);
-  pserver_sparse_deconfigure(ps);
-  table_free(&ps->table);
-  for (int i = 0; i < ps->sparse_count; i++) sparse_table_destroy(ps->sparse[i]);
-  memset(ps->sparse, 0, sizeof ps->sparse);
-  ps->sparse_count = 0;
+  if (ps->mode != NULL && ps->mode->deconfigure != NULL) ps->mode->deconfigure(ps);
+  ps->mode = NULL;
+  store_free(ps);
   tensor_layout_free(&ps->checkpoint_layout);
   free(ps->refs);
   free(ps->seen);
@@ -62,17 +60,17 @@ void pserver_deconfigure(pserver *ps) {
   ps->configured = 0;
 }
 
-/* The rest of configure, after the table: scratch and the checkpoint layout. */
+/* The rest of configure, after the store: scratch and the checkpoint layout. */
 static ps_err configure_scratch(pserver *ps, const job_config *job, ps_error *err) {
   long max_blocks = ps->cfg.max_blocks_per_request;
-  size_t mine = ps->table.map.shard_blocks[ps->cfg.id];
+  size_t mine = ps->store.dense.map.shard_blocks[ps->cfg.id];
   if (max_blocks > 0 && mine > (size_t)max_blocks) {
     return ps_error_set(err, PS_ERR_OUT_OF_RANGE,
                         "a push to pserver %d would carry %zu blocks (block size %zu), more than "
                         "--max-blocks-per-request %ld", ps->cfg.id, mine,
                         job->block_size, max_blocks);
   }
-  size_t blocks = ps->table.map.block_count;
+  size_t blocks = ps->store.dense.map.block_count;
   ps->refs_cap = blocks + 1;
   ps->refs = malloc(ps->refs_cap * sizeof *ps->refs);
   ps->seen = malloc(blocks > 0 ? blocks : 1);
@@ -81,7 +79,7 @@ static ps_err configure_scratch(pserver *ps, const job_config *job, ps_error *er
   }
   const char *names[3] = {"params", "optimizer.state1", "optimizer.state2"};
   for (int i = 0; i < 3; i++) {
-    const tensor_info *src = &ps->table.storage.tensors[i];
+    const tensor_info *src = &ps->store.dense.storage.tensors[i];
     if (tensor_layout_add(&ps->checkpoint_layout, names[i], src->rank, src->shape, err) !=
         PS_ERR_OK) {
       return err->code;
@@ -91,26 +89,19 @@ static ps_err configure_scratch(pserver *ps, const job_config *job, ps_error *er
 }
 
 ps_err pserver_configure(pserver *ps, const job_config *job, int trainer, ps_error *err) {
-  int slots = job->update == UPDATE_SYNC ? job->trainers : 1;
+  const pserver_mode_ops *mode = pserver_mode_of(job->update);
+  int slots = mode->slots_per_trainer ? job->trainers : 1;
   if (check_job_size(ps, job, slots, err) != PS_ERR_OK) return err->code;
-  if (table_init(&ps->table, job, ps->cfg.id, slots, err) != PS_ERR_OK) return err->code;
   tensor_layout_init(&ps->checkpoint_layout);
-  for (int i = 0; i < ctr_table_count(&job->model); i++) {
-    sparse_table_config c;
-    ctr_table_config(job, i, ps->cfg.max_table_bytes, &c);
-    if (sparse_table_create(&ps->sparse[i], &c, err) != PS_ERR_OK) {
-      pserver_deconfigure(ps);
-      return err->code;
-    }
-    ps->sparse_count = i + 1;
-  }
-  if (configure_scratch(ps, job, err) != PS_ERR_OK) {
+  if (store_init(ps, job, slots, err) != PS_ERR_OK ||
+      configure_scratch(ps, job, err) != PS_ERR_OK) {
     pserver_deconfigure(ps);
     return err->code;
   }
   ps->job = *job;
-  if (pserver_sparse_configure(ps, err) != PS_ERR_OK ||
-      (job->update == UPDATE_SYNC && ps->sp == NULL && pserver_parts_configure(ps, err) != PS_ERR_OK)) {
+  ps->mode = mode;
+  if (store_configure_rows(ps, err) != PS_ERR_OK ||
+      (mode->configure != NULL && mode->configure(ps, err) != PS_ERR_OK)) {
     pserver_deconfigure(ps);
     return err->code;
   }
@@ -121,10 +112,11 @@ ps_err pserver_configure(pserver *ps, const job_config *job, int trainer, ps_err
   job_config_format(job, text, sizeof text);
   LOG_INFO("job from %s %d: %s; this pserver holds %zu of %zu blocks, %zu floats (%.1f MB)",
            trainer >= 0 ? "trainer" : "checkpoint", trainer, text,
-           ps->table.map.shard_blocks[ps->cfg.id], ps->table.map.block_count, ps->table.n,
-           (double)ps->table.n * 4 / 1e6);
+           ps->store.dense.map.shard_blocks[ps->cfg.id], ps->store.dense.map.block_count,
+           ps->store.dense.n,
+           (double)ps->store.dense.n * 4 / 1e6);
   /* A sync step receives every trainer's push at once (dense blocks; rows on top). */
-  double step_bytes = (double)ps->cfg.trainers * (double)ps->table.n *
+  double step_bytes = (double)ps->cfg.trainers * (double)ps->store.dense.n *
                       (double)wire_dtype_size(job->wire_dtype);
   if (ps->cfg.max_receive_bytes > 0 && step_bytes > (double)ps->cfg.max_receive_bytes) {
     LOG_WARN("a step's pushes to this pserver (%d trainer(s) x %.1f MB) exceed --max-receive-mb "
@@ -141,14 +133,14 @@ ps_err pserver_configure(pserver *ps, const job_config *job, int trainer, ps_err
  * parameters in the job's wire dtype; NULL when all are busy (the caller
  * then lets gRPC copy). */
 static params_snapshot *take_snapshot(pserver *ps) {
-  size_t n = ps->table.n;
+  size_t n = ps->store.dense.n;
   for (int i = 0; i < PSERVER_SNAPSHOTS; i++) {
     params_snapshot *snap = &ps->snapshots[i];
     if (atomic_load(&snap->lease.refs) != 0) continue;
     if (snap->data == NULL && (snap->data = malloc((n > 0 ? n : 1) * sizeof(float))) == NULL) {
       return NULL;
     }
-    wire_dtype_encode(ps->job.wire_dtype, ps->table.params, snap->data, n);
+    wire_dtype_encode(ps->job.wire_dtype, ps->store.dense.params, snap->data, n);
     return snap;
   }
   return NULL;
@@ -158,20 +150,20 @@ static params_snapshot *take_snapshot(pserver *ps) {
  * for a 16-bit wire dtype its conversion in ps->reply_scratch (NULL: out of
  * memory). */
 const void *pserver_reply_source_unleased(pserver *ps) {
-  size_t n = ps->table.n;
-  if (ps->job.wire_dtype == WIRE_DTYPE_F32) return ps->table.params;
+  size_t n = ps->store.dense.n;
+  if (ps->job.wire_dtype == WIRE_DTYPE_F32) return ps->store.dense.params;
   if (ps->reply_scratch == NULL &&
       (ps->reply_scratch = malloc((n > 0 ? n : 1) * sizeof(float))) == NULL) {
     return NULL;
   }
-  wire_dtype_encode(ps->job.wire_dtype, ps->table.params, ps->reply_scratch, n);
+  wire_dtype_encode(ps->job.wire_dtype, ps->store.dense.params, ps->reply_scratch, n);
   return ps->reply_scratch;
 }
 
 /* Builds the ParamsReply of the whole shard into ps->reply, sending from
  * snap (or, without one, with gRPC copying). */
 static ps_err build_params_reply(pserver *ps, params_snapshot *snap, ps_error *err) {
-  table *t = &ps->table;
+  dense_shard *t = &ps->store.dense;
   if (wire_writer_begin(&ps->reply, t->map.shard_blocks[ps->cfg.id], err) != PS_ERR_OK) {
     return err->code;
   }
@@ -182,7 +174,7 @@ static ps_err build_params_reply(pserver *ps, params_snapshot *snap, ps_error *e
   }
   size_t size = wire_dtype_size(ps->job.wire_dtype);
   rpc_lease *lease = snap != NULL ? &snap->lease : NULL;
-  wire_writer_params_header(&ps->reply, ps->incarnation, (uint64_t)ps->version);
+  wire_writer_params_header(&ps->reply, ps->incarnation, (uint64_t)ps->updates);
   wire_writer_dtype(&ps->reply, ps->job.wire_dtype);
   for (size_t i = 0; i < t->map.block_count; i++) {
     const shard_block *b = &t->map.blocks[i];
@@ -215,7 +207,7 @@ void pserver_reply_params_rows(pserver *ps, rpc_call *const *calls, int count,
       rpc_call_reply(calls[i], err.code, err.msg, NULL, 0);
       continue;
     }
-    ps->stats_out += ps->table.n * wire_dtype_size(ps->job.wire_dtype);
+    ps->stats_out += ps->store.dense.n * wire_dtype_size(ps->job.wire_dtype);
     rpc_call_reply(calls[i], PS_ERR_OK, NULL, ps->reply.parts, ps->reply.part_count);
   }
 }
@@ -224,11 +216,11 @@ void pserver_reply_params_rows(pserver *ps, rpc_call *const *calls, int count,
 
 /* The statistics line's tables part: per table rows, MiB, bytes/row, ... */
 void pserver_log_table_stats(const pserver *ps, long step) {
-  for (int t = 0; t < ps->sparse_count; t++) {
+  for (int t = 0; t < ps->store.table_count; t++) {
     sparse_table_stats st;
-    sparse_table_stats_get(ps->sparse[t], &st);
+    sparse_table_stats_get(ps->store.tables[t], &st);
     LOG_INFO("step %ld: table %s: %zu rows, %.1f MiB (%.1f bytes per row), %llu admitted, "
-             "%llu refused, %llu evicted", step, sparse_table_config_of(ps->sparse[t])->name,
+             "%llu refused, %llu evicted", step, sparse_table_config_of(ps->store.tables[t])->name,
              st.rows, (double)st.bytes / 1048576.0, st.bytes_per_row,
              (unsigned long long)st.admitted, (unsigned long long)st.refused,
              (unsigned long long)st.evicted);
@@ -251,8 +243,7 @@ static void log_stats(pserver *ps, long step) {
   pserver_straggler_log(ps, step);
   char when[32];
   snprintf(when, sizeof when, "step %ld", step);
-  pserver_ssp_log(ps, when);
-  pserver_geo_log(ps, when);
+  if (ps->mode->log != NULL) ps->mode->log(ps, when);
   pserver_log_table_stats(ps, step);
 }
 
@@ -266,6 +257,19 @@ static void maybe_checkpoint(pserver *ps, long step) {
   pserver_checkpoint_due(ps);
 }
 
+void pserver_after_step(pserver *ps, const int *slots, int count) {
+  maybe_checkpoint(ps, ps->updates);
+  log_stats(ps, ps->updates);
+  timeline_flush(ps->cfg.timeline);
+  pserver_metrics_after_step(ps->cfg.metrics, ps, slots, count, ps->updates);
+}
+
+void pserver_after_async_step(pserver *ps, long step) {
+  maybe_checkpoint(ps, step);
+  log_stats(ps, step);
+  timeline_flush(ps->cfg.timeline);
+}
+
 void pserver_after_steps(pserver *ps, long from, long to) {
   long every = ps->cfg.checkpoint_every, log = ps->cfg.log_every;
   if (ps->cfg.checkpoint_dir[0] != '\0' && every > 0 && to / every > from / every) {
@@ -273,155 +277,4 @@ void pserver_after_steps(pserver *ps, long from, long to) {
   }
   if (log > 0 && to / log > from / log) log_stats(ps, to / log * log);
   timeline_flush(ps->cfg.timeline);
-}
-
-/* --- sync --------------------------------------------------------------------- */
-
-void pserver_complete_step(pserver *ps) {
-  int n = ps->cfg.trainers, count = 0;
-  int *slots = ps->step_slots;
-  rpc_call **calls = ps->step_calls;
-  for (int i = 0; i < n; i++) {
-    if (!ps->trainers[i].pushed) continue;
-    slots[count] = i;
-    calls[count++] = ps->trainers[i].waiting;
-    ps->trainers[i].pushed = 0;
-    ps->trainers[i].waiting = NULL;
-  }
-  ps->pushed_count = 0;
-  long step = ps->version;
-  double t0 = now_s();
-  ps_error err;
-  if (ps->sp != NULL && pserver_sparse_apply_step(ps, slots, count, &err) != PS_ERR_OK) {
-    /* Out of memory merging: a table may already hold the step, so it cannot
-     * be taken again; the job stops, naming why (a checkpoint resumes it). */
-    snprintf(ps->failure, sizeof ps->failure, "step %ld: %.400s", step, err.msg);
-    ps->status = PSERVER_FAILED;
-    for (int i = 0; i < count; i++) pserver_refuse(calls[i], "PushPull", err.code, "%s", err.msg);
-    return;
-  }
-  /* Sum in trainer-id order, average, apply. */
-  table_apply_sum(&ps->table, &ps->job.optimizer, slots, count, 1.0f / (float)count, ps->version);
-  ps->version++;
-  t0 = timeline_span(ps->cfg.timeline, "apply", step, t0);
-  if (ps->sp != NULL) pserver_sparse_reply_step(ps, slots, calls, count);
-  else pserver_reply_params(ps, calls, count);
-  timeline_span(ps->cfg.timeline, "reply", step, t0);
-  pserver_after_step(ps, slots, count);
-}
-
-void pserver_after_step(pserver *ps, const int *slots, int count) {
-  maybe_checkpoint(ps, ps->version);
-  log_stats(ps, ps->version);
-  timeline_flush(ps->cfg.timeline);
-  pserver_metrics_after_step(ps->cfg.metrics, ps, slots, count, ps->version);
-}
-
-void pserver_push_sync(pserver *ps, rpc_call *call, const rpc_message *msg,
-                       const wire_blocks_msg *m) {
-  uint32_t id = m->key.trainer_id;
-  trainer_state *tr = &ps->trainers[id];
-  long step = (long)m->key.step;
-  double arrived = now_s();
-  if (tr->lost) {
-    pserver_refuse(call, "PushPull", PS_ERR_FAILED_PRECONDITION,
-                   "trainer %u was dropped for missing a step (--on-trainer-loss continue)", id);
-    return;
-  }
-  if (step < ps->version) {
-    /* Behind: a resend of a push already applied (its reply was lost), or one
-     * from before a rollback. Answered with the parameters, not applied: the
-     * reply's step tells the trainer where the pserver is. Its next keys'
-     * rows are read only: the merged pull created them. */
-    if (ps->parts != NULL) pserver_parts_reply_behind(ps, call, m);
-    else pserver_sparse_reply_lookup(ps, call);
-    return;
-  }
-  if (step > ps->version) {
-    /* Ahead: this pserver restarted or rolled back; the trainer recovers. */
-    pserver_refuse(call, "PushPull", PS_ERR_ABORTED,
-                   "trainer %u pushed step %ld but the pserver is at step %ld", id, step,
-                   ps->version);
-    return;
-  }
-  if (ps->parts != NULL) {
-    pserver_parts_push(ps, call, msg, m);
-    return;
-  }
-  if (tr->pushed) {
-    /* A resend while the step waits: the data is the same; keep the newer call. */
-    rpc_call_reply(tr->waiting, PS_ERR_ABORTED, "superseded by a resend of the same push", NULL, 0);
-    tr->waiting = call;
-    return;
-  }
-  if (ps->sp != NULL) pserver_sparse_store_push(ps, (int)id);
-  float *slot = table_slot(&ps->table, (int)id);
-  for (size_t i = 0; i < m->block_count; i++) {
-    const shard_block *b = &ps->table.map.blocks[m->blocks[i].id];
-    wire_decode_block(msg, &m->blocks[i], ps->job.wire_dtype, slot + b->shard_offset);
-  }
-  tr->pushed = 1;
-  tr->waiting = call;
-  double stored = timeline_span_arg(ps->cfg.timeline, "push", step, arrived, "trainer", id);
-  if (ps->pushed_count++ == 0) ps->step_started = stored;
-  if (ps->pushed_count == ps->active) {
-    double last = timeline_span_arg(ps->cfg.timeline, "wait-for-last", step, ps->step_started,
-                                    "trainer", id);
-    pserver_straggler_note(ps, (int)id, last);
-    pserver_metrics_sync_wait(ps->cfg.metrics, last - ps->step_started, id);
-    pserver_complete_step(ps);
-  }
-}
-
-/* --- async -------------------------------------------------------------------- */
-
-/* Applies the push at once, scaled by 1/N, at schedule step version / N (the
- * schedule advances once per N pushes, as in sync mode). A trainer's step it
- * has applied already is not applied again. */
-int pserver_apply_async(pserver *ps, rpc_call *call, const rpc_message *msg,
-                        const wire_blocks_msg *m) {
-  trainer_state *tr = &ps->trainers[m->key.trainer_id];
-  long step = (long)m->key.step;
-  int n = ps->cfg.trainers;
-  if (step > tr->last_step) {
-    ps_error err;
-    if (ps->sp != NULL && pserver_sparse_apply_async(ps, ps->version / n, &err) != PS_ERR_OK) {
-      pserver_refuse(call, "PushPull", err.code, "%s", err.msg);
-      return -1;
-    }
-    float *slot = table_slot(&ps->table, 0);
-    for (size_t i = 0; i < m->block_count; i++) {
-      const shard_block *b = &ps->table.map.blocks[m->blocks[i].id];
-      wire_decode_block(msg, &m->blocks[i], ps->job.wire_dtype, slot + b->shard_offset);
-    }
-    const int slot0 = 0;
-    double t0 = now_s();
-    table_apply_sum(&ps->table, &ps->job.optimizer, &slot0, 1, 1.0f / (float)n, ps->version / n);
-    timeline_span_arg(ps->cfg.timeline, "apply", ps->version / n, t0, "trainer", tr - ps->trainers);
-    ps->version++;
-    tr->last_step = step;
-    pserver_metrics_after_step(ps->cfg.metrics, ps, (const int[]){(int)m->key.trainer_id}, 1,
-                               ps->version / n);
-    if (ps->version % n == 0) {
-      maybe_checkpoint(ps, ps->version / n);
-      log_stats(ps, ps->version / n);
-      timeline_flush(ps->cfg.timeline);
-    }
-    return 1;
-  }
-  return 0;
-}
-
-/* The current parameters; for CTR jobs the rows of the push's next keys
- * (created as a pull would when applied, read only when a resend). */
-void pserver_reply_async(pserver *ps, rpc_call *call, int applied) {
-  if (ps->sp != NULL && applied) pserver_sparse_reply_async(ps, call);
-  else if (ps->sp != NULL) pserver_sparse_reply_lookup(ps, call);
-  else pserver_reply_params(ps, &call, 1);
-}
-
-void pserver_push_async(pserver *ps, rpc_call *call, const rpc_message *msg,
-                        const wire_blocks_msg *m) {
-  int applied = pserver_apply_async(ps, call, msg, m);
-  if (applied >= 0) pserver_reply_async(ps, call, applied);
 }

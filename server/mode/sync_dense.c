@@ -1,20 +1,21 @@
-/* The sync step of dense (MLP) jobs in parts: a push may carry any subset of
+/* The dense sync step, in parts (a store without tables): a push may carry any subset of
  * a trainer's blocks for the step (an overlapped trainer pushes a layer as
  * soon as backward has it; recovery and older trainers push all at once, the
  * one-part case). Each block is applied once every active trainer has
- * delivered it, with table_apply_sum's math over its range (sum in trainer-id
+ * delivered it, with dense_shard_apply_sum's math over its range (sum in trainer-id
  * order, 1/N, the optimizer at the step: bitwise what the whole-shard apply
  * gives), and each held call is answered as soon as all of its blocks are
- * applied, with those blocks only. The step completes (version++, checkpoint,
+ * applied, with those blocks only. The step completes (updates++, checkpoint,
  * statistics) once every block is applied. Lock held throughout. */
 #define _POSIX_C_SOURCE 200809L
-#include "server/pserver_internal.h"
+#include "server/mode/sync.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "server/pserver_internal.h"
 #include "server/pserver_straggler.h"
 
 /* A push held until its blocks are applied: its ids are pool[first, first+count). */
@@ -24,7 +25,7 @@ typedef struct parts_call {
   size_t first, count;
 } parts_call;
 
-struct pserver_parts {
+typedef struct sync_dense {
   size_t blocks;            /* map.block_count */
   size_t mine;              /* this pserver's blocks */
   unsigned char *delivered; /* (trainers, blocks): trainer delivered block this step */
@@ -37,15 +38,19 @@ struct pserver_parts {
   size_t call_count, call_cap;
   uint32_t *pool;
   size_t pool_count, pool_cap, pool_max; /* pool_max: refuse beyond (resends without end) */
-};
+} sync_dense;
 
-ps_err pserver_parts_configure(pserver *ps, ps_error *err) {
-  pserver_parts *pp = calloc(1, sizeof *pp);
-  size_t blocks = ps->table.map.block_count, trainers = (size_t)ps->cfg.trainers;
+static sync_dense *dense_of(const pserver *ps) { return sync_step_state(ps); }
+
+static void dense_free(pserver *ps);
+
+static ps_err dense_configure(pserver *ps, ps_error *err) {
+  sync_dense *pp = calloc(1, sizeof *pp);
+  size_t blocks = ps->store.dense.map.block_count, trainers = (size_t)ps->cfg.trainers;
   if (pp == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "pserver: out of memory for parts");
-  ps->parts = pp;
+  sync_step_set_state(ps, pp);
   pp->blocks = blocks;
-  pp->mine = ps->table.map.shard_blocks[ps->cfg.id];
+  pp->mine = ps->store.dense.map.shard_blocks[ps->cfg.id];
   pp->delivered = calloc(trainers * blocks + 1, 1);
   pp->delivered_count = calloc(trainers, sizeof *pp->delivered_count);
   pp->applied = calloc(blocks + 1, 1);
@@ -55,15 +60,15 @@ ps_err pserver_parts_configure(pserver *ps, ps_error *err) {
   pp->pool_max = 2 * trainers * (pp->mine + 1);
   if (pp->delivered == NULL || pp->delivered_count == NULL || pp->applied == NULL ||
       pp->mark == NULL) {
-    pserver_parts_free(ps);
+    dense_free(ps);
     return ps_error_set(err, PS_ERR_NO_MEMORY, "pserver: out of memory for parts of %zu blocks",
                         blocks);
   }
   return PS_ERR_OK;
 }
 
-void pserver_parts_free(pserver *ps) {
-  pserver_parts *pp = ps->parts;
+static void dense_free(pserver *ps) {
+  sync_dense *pp = dense_of(ps);
   if (pp == NULL) return;
   free(pp->delivered);
   free(pp->delivered_count);
@@ -72,17 +77,21 @@ void pserver_parts_free(pserver *ps) {
   free(pp->calls);
   free(pp->pool);
   free(pp);
-  ps->parts = NULL;
+  sync_step_set_state(ps, NULL);
 }
 
-int pserver_parts_started(const pserver *ps) { return ps->parts != NULL && ps->parts->started; }
+/* The step's clock runs once a push of it arrived (or completed one). */
+static int dense_started(const pserver *ps) {
+  return ps->pushed_count > 0 || dense_of(ps)->started;
+}
 
 /* --- replies ----------------------------------------------------------------------- */
 
 /* A snapshot no reply sends from any more, holding the marked blocks'
  * parameters; NULL when all are busy (gRPC then copies from the table). */
 static params_snapshot *snapshot_marked(pserver *ps) {
-  const table *t = &ps->table;
+  const dense_shard *t = &ps->store.dense;
+  const unsigned char *mark = dense_of(ps)->mark;
   size_t size = wire_dtype_size(ps->job.wire_dtype);
   for (int i = 0; i < PSERVER_SNAPSHOTS; i++) {
     params_snapshot *snap = &ps->snapshots[i];
@@ -92,7 +101,7 @@ static params_snapshot *snapshot_marked(pserver *ps) {
       return NULL;
     }
     for (size_t b = 0; b < t->map.block_count; b++) {
-      if (!ps->parts->mark[b]) continue;
+      if (!mark[b]) continue;
       const shard_block *blk = &t->map.blocks[b];
       wire_dtype_encode(ps->job.wire_dtype, t->params + blk->shard_offset,
                         (uint8_t *)snap->data + blk->shard_offset * size, blk->count);
@@ -106,7 +115,7 @@ static params_snapshot *snapshot_marked(pserver *ps) {
 static void reply_blocks(pserver *ps, rpc_call *call, const uint32_t *ids, size_t count,
                          long version, params_snapshot *snap) {
   ps_error err;
-  const table *t = &ps->table;
+  const dense_shard *t = &ps->store.dense;
   if (wire_writer_begin(&ps->reply, count, &err) != PS_ERR_OK) {
     rpc_call_reply(call, err.code, err.msg, NULL, 0);
     return;
@@ -137,19 +146,21 @@ static void reply_blocks(pserver *ps, rpc_call *call, const uint32_t *ids, size_
   rpc_call_reply(call, PS_ERR_OK, NULL, ps->reply.parts, ps->reply.part_count);
 }
 
-void pserver_parts_reply_behind(pserver *ps, rpc_call *call, const wire_blocks_msg *m) {
+/* A push of a step already applied: answered with its blocks' parameters. */
+static void dense_reply_behind(pserver *ps, rpc_call *call, const wire_blocks_msg *m) {
   uint32_t ids[64];
   uint32_t *list = m->block_count <= 64 ? ids : malloc(m->block_count * sizeof *list);
   if (list == NULL) {
     pserver_refuse(call, "PushPull", PS_ERR_NO_MEMORY, "pserver: out of memory for a reply");
     return;
   }
-  memset(ps->parts->mark, 0, ps->parts->blocks);
+  sync_dense *pp = dense_of(ps);
+  memset(pp->mark, 0, pp->blocks);
   for (size_t i = 0; i < m->block_count; i++) {
     list[i] = m->blocks[i].id;
-    ps->parts->mark[list[i]] = 1;
+    pp->mark[list[i]] = 1;
   }
-  reply_blocks(ps, call, list, m->block_count, ps->version, snapshot_marked(ps));
+  reply_blocks(ps, call, list, m->block_count, ps->updates, snapshot_marked(ps));
   if (list != ids) free(list);
 }
 
@@ -158,13 +169,13 @@ void pserver_parts_reply_behind(pserver *ps, rpc_call *call, const wire_blocks_m
 /* Removes held call i, keeping the others in arrival order (their pool
  * ids ascend with it, which compact() relies on); its ids are reclaimed by
  * compact(). */
-static void remove_call(pserver_parts *pp, size_t i) {
+static void remove_call(sync_dense *pp, size_t i) {
   memmove(&pp->calls[i], &pp->calls[i + 1], (pp->call_count - i - 1) * sizeof *pp->calls);
   pp->call_count--;
 }
 
 /* Packs the pool to the ids of the calls still held. */
-static void compact(pserver_parts *pp) {
+static void compact(sync_dense *pp) {
   size_t used = 0;
   for (size_t i = 0; i < pp->call_count; i++) {
     parts_call *c = &pp->calls[i];
@@ -177,7 +188,7 @@ static void compact(pserver_parts *pp) {
 
 /* Room for one more held call of count ids; 0 (nothing changed) when the
  * pool would pass its bound or memory runs out. */
-static int reserve(pserver_parts *pp, size_t count) {
+static int reserve(sync_dense *pp, size_t count) {
   compact(pp);
   if (pp->pool_count + count > pp->pool_max) return 0;
   if (pp->pool_count + count > pp->pool_cap) {
@@ -199,7 +210,7 @@ static int reserve(pserver_parts *pp, size_t count) {
 }
 
 /* Whether held call c's ids all lie in the message's blocks (seen marks). */
-static int covered_by(const pserver_parts *pp, const parts_call *c, const unsigned char *seen) {
+static int covered_by(const sync_dense *pp, const parts_call *c, const unsigned char *seen) {
   for (size_t k = 0; k < c->count; k++) {
     if (!seen[pp->pool[c->first + k]]) return 0;
   }
@@ -219,7 +230,7 @@ static int active_slots(const pserver *ps, int *slots) {
 
 /* Forgets what was delivered and applied of the step. */
 static void reset_step(pserver *ps) {
-  pserver_parts *pp = ps->parts;
+  sync_dense *pp = dense_of(ps);
   memset(pp->delivered, 0, (size_t)ps->cfg.trainers * pp->blocks);
   memset(pp->delivered_count, 0, (size_t)ps->cfg.trainers * sizeof *pp->delivered_count);
   memset(pp->applied, 0, pp->blocks);
@@ -232,19 +243,20 @@ static void reset_step(pserver *ps) {
 /* Resets the step's bookkeeping once every block is applied. */
 static void finish_step(pserver *ps, const int *slots, int count) {
   reset_step(ps);
-  ps->version++;
+  ps->updates++;
   ps->step_torn = 0;
   pserver_after_step(ps, slots, count);
 }
 
-void pserver_parts_try_apply(pserver *ps) {
-  pserver_parts *pp = ps->parts;
+/* Applies and answers what every active trainer has delivered (after drops). */
+static void dense_try_apply(pserver *ps) {
+  sync_dense *pp = dense_of(ps);
   if (pp == NULL || !pp->started) return;
   int *slots = ps->step_slots;
   int count = active_slots(ps, slots);
   if (count == 0) return;
-  const table *t = &ps->table;
-  long step = ps->version;
+  const dense_shard *t = &ps->store.dense;
+  long step = ps->updates;
   double t0 = now_s();
   size_t newly = 0;
   /* Apply every block each active trainer has delivered, in runs of
@@ -256,8 +268,8 @@ void pserver_parts_try_apply(pserver *ps) {
       ready = pp->delivered[(size_t)slots[s] * pp->blocks + b];
     }
     if (ready && run_floats > 0 && t->map.blocks[b].shard_offset != run_start + run_floats) {
-      table_apply_sum_range(&ps->table, &ps->job.optimizer, slots, count, 1.0f / (float)count,
-                            step, run_start, run_floats);
+      dense_shard_apply_range(&ps->store.dense, &ps->job.optimizer, slots, count,
+                              1.0f / (float)count, step, run_start, run_floats);
       run_floats = 0;
     }
     if (ready) {
@@ -266,8 +278,8 @@ void pserver_parts_try_apply(pserver *ps) {
       pp->applied[b] = 1;
       newly++;
     } else if (run_floats > 0) {
-      table_apply_sum_range(&ps->table, &ps->job.optimizer, slots, count, 1.0f / (float)count,
-                            step, run_start, run_floats);
+      dense_shard_apply_range(&ps->store.dense, &ps->job.optimizer, slots, count,
+                              1.0f / (float)count, step, run_start, run_floats);
       run_floats = 0;
     }
   }
@@ -303,27 +315,30 @@ void pserver_parts_try_apply(pserver *ps) {
   if (pp->applied_count == pp->mine) finish_step(ps, slots, count);
 }
 
-void pserver_parts_push(pserver *ps, rpc_call *call, const rpc_message *msg,
-                        const wire_blocks_msg *m) {
-  pserver_parts *pp = ps->parts;
+/* A checked push of the current step carrying any of the trainer's blocks
+ * (each once): stored, held, and whatever it completes applied and answered. */
+static void dense_push(pserver *ps, rpc_call *call, const rpc_message *msg,
+                       const wire_blocks_msg *m) {
+  sync_dense *pp = dense_of(ps);
   uint32_t id = m->key.trainer_id;
   trainer_state *tr = &ps->trainers[id];
   double arrived = now_s();
   if (!reserve(pp, m->block_count)) {
     pserver_refuse(call, "PushPull", PS_ERR_RESOURCE_EXHAUSTED,
                    "trainer %u holds too many pushes of step %ld waiting (resends of "
-                   "overlapping parts)", id, ps->version);
+                   "overlapping parts)", id, ps->updates);
     return;
   }
   /* Blocks it delivered already this step are resends: the data is the same. */
   unsigned char *mine = pp->delivered + (size_t)id * pp->blocks;
-  float *slot = table_slot(&ps->table, (int)id);
+  float *slot = dense_shard_slot(&ps->store.dense, (int)id);
   memset(pp->mark, 0, pp->blocks);
   for (size_t i = 0; i < m->block_count; i++) {
     uint32_t b = m->blocks[i].id;
     pp->mark[b] = 1;
     if (mine[b]) continue;
-    wire_decode_block(msg, &m->blocks[i], ps->job.wire_dtype, slot + ps->table.map.blocks[b].shard_offset);
+    wire_decode_block(msg, &m->blocks[i], ps->job.wire_dtype,
+                      slot + ps->store.dense.map.blocks[b].shard_offset);
     mine[b] = 1;
     pp->delivered_count[id]++;
   }
@@ -342,7 +357,7 @@ void pserver_parts_push(pserver *ps, rpc_call *call, const rpc_message *msg,
   parts_call *c = &pp->calls[pp->call_count++];
   *c = (parts_call){call, (int)id, pp->pool_count, m->block_count};
   for (size_t i = 0; i < m->block_count; i++) pp->pool[pp->pool_count++] = m->blocks[i].id;
-  long step = ps->version;
+  long step = ps->updates;
   double stored = timeline_span_arg(ps->cfg.timeline, "push", step, arrived, "trainer", id);
   if (!pp->started) {
     pp->started = 1;
@@ -357,11 +372,13 @@ void pserver_parts_push(pserver *ps, rpc_call *call, const rpc_message *msg,
       pserver_metrics_sync_wait(ps->cfg.metrics, last - ps->step_started, id);
     }
   }
-  pserver_parts_try_apply(ps);
+  dense_try_apply(ps);
 }
 
-void pserver_parts_drop(pserver *ps, int trainer, ps_err code, const char *why) {
-  pserver_parts *pp = ps->parts;
+/* Answers the held pushes of trainer (-1: all, and the step starts over)
+ * with code; one trainer's unapplied blocks are forgotten. */
+static void dense_drop(pserver *ps, int trainer, ps_err code, const char *why) {
+  sync_dense *pp = dense_of(ps);
   if (pp == NULL) return;
   for (size_t i = 0; i < pp->call_count;) {
     parts_call *c = &pp->calls[i];
@@ -400,3 +417,14 @@ void pserver_parts_drop(pserver *ps, int trainer, ps_err code, const char *why) 
     pp->started = pp->delivered_count[i] > 0;
   }
 }
+
+const sync_step_ops sync_step_dense = {
+    .parts = 1,
+    .configure = dense_configure,
+    .free = dense_free,
+    .push = dense_push,
+    .reply_behind = dense_reply_behind,
+    .drop = dense_drop,
+    .try_complete = dense_try_apply,
+    .started = dense_started,
+};

@@ -61,7 +61,7 @@ static void run_rollback(pserver *ps, pserver_rollback *r);
 
 /* Writes the pending checkpoint (disk lock held on entry and exit). */
 static void write_pending(pserver *ps) {
-  pserver_disk *d = &ps->disk;
+  pserver_checkpointer *d = &ps->ckpt;
   float *swap = d->writing;
   d->writing = d->pending;
   d->pending = swap;
@@ -96,7 +96,7 @@ static void write_pending(pserver *ps) {
 /* The writer: it never takes the pserver's lock, so a handler may wait for it. */
 static void *writer_thread(void *arg) {
   pserver *ps = arg;
-  pserver_disk *d = &ps->disk;
+  pserver_checkpointer *d = &ps->ckpt;
   pthread_mutex_lock(&d->lock);
   for (;;) {
     if (d->has_pending) write_pending(ps);
@@ -110,7 +110,7 @@ static void *writer_thread(void *arg) {
 /* The reader of rollbacks: each after the writes asked for before it. */
 static void *rollback_thread(void *arg) {
   pserver *ps = arg;
-  pserver_disk *d = &ps->disk;
+  pserver_checkpointer *d = &ps->ckpt;
   pthread_mutex_lock(&d->lock);
   for (;;) {
     if (d->rollbacks != NULL && d->written >= d->rollbacks->after) {
@@ -153,8 +153,8 @@ static void writer_yields_to_steps(pthread_t writer) {
 #endif
 }
 
-ps_err pserver_disk_start(pserver *ps, ps_error *err) {
-  pserver_disk *d = &ps->disk;
+ps_err pserver_checkpoint_start(pserver *ps, ps_error *err) {
+  pserver_checkpointer *d = &ps->ckpt;
   d->rollbacks_tail = &d->rollbacks;
   int rc = pthread_mutex_init(&d->lock, NULL);
   if (rc == 0 && (rc = pthread_cond_init(&d->wake, NULL)) != 0) pthread_mutex_destroy(&d->lock);
@@ -170,14 +170,14 @@ ps_err pserver_disk_start(pserver *ps, ps_error *err) {
     if ((rc = pthread_create(&d->reader, NULL, rollback_thread, ps)) == 0) d->started = 2;
   }
   if (rc != 0) {
-    pserver_disk_stop(ps);
+    pserver_checkpoint_stop(ps);
     return ps_error_set(err, PS_ERR_INTERNAL, "pserver: disk thread: %s", strerror(rc));
   }
   return PS_ERR_OK;
 }
 
-void pserver_disk_stop(pserver *ps) {
-  pserver_disk *d = &ps->disk;
+void pserver_checkpoint_stop(pserver *ps) {
+  pserver_checkpointer *d = &ps->ckpt;
   if (!d->initialized) return;
   pthread_mutex_lock(&d->lock);
   d->quit = 1;
@@ -202,8 +202,8 @@ void pserver_disk_stop(pserver *ps) {
   d->started = d->initialized = 0;
 }
 
-void pserver_disk_wait(pserver *ps) {
-  pserver_disk *d = &ps->disk;
+void pserver_checkpoint_wait(pserver *ps) {
+  pserver_checkpointer *d = &ps->ckpt;
   pthread_mutex_lock(&d->lock);
   while (d->has_pending || d->busy || d->reading || d->rollbacks != NULL) {
     pthread_cond_wait(&d->done, &d->lock);
@@ -214,7 +214,7 @@ void pserver_disk_wait(pserver *ps) {
 /* --- checkpoints ------------------------------------------------------------------- */
 
 /* The two buffers of a checkpoint's state, allocated at the first one. */
-static int disk_buffers(pserver_disk *d, size_t floats) {
+static int disk_buffers(pserver_checkpointer *d, size_t floats) {
   size_t bytes = (floats > 0 ? floats : 1) * sizeof(float);
   if (d->pending == NULL) d->pending = malloc(bytes);
   if (d->writing == NULL) d->writing = malloc(bytes);
@@ -222,7 +222,7 @@ static int disk_buffers(pserver_disk *d, size_t floats) {
 }
 
 uint64_t pserver_checkpoint_due(pserver *ps) {
-  pserver_disk *d = &ps->disk;
+  pserver_checkpointer *d = &ps->ckpt;
   if (!ps->configured || ps->cfg.checkpoint_dir[0] == '\0') return 0;
   size_t floats = ps->checkpoint_layout.total;
   pthread_mutex_lock(&d->lock);
@@ -230,31 +230,31 @@ uint64_t pserver_checkpoint_due(pserver *ps) {
     /* Two checkpoints behind: the disk is slower than --checkpoint-every.
      * Wait rather than skip: sync pservers must checkpoint the same steps. */
     LOG_WARN("checkpoint at step %ld waits for the write of step %ld: the disk is slower than "
-             "one checkpoint per --checkpoint-every steps", ps->version, d->pending_step);
+             "one checkpoint per --checkpoint-every steps", ps->updates, d->pending_step);
     while (d->has_pending) pthread_cond_wait(&d->done, &d->lock);
   }
   uint64_t ticket = 0;
   ps_error err;
   ps_err rc = PS_ERR_OK;
-  d->tables = ps->sparse_count;
+  d->tables = ps->store.table_count;
   /* The rows in ascending key order: sizes vary from one checkpoint to the next. */
-  for (int i = 0; i < ps->sparse_count && rc == PS_ERR_OK; i++) {
-    rc = pserver_rows_take(&d->pending_rows[i], ps->sparse[i], &err);
+  for (int i = 0; i < ps->store.table_count && rc == PS_ERR_OK; i++) {
+    rc = pserver_rows_take(&d->pending_rows[i], ps->store.tables[i], &err);
   }
   int buffered = rc == PS_ERR_OK && disk_buffers(d, floats);
   if (rc != PS_ERR_OK) {
-    LOG_ERROR("checkpoint at step %ld: %s", ps->version, err.msg);
+    LOG_ERROR("checkpoint at step %ld: %s", ps->updates, err.msg);
   } else if (!buffered) {
-    LOG_ERROR("checkpoint at step %ld: out of memory for a copy of %zu floats", ps->version,
+    LOG_ERROR("checkpoint at step %ld: out of memory for a copy of %zu floats", ps->updates,
               floats);
   }
   if (!buffered) {
     /* Not written: the rows copied so far are not held until the next checkpoint. */
-    for (int i = 0; i < ps->sparse_count; i++) pserver_rows_free(&d->pending_rows[i]);
+    for (int i = 0; i < ps->store.table_count; i++) pserver_rows_free(&d->pending_rows[i]);
   } else {
     /* params, state1 and state2 lie one after the other in the table. */
-    memcpy(d->pending, ps->table.params, floats * sizeof(float));
-    d->pending_step = ps->version;
+    memcpy(d->pending, ps->store.dense.params, floats * sizeof(float));
+    d->pending_step = ps->updates;
     d->has_pending = 1;
     ticket = ++d->queued;
     pthread_cond_broadcast(&d->wake);
@@ -270,18 +270,18 @@ ps_err pserver_checkpoint(pserver *ps, ps_error *err) {
     /* --overlap: stopped with some blocks of the step applied. Writing them
      * as step N would apply them twice after --resume. */
     LOG_WARN("no checkpoint at step %ld: the step was stopped half applied; the last periodic "
-             "checkpoint stands", ps->version);
+             "checkpoint stands", ps->updates);
     pthread_mutex_unlock(&ps->lock);
     return PS_ERR_OK;
   }
   uint64_t ticket = pserver_checkpoint_due(ps);
-  long step = ps->version;
+  long step = ps->updates;
   pthread_mutex_unlock(&ps->lock);
   if (!wanted) return PS_ERR_OK;
   if (ticket == 0) {
     return ps_error_set(err, PS_ERR_NO_MEMORY, "checkpoint at step %ld: out of memory", step);
   }
-  pserver_disk *d = &ps->disk;
+  pserver_checkpointer *d = &ps->ckpt;
   pthread_mutex_lock(&d->lock);
   while (d->written < ticket) pthread_cond_wait(&d->done, &d->lock);
   /* Later writes are of later steps: none comes while main asks for this one. */
@@ -313,7 +313,7 @@ static size_t shard_floats(const pserver *ps) {
 /* Copies a read file's dense shard into the table. */
 static void set_dense(pserver *ps, const pserver_shard_file *f) {
   size_t n = shard_floats(ps);
-  float *dst[3] = {ps->table.params, ps->table.state1, ps->table.state2};
+  float *dst[3] = {ps->store.dense.params, ps->store.dense.state1, ps->store.dense.state2};
   for (int i = 0; i < 3; i++) memcpy(dst[i], f->dense[i], n * sizeof(float));
 }
 
@@ -344,12 +344,12 @@ static ps_err resume_path(pserver *ps, long *resume_step, char *path, size_t len
 static ps_err load_file(pserver *ps, const char *path, ps_error *err) {
   pserver_shard_file *f = malloc(sizeof *f);
   if (f == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "out of memory reading %s", path);
-  ps_err rc = pserver_shard_file_read(path, shard_floats(ps), ps->sparse, ps->sparse_count,
-                                      ps->cfg.id, ps->cfg.pservers, f, err);
+  ps_err rc = pserver_shard_file_read(path, shard_floats(ps), ps->store.tables,
+                                      ps->store.table_count, ps->cfg.id, ps->cfg.pservers, f, err);
   if (rc == PS_ERR_OK) {
     set_dense(ps, f);
-    for (int i = 0; i < ps->sparse_count && rc == PS_ERR_OK; i++) {
-      if ((rc = pserver_rows_load(ps->sparse[i], &f->rows[i], err)) != PS_ERR_OK) {
+    for (int i = 0; i < ps->store.table_count && rc == PS_ERR_OK; i++) {
+      if ((rc = pserver_rows_load(ps->store.tables[i], &f->rows[i], err)) != PS_ERR_OK) {
         ps_error_set(err, rc, "%s: %s", path, err->msg);
       }
     }
@@ -400,14 +400,14 @@ ps_err pserver_resume(pserver *ps, long resume_step, ps_error *err) {
   if (rc == PS_ERR_OK) {
     rc = load_file(ps, path, err);
     if (rc == PS_ERR_OK) {
-      ps->version = step;
+      ps->updates = step;
     } else {
       ps_error_set(err, rc, "--resume: %s", err->msg);
       pserver_deconfigure(ps);
     }
   }
   pthread_mutex_unlock(&ps->lock);
-  if (rc == PS_ERR_OK) LOG_INFO("resumed from %s at step %ld", path, ps->version);
+  if (rc == PS_ERR_OK) LOG_INFO("resumed from %s at step %ld", path, ps->updates);
   return rc;
 }
 
@@ -420,7 +420,7 @@ void pserver_rollback_queue(pserver *ps, rpc_call *call, long step, uint32_t tra
     pserver_refuse(call, "Rollback", PS_ERR_NO_MEMORY, "pserver %d: out of memory", ps->cfg.id);
     return;
   }
-  pserver_disk *d = &ps->disk;
+  pserver_checkpointer *d = &ps->ckpt;
   pthread_mutex_lock(&d->lock);
   *r = (pserver_rollback){call, step, trainer, restarted_pserver, d->queued, NULL};
   *d->rollbacks_tail = r;
@@ -443,7 +443,7 @@ static void rollback_read_free(rollback_read *rr) {
 /* Reads this pserver's checkpoint of `step` whole, checks it and builds its
  * tables aside (no lock: the job, its hash, the layout and the tables'
  * settings do not change while serving, and only this thread replaces
- * ps->sparse[i]). */
+ * ps->store.tables[i]). */
 static ps_err read_rollback(pserver *ps, long step, rollback_read *rr, ps_error *err) {
   char path[4096];
   pserver_checkpoint_path(ps, step, path, sizeof path);
@@ -454,12 +454,12 @@ static ps_err read_rollback(pserver *ps, long step, rollback_read *rr, ps_error 
     return ps_error_set(err, PS_ERR_FAILED_PRECONDITION,
                         "%s holds step %ld of another job", path, file_step);
   }
-  if (pserver_shard_file_read(path, shard_floats(ps), ps->sparse, ps->sparse_count, ps->cfg.id,
-                              ps->cfg.pservers, &rr->file, err) != PS_ERR_OK) {
+  if (pserver_shard_file_read(path, shard_floats(ps), ps->store.tables, ps->store.table_count,
+                              ps->cfg.id, ps->cfg.pservers, &rr->file, err) != PS_ERR_OK) {
     return err->code;
   }
-  for (int i = 0; i < ps->sparse_count; i++) {
-    if (sparse_table_create(&rr->tables[i], sparse_table_config_of(ps->sparse[i]), err) !=
+  for (int i = 0; i < ps->store.table_count; i++) {
+    if (sparse_table_create(&rr->tables[i], sparse_table_config_of(ps->store.tables[i]), err) !=
             PS_ERR_OK ||
         pserver_rows_load(rr->tables[i], &rr->file.rows[i], err) != PS_ERR_OK) {
       return ps_error_set(err, err->code, "%s: %s", path, err->msg);
@@ -473,15 +473,15 @@ static ps_err read_rollback(pserver *ps, long step, rollback_read *rr, ps_error 
  * tables built from the file take the place of the pserver's, whose rows
  * rr then holds, to be freed off the lock. */
 static void apply_rollback(pserver *ps, const pserver_rollback *r, rollback_read *rr) {
-  long from = ps->version;
+  long from = ps->updates;
   set_dense(ps, &rr->file);
-  for (int i = 0; i < ps->sparse_count; i++) {
-    sparse_table *old = ps->sparse[i];
-    ps->sparse[i] = rr->tables[i];
+  for (int i = 0; i < ps->store.table_count; i++) {
+    sparse_table *old = ps->store.tables[i];
+    ps->store.tables[i] = rr->tables[i];
     rr->tables[i] = old;
   }
-  if (ps->sp != NULL) ps->sp->pulled_step = -1; /* new tables: the next pull is merged again */
-  ps->version = r->step;
+  ps->mode->rolled_back(ps); /* new tables: what the mode kept of steps goes */
+  ps->updates = r->step;
   char why[128];
   snprintf(why, sizeof why, "pserver %d rolled back to step %ld", ps->cfg.id, r->step);
   pserver_abort_waiting_locked(ps, PS_ERR_ABORTED, why);
@@ -499,19 +499,19 @@ static void run_rollback(pserver *ps, pserver_rollback *r) {
   pthread_mutex_lock(&ps->lock);
   if (ps->stopping) {
     pserver_refuse(r->call, "Rollback", ps->stop_code, "%s", ps->stop_reason);
-  } else if (r->step > ps->version) {
+  } else if (r->step > ps->updates) {
     pserver_refuse(r->call, "Rollback", PS_ERR_FAILED_PRECONDITION,
-                   "cannot roll forward from step %ld to %ld", ps->version, r->step);
-  } else if (r->step != ps->version && rc != PS_ERR_OK) {
+                   "cannot roll forward from step %ld to %ld", ps->updates, r->step);
+  } else if (r->step != ps->updates && rc != PS_ERR_OK) {
     pserver_refuse(r->call, "Rollback", PS_ERR_FAILED_PRECONDITION,
                    "pserver %d cannot roll back from step %ld to %ld: %s", ps->cfg.id,
-                   ps->version, r->step, err.msg);
+                   ps->updates, r->step, err.msg);
   } else {
     /* At the step already (another trainer asked first): the step's pushes stay. */
-    if (r->step != ps->version) apply_rollback(ps, r, rr);
+    if (r->step != ps->updates) apply_rollback(ps, r, rr);
     Pstrain__RollbackReply reply = PSTRAIN__ROLLBACK_REPLY__INIT;
     reply.pserver_incarnation = ps->incarnation;
-    reply.step = (uint64_t)ps->version;
+    reply.step = (uint64_t)ps->updates;
     pserver_reply_message(r->call, &reply.base);
   }
   pthread_mutex_unlock(&ps->lock);

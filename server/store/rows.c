@@ -1,10 +1,13 @@
 /* The sparse tables' side of the pserver's requests (CTR jobs): checks of
  * the SparseRows a push or pull carries, the sync step's merge (union of the
  * trainers' keys in trainer-id order, gradients and counts summed in that
- * order, one push and one pull per table), the async path, the pull kinds
- * and the sync pull barrier. Lock held throughout; every reply's rows are
+ * order, one push and one pull per table), the async and geo paths and the
+ * pull kinds (the sync pull barrier is the sync mode's). Lock held
+ * throughout; every reply's rows are
  * copied by the RPC layer (lease NULL), so the scratch is reused at once. */
 #define _POSIX_C_SOURCE 200809L
+#include "server/store/rows.h"
+
 #include "server/pserver_internal.h"
 
 #include <stdio.h>
@@ -40,7 +43,7 @@ static int rows_reserve(sparse_rows *r, size_t n, size_t values) {
   return grow(&r->values, &r->values_cap, values, sizeof *r->values);
 }
 
-static void rows_free(sparse_rows *r) {
+void sparse_rows_free(sparse_rows *r) {
   free(r->keys);
   free(r->values);
   free(r->counts);
@@ -48,26 +51,23 @@ static void rows_free(sparse_rows *r) {
 }
 
 static int dim_of(const pserver *ps, int t) {
-  return sparse_table_config_of(ps->sparse[t])->dim;
+  return sparse_table_config_of(ps->store.tables[t])->dim;
 }
 
-ps_err pserver_sparse_configure(pserver *ps, ps_error *err) {
-  if (ps->sparse_count == 0) return PS_ERR_OK;
+ps_err store_rows_configure(pserver *ps, ps_error *err) {
+  if (ps->store.table_count == 0) return PS_ERR_OK;
   size_t n = (size_t)ps->cfg.trainers;
-  pserver_sparse *sp = calloc(1, sizeof *sp);
+  store_rows *sp = calloc(1, sizeof *sp);
   if (sp != NULL) {
     sp->trainers = calloc(n, sizeof *sp->trainers);
     sp->which = calloc(n, sizeof *sp->which);
     sp->rowp = calloc(n, sizeof *sp->rowp);
-    sp->pull_calls = calloc(n, sizeof *sp->pull_calls);
   }
-  if (sp == NULL || sp->trainers == NULL || sp->which == NULL || sp->rowp == NULL ||
-      sp->pull_calls == NULL) {
+  if (sp == NULL || sp->trainers == NULL || sp->which == NULL || sp->rowp == NULL) {
     if (sp != NULL) {
       free(sp->trainers);
       free(sp->which);
       free(sp->rowp);
-      free(sp->pull_calls);
     }
     free(sp);
     return ps_error_set(err, PS_ERR_NO_MEMORY, "pserver: out of memory for the sparse state");
@@ -75,24 +75,22 @@ ps_err pserver_sparse_configure(pserver *ps, ps_error *err) {
   sparse_dedup_init(&sp->dedup);
   sp->max_keys = (size_t)ps->job.batch * CTR_CAT_FIELDS * /* geo: the rows of K steps */
                  (ps->job.geo_steps > 0 ? (size_t)ps->job.geo_steps : 1);
-  sp->pulled_step = -1;
-  ps->sp = sp;
+  ps->store.rows = sp;
   return PS_ERR_OK;
 }
 
-void pserver_sparse_deconfigure(pserver *ps) {
-  pserver_sparse *sp = ps->sp;
+void store_rows_deconfigure(pserver *ps) {
+  store_rows *sp = ps->store.rows;
   if (sp == NULL) return;
-  pserver_sparse_drop_pull(ps, -1, PS_ERR_ABORTED, "the pserver dropped its job");
   for (int i = 0; i < ps->cfg.trainers; i++) {
     for (int t = 0; t < CTR_TABLES_MAX; t++) {
-      rows_free(&sp->trainers[i].grads[t]);
-      rows_free(&sp->trainers[i].next[t]);
-      rows_free(&sp->trainers[i].pull[t]);
+      sparse_rows_free(&sp->trainers[i].grads[t]);
+      sparse_rows_free(&sp->trainers[i].next[t]);
+      sparse_rows_free(&sp->trainers[i].pull[t]);
     }
   }
   for (int f = 0; f < SPARSE_FIELDS; f++) {
-    for (int t = 0; t < CTR_TABLES_MAX; t++) rows_free(&sp->req[f][t]);
+    for (int t = 0; t < CTR_TABLES_MAX; t++) sparse_rows_free(&sp->req[f][t]);
   }
   for (int t = 0; t < CTR_TABLES_MAX; t++) {
     free(sp->rows[t]);
@@ -106,25 +104,24 @@ void pserver_sparse_deconfigure(pserver *ps) {
   free(sp->trainers);
   free(sp->which);
   free(sp->rowp);
-  free(sp->pull_calls);
   free(sp);
-  ps->sp = NULL;
+  ps->store.rows = NULL;
 }
 
 /* --- checks ------------------------------------------------------------------- */
 
-size_t pserver_sparse_pull_limit(const pserver *ps) {
+size_t store_rows_pull_limit(const pserver *ps) {
   size_t small = 64 * 1024;
-  if (!ps->configured || ps->sp == NULL) return small;
+  if (!ps->configured || ps->store.rows == NULL) return small;
   /* keys (8 bytes) and counts (4) of a batch's keys per table, plus headers */
-  return small + (size_t)ps->sparse_count * (ps->sp->max_keys * 12 + 64);
+  return small + (size_t)ps->store.table_count * (ps->store.rows->max_keys * 12 + 64);
 }
 
 /* Checks one SparseRows and copies it to its req slot; refusal text in why. */
 static ps_err check_rows(pserver *ps, const rpc_message *msg, const wire_sparse_ref *ref,
                          int field, int counts_optional, char *why, size_t len) {
-  pserver_sparse *sp = ps->sp;
-  const char *name = sparse_table_config_of(ps->sparse[ref->table])->name;
+  store_rows *sp = ps->store.rows;
+  const char *name = sparse_table_config_of(ps->store.tables[ref->table])->name;
   const char *what = field == SPARSE_FIELD_GRADS ? "sparse_grads" : "sparse_keys";
   size_t n = ref->keys.len / 8, dim = (size_t)dim_of(ps, (int)ref->table);
   if (ref->keys.len % 8 != 0) {
@@ -196,9 +193,9 @@ static ps_err check_rows(pserver *ps, const rpc_message *msg, const wire_sparse_
   return PS_ERR_OK;
 }
 
-ps_err pserver_sparse_check(pserver *ps, rpc_call *call, const char *method,
+ps_err store_rows_check(pserver *ps, rpc_call *call, const char *method,
                             const rpc_message *msg, const wire_blocks_msg *m, int pull) {
-  pserver_sparse *sp = ps->sp;
+  store_rows *sp = ps->store.rows;
   if (m->sparse_count > 0 && sp == NULL) {
     pserver_refuse(call, method, PS_ERR_INVALID_ARGUMENT,
                    "sparse rows sent to a job without sparse tables (an MLP model)");
@@ -217,12 +214,12 @@ ps_err pserver_sparse_check(pserver *ps, rpc_call *call, const char *method,
     ps_err rc = PS_ERR_INVALID_ARGUMENT;
     if (pull && f == SPARSE_FIELD_GRADS) {
       snprintf(why, sizeof why, "a Pull carries no sparse_grads");
-    } else if (ref->table >= (uint32_t)ps->sparse_count) {
+    } else if (ref->table >= (uint32_t)ps->store.table_count) {
       snprintf(why, sizeof why, "table %u: the job has %d sparse table(s)", ref->table,
-               ps->sparse_count);
+               ps->store.table_count);
     } else if (seen[f][ref->table]) {
       snprintf(why, sizeof why, "table %s appears twice in %s",
-               sparse_table_config_of(ps->sparse[ref->table])->name,
+               sparse_table_config_of(ps->store.tables[ref->table])->name,
                f == SPARSE_FIELD_GRADS ? "sparse_grads" : "sparse_keys");
     } else {
       rc = check_rows(ps, msg, ref, f, pull && m->kind == PSTRAIN__PULL_KIND__PULL_LOOKUP, why,
@@ -236,12 +233,12 @@ ps_err pserver_sparse_check(pserver *ps, rpc_call *call, const char *method,
     sp->req_present[f] = 1;
   }
   for (int f = 0; f < SPARSE_FIELDS; f++) {
-    for (int t = 0; t < ps->sparse_count && sp->req_present[f]; t++) {
+    for (int t = 0; t < ps->store.table_count && sp->req_present[f]; t++) {
       if (seen[f][t]) continue;
       pserver_refuse(call, method, PS_ERR_INVALID_ARGUMENT,
                      "%s without table %s: every table comes, with or without keys",
                      f == SPARSE_FIELD_GRADS ? "sparse_grads" : "sparse_keys",
-                     sparse_table_config_of(ps->sparse[t])->name);
+                     sparse_table_config_of(ps->store.tables[t])->name);
       return PS_ERR_INVALID_ARGUMENT;
     }
   }
@@ -253,7 +250,7 @@ ps_err pserver_sparse_check(pserver *ps, rpc_call *call, const char *method,
 /* The union of rows[0..count) (in that order) into sp->dedup.unique, each
  * key's slot in it in sp->slot; counts summed into sp->counts and values
  * (dim each) summed into sp->sums when asked. */
-static ps_err merge(pserver_sparse *sp, sparse_rows *const *rows, int count, int dim,
+static ps_err merge(store_rows *sp, sparse_rows *const *rows, int count, int dim,
                     int sum_counts, int sum_values, ps_error *err) {
   size_t total = 0;
   for (int i = 0; i < count; i++) total += rows[i]->n;
@@ -294,7 +291,7 @@ static ps_err merge(pserver_sparse *sp, sparse_rows *const *rows, int count, int
  * sp->rows[table] (union order); sp->slot maps each trainer's keys. */
 static ps_err merged_pull(pserver *ps, int t, sparse_rows *const *rows, int count, long step,
                           ps_error *err) {
-  pserver_sparse *sp = ps->sp;
+  store_rows *sp = ps->store.rows;
   int dim = dim_of(ps, t);
   if (merge(sp, rows, count, dim, 1, 0, err) != PS_ERR_OK) return err->code;
   size_t u = sp->dedup.n_unique;
@@ -302,22 +299,22 @@ static ps_err merged_pull(pserver *ps, int t, sparse_rows *const *rows, int coun
     return ps_error_set(err, PS_ERR_NO_MEMORY, "pserver: out of memory for %zu rows", u);
   }
   sp->merged[t] = u;
-  return sparse_table_pull(ps->sparse[t], sp->dedup.unique, u, sp->counts, step, sp->rows[t],
+  return sparse_table_pull(ps->store.tables[t], sp->dedup.unique, u, sp->counts, step, sp->rows[t],
                            err);
 }
 
-ps_err pserver_sparse_apply_step(pserver *ps, const int *slots, int count, ps_error *err) {
-  pserver_sparse *sp = ps->sp;
+ps_err store_rows_apply_step(pserver *ps, const int *slots, int count, ps_error *err) {
+  store_rows *sp = ps->store.rows;
   sparse_rows **rows = sp->rowp;
-  for (int t = 0; t < ps->sparse_count; t++) {
+  for (int t = 0; t < ps->store.table_count; t++) {
     int dim = dim_of(ps, t);
     for (int i = 0; i < count; i++) rows[i] = &sp->trainers[slots[i]].grads[t];
     if (merge(sp, rows, count, dim, 0, 1, err) != PS_ERR_OK) return err->code;
     size_t n = sp->dedup.n_unique * (size_t)dim;
     float scale = 1.0f / (float)count;
     for (size_t j = 0; j < n; j++) sp->sums[j] *= scale;
-    if (sparse_table_push(ps->sparse[t], sp->dedup.unique, sp->dedup.n_unique, sp->sums,
-                          ps->version, err) != PS_ERR_OK) {
+    if (sparse_table_push(ps->store.tables[t], sp->dedup.unique, sp->dedup.n_unique, sp->sums,
+                          ps->updates, err) != PS_ERR_OK) {
       return err->code;
     }
   }
@@ -328,7 +325,7 @@ ps_err pserver_sparse_apply_step(pserver *ps, const int *slots, int count, ps_er
 static void maybe_evict(pserver *ps, long done) {
   long after = ps->job.sparse.evict_after, every = after / 4 > 0 ? after / 4 : 1;
   if (after <= 0 || done % every != 0) return;
-  for (int t = 0; t < ps->sparse_count; t++) sparse_table_evict(ps->sparse[t], done);
+  for (int t = 0; t < ps->store.table_count; t++) sparse_table_evict(ps->store.tables[t], done);
 }
 
 /* --- replies -------------------------------------------------------------------- */
@@ -336,16 +333,16 @@ static void maybe_evict(pserver *ps, long done) {
 /* Where each reply's rows come from: trainer i's keys (of rows[i][table])
  * index the last merged pull of that table through slots from `offset`. */
 typedef struct merged_reply {
-  sparse_rows *(*rows)[CTR_TABLES_MAX];
+  store_rows_which *rows;
 } merged_reply;
 
 static const float no_rows[1];
 
 /* Gathers trainer `index`'s rows out of each table's merged pull. */
 static void add_merged_rows(pserver *ps, int index, wire_writer *w, void *ctx) {
-  pserver_sparse *sp = ps->sp;
+  store_rows *sp = ps->store.rows;
   merged_reply *mr = ctx;
-  for (int t = 0; t < ps->sparse_count; t++) {
+  for (int t = 0; t < ps->store.table_count; t++) {
     const sparse_rows *r = mr->rows[index][t];
     size_t dim = (size_t)dim_of(ps, t);
     if (r->n > 0 && !grow(&sp->out[t], &sp->out_cap[t], r->n * dim, sizeof(float))) {
@@ -365,96 +362,129 @@ static void add_merged_rows(pserver *ps, int index, wire_writer *w, void *ctx) {
 
 /* Replaces each trainer's counts by its keys' slots in the union: the
  * counts were summed already, and replies need only where each row lies. */
-static void keep_slots(pserver_sparse *sp, sparse_rows *const *rows, int count) {
+static void keep_slots(store_rows *sp, sparse_rows *const *rows, int count) {
   for (size_t i = 0, at = 0; i < (size_t)count; at += rows[i]->n, i++) {
     for (size_t k = 0; k < rows[i]->n; k++) rows[i]->counts[k] = sp->slot[at + k];
   }
 }
 
-/* Pulls the union of each calls' keys (which[i][table], id order) at step
- * and answers each call with its rows; on failure every call gets it. */
-static void pull_and_reply(pserver *ps, sparse_rows *(*which)[CTR_TABLES_MAX],
-                           rpc_call *const *calls, int count, long step) {
+ps_err store_rows_pull_reply(pserver *ps, store_rows_which *which, rpc_call *const *calls,
+                             int count, long step) {
   ps_error err;
-  sparse_rows **rows = ps->sp->rowp;
-  for (int t = 0; t < ps->sparse_count; t++) {
+  sparse_rows **rows = ps->store.rows->rowp;
+  for (int t = 0; t < ps->store.table_count; t++) {
     for (int i = 0; i < count; i++) rows[i] = which[i][t];
     if (merged_pull(ps, t, rows, count, step, &err) != PS_ERR_OK) {
       for (int i = 0; i < count; i++) {
         pserver_refuse(calls[i], "PushPull/Pull", err.code, "%s", err.msg);
       }
-      return;
+      return err.code;
     }
-    keep_slots(ps->sp, rows, count);
+    keep_slots(ps->store.rows, rows, count);
   }
-  if (ps->job.update == UPDATE_SYNC) ps->sp->pulled_step = step;
   merged_reply mr = {.rows = which};
   pserver_reply_params_rows(ps, calls, count, add_merged_rows, &mr);
+  return PS_ERR_OK;
 }
 
-void pserver_sparse_reply_step(pserver *ps, const int *slots, rpc_call *const *calls, int count) {
-  maybe_evict(ps, ps->version);
-  sparse_rows *(*which)[CTR_TABLES_MAX] = ps->sp->which;
+ps_err store_rows_reply_step(pserver *ps, const int *slots, rpc_call *const *calls, int count) {
+  maybe_evict(ps, ps->updates);
+  store_rows_which *which = ps->store.rows->which;
   for (int i = 0; i < count; i++) {
-    for (int t = 0; t < ps->sparse_count; t++) which[i][t] = &ps->sp->trainers[slots[i]].next[t];
+    for (int t = 0; t < ps->store.table_count; t++) {
+      which[i][t] = &ps->store.rows->trainers[slots[i]].next[t];
+    }
   }
-  pull_and_reply(ps, which, calls, count, ps->version);
+  return store_rows_pull_reply(ps, which, calls, count, ps->updates);
 }
 
-ps_err pserver_sparse_apply_async(pserver *ps, long step, ps_error *err) {
+ps_err store_rows_apply_async(pserver *ps, long step, ps_error *err) {
   float scale = 1.0f / (float)ps->cfg.trainers;
-  for (int t = 0; t < ps->sparse_count; t++) {
-    sparse_rows *r = &ps->sp->req[SPARSE_FIELD_GRADS][t];
+  for (int t = 0; t < ps->store.table_count; t++) {
+    sparse_rows *r = &ps->store.rows->req[SPARSE_FIELD_GRADS][t];
     size_t n = r->n * (size_t)dim_of(ps, t);
     for (size_t j = 0; j < n; j++) r->values[j] *= scale;
-    if (sparse_table_push(ps->sparse[t], r->keys, r->n, r->values, step, err) != PS_ERR_OK) {
+    if (sparse_table_push(ps->store.tables[t], r->keys, r->n, r->values, step, err) != PS_ERR_OK) {
       return err->code;
     }
   }
   return PS_ERR_OK;
 }
 
-void pserver_sparse_reply_async(pserver *ps, rpc_call *call) {
+void store_rows_reply_async(pserver *ps, rpc_call *call) {
   int n = ps->cfg.trainers;
-  if (ps->version % n == 0) maybe_evict(ps, ps->version / n);
-  sparse_rows *(*which)[CTR_TABLES_MAX] = ps->sp->which;
-  for (int t = 0; t < ps->sparse_count; t++) which[0][t] = &ps->sp->req[SPARSE_FIELD_KEYS][t];
-  pull_and_reply(ps, which, &call, 1, ps->version / n);
+  if (ps->updates % n == 0) maybe_evict(ps, ps->updates / n);
+  store_rows_which *which = ps->store.rows->which;
+  for (int t = 0; t < ps->store.table_count; t++) {
+    which[0][t] = &ps->store.rows->req[SPARSE_FIELD_KEYS][t];
+  }
+  store_rows_pull_reply(ps, which, &call, 1, ps->updates / n);
 }
 
-/* Read-only rows of the checked keys of each table. */
+/* A read-only reply: its call, and the batched lookup of its keys' rows
+ * (failed_at: the table whose rows found no memory, -1 none). */
+typedef struct lookup_reply {
+  rpc_call *call;
+  int failed_at;
+  store_lookup lookup;
+} lookup_reply;
+
+/* Writes the looked-up rows of the checked keys of each table. */
 static void add_lookup_rows(pserver *ps, int index, wire_writer *w, void *ctx) {
   (void)index;
-  (void)ctx;
-  pserver_sparse *sp = ps->sp;
+  const lookup_reply *lr = ctx;
+  store_rows *sp = ps->store.rows;
   if (sp == NULL || !sp->req_present[SPARSE_FIELD_KEYS]) return;
-  for (int t = 0; t < ps->sparse_count; t++) {
+  for (int t = 0; t < ps->store.table_count; t++) {
     const sparse_rows *r = &sp->req[SPARSE_FIELD_KEYS][t];
     size_t dim = (size_t)dim_of(ps, t);
-    if (r->n > 0 && !grow(&sp->out[t], &sp->out_cap[t], r->n * dim, sizeof(float))) {
+    if (t == lr->failed_at) {
       w->status = PS_ERR_NO_MEMORY;
       w->refused = "out of memory for a reply's rows";
       return;
     }
-    if (r->n > 0) sparse_table_lookup(ps->sparse[t], r->keys, r->n, sp->out[t]);
     wire_writer_sparse(w, WIRE_SPARSE_ROWS, (uint32_t)t, NULL, 0, r->n > 0 ? sp->out[t] : no_rows,
                        r->n * dim, NULL, NULL);
     ps->stats_out += r->n * dim * sizeof(float);
   }
 }
 
-void pserver_sparse_reply_lookup(pserver *ps, rpc_call *call) {
-  pserver_reply_params_rows(ps, &call, 1, add_lookup_rows, NULL);
+static void lookup_done(pserver *ps, store_lookup *l, ps_err rc, void *ctx) {
+  (void)l;
+  (void)rc; /* in memory, a lookup cannot fail */
+  lookup_reply *lr = ctx;
+  pserver_reply_params_rows(ps, &lr->call, 1, add_lookup_rows, lr);
+}
+
+void store_rows_reply_lookup(pserver *ps, rpc_call *call) {
+  store_rows *sp = ps->store.rows;
+  /* Completes before submit returns (rows in memory), so the stack will do. */
+  lookup_reply lr = {.call = call, .failed_at = -1};
+  lr.lookup = (store_lookup){.done = lookup_done, .ctx = &lr};
+  for (int t = 0; sp != NULL && sp->req_present[SPARSE_FIELD_KEYS] &&
+                  t < ps->store.table_count; t++) {
+    const sparse_rows *r = &sp->req[SPARSE_FIELD_KEYS][t];
+    size_t dim = (size_t)dim_of(ps, t);
+    if (r->n > 0 && !grow(&sp->out[t], &sp->out_cap[t], r->n * dim, sizeof(float))) {
+      lr.failed_at = t;
+      break;
+    }
+    lr.lookup.keys[t] = r->keys;
+    lr.lookup.n[t] = r->n;
+    lr.lookup.rows[t] = sp->out[t];
+    lr.lookup.tables = t + 1;
+  }
+  store_lookup_submit(ps, &lr.lookup);
 }
 
 /* Every row with its key, ascending (sparse_table_dump), per table. */
 static void add_all_rows(pserver *ps, int index, wire_writer *w, void *ctx) {
   (void)index;
   (void)ctx;
-  pserver_sparse *sp = ps->sp;
-  for (int t = 0; t < ps->sparse_count; t++) {
+  store_rows *sp = ps->store.rows;
+  for (int t = 0; t < ps->store.table_count; t++) {
     sparse_table_stats st;
-    sparse_table_stats_get(ps->sparse[t], &st);
+    sparse_table_stats_get(ps->store.tables[t], &st);
     size_t dim = (size_t)dim_of(ps, t);
     sparse_rows *r = &sp->req[SPARSE_FIELD_KEYS][t];
     ps_error err;
@@ -463,7 +493,7 @@ static void add_all_rows(pserver *ps, int index, wire_writer *w, void *ctx) {
       w->refused = "out of memory for every row of a table";
       return;
     }
-    if (sparse_table_dump(ps->sparse[t], r->keys, r->values, NULL, NULL, &err) != PS_ERR_OK) {
+    if (sparse_table_dump(ps->store.tables[t], r->keys, r->values, NULL, NULL, &err) != PS_ERR_OK) {
       LOG_ERROR("PULL_ALL: %s", err.msg);
       w->status = err.code;
       w->refused = "dumping a table's rows failed (the pserver's log says why)";
@@ -476,49 +506,11 @@ static void add_all_rows(pserver *ps, int index, wire_writer *w, void *ctx) {
   }
 }
 
-/* --- pulls and the sync pull barrier ---------------------------------------------- */
+/* --- pulls and keys -------------------------------------------------------------- */
 
-int pserver_sparse_pull_waits(const pserver *ps, int trainer) {
-  return ps->sp != NULL && ps->sp->trainers[trainer].pull_call != NULL;
-}
-
-int pserver_sparse_pull_late(const pserver *ps, double now) {
-  return ps->sp != NULL && ps->sp->pulled_count > 0 &&
-         now - ps->sp->pull_started > ps->cfg.step_timeout;
-}
-
-void pserver_sparse_drop_pull(pserver *ps, int trainer, ps_err code, const char *why) {
-  pserver_sparse *sp = ps->sp;
-  if (sp == NULL) return;
-  for (int i = trainer < 0 ? 0 : trainer; i < (trainer < 0 ? ps->cfg.trainers : trainer + 1); i++) {
-    if (sp->trainers[i].pull_call == NULL) continue;
-    rpc_call_reply(sp->trainers[i].pull_call, code, why, NULL, 0);
-    sp->trainers[i].pull_call = NULL;
-    sp->pulled_count--;
-  }
-}
-
-void pserver_sparse_pull_try_complete(pserver *ps) {
-  pserver_sparse *sp = ps->sp;
-  if (sp == NULL || sp->pulled_count == 0 || sp->pulled_count < ps->active) return;
-  int count = 0;
-  rpc_call **calls = sp->pull_calls;
-  sparse_rows *(*which)[CTR_TABLES_MAX] = sp->which;
-  for (int i = 0; i < ps->cfg.trainers; i++) {
-    sparse_trainer *tr = &sp->trainers[i];
-    if (tr->pull_call == NULL) continue;
-    calls[count] = tr->pull_call;
-    for (int t = 0; t < ps->sparse_count; t++) which[count][t] = &tr->pull[t];
-    count++;
-    tr->pull_call = NULL;
-  }
-  sp->pulled_count = 0;
-  pull_and_reply(ps, which, calls, count, ps->version);
-}
-
-/* Swaps the checked keys of each table into dst (the request's buffers are
- * reused for the next one). */
-static void take_keys(pserver_sparse *sp, int field, sparse_rows *dst) {
+/* Swaps the checked rows of field of each table into dst (the request's
+ * buffers are reused for the next one). */
+static void take_rows(store_rows *sp, int field, sparse_rows *dst) {
   for (int t = 0; t < CTR_TABLES_MAX; t++) {
     sparse_rows keep = dst[t];
     dst[t] = sp->req[field][t];
@@ -527,63 +519,48 @@ static void take_keys(pserver_sparse *sp, int field, sparse_rows *dst) {
   }
 }
 
-static void pull_step(pserver *ps, rpc_call *call, const wire_blocks_msg *m) {
-  pserver_sparse *sp = ps->sp;
-  uint32_t id = m->key.trainer_id;
-  if (ps->job.update != UPDATE_SYNC) {
-    sparse_rows *(*which)[CTR_TABLES_MAX] = sp->which;
-    for (int t = 0; t < ps->sparse_count; t++) which[0][t] = &sp->req[SPARSE_FIELD_KEYS][t];
-    pull_and_reply(ps, which, &call, 1, ps->version / ps->cfg.trainers);
-    return;
-  }
-  if (ps->stopping) {
-    pserver_refuse(call, "Pull", ps->stop_code, "%s", ps->stop_reason);
-    return;
-  }
-  if (ps->trainers[id].lost) {
-    pserver_refuse(call, "Pull", PS_ERR_FAILED_PRECONDITION,
-                   "trainer %u was dropped for missing a step (--on-trainer-loss continue)", id);
-    return;
-  }
-  if (m->key.step != (uint64_t)ps->version) {
-    pserver_refuse(call, "Pull", PS_ERR_ABORTED,
-                   "trainer %u pulled the rows of step %llu but the pserver is at step %ld", id,
-                   (unsigned long long)m->key.step, ps->version);
-    return;
-  }
-  if (sp->pulled_step == ps->version) {
-    /* A restarted trainer: its old incarnation's keys of this step were in the merged pull
-     * (admission counted them) and the others wait at their pushes: read-only rows. */
-    pserver_sparse_reply_lookup(ps, call);
-    return;
-  }
-  sparse_trainer *tr = &sp->trainers[id];
-  if (tr->pull_call != NULL) {
-    /* A resend while the barrier waits: keep the newer call and its keys. */
-    rpc_call_reply(tr->pull_call, PS_ERR_ABORTED, "superseded by a resend of the same pull", NULL, 0);
-  } else if (sp->pulled_count++ == 0) {
-    sp->pull_started = now_s();
-  }
-  tr->pull_call = call;
-  take_keys(sp, SPARSE_FIELD_KEYS, tr->pull);
-  pserver_sparse_pull_try_complete(ps);
+void store_rows_keep_pull(pserver *ps, int id) {
+  take_rows(ps->store.rows, SPARSE_FIELD_KEYS, ps->store.rows->trainers[id].pull);
 }
 
-void pserver_sparse_pull(pserver *ps, rpc_call *call, const wire_blocks_msg *m) {
+ps_err store_rows_reply_pulls(pserver *ps, const int *ids, rpc_call *const *calls, int count,
+                              long step) {
+  store_rows *sp = ps->store.rows;
+  for (int i = 0; i < count; i++) {
+    for (int t = 0; t < ps->store.table_count; t++) sp->which[i][t] = &sp->trainers[ids[i]].pull[t];
+  }
+  return store_rows_pull_reply(ps, sp->which, calls, count, step);
+}
+
+/* A PULL_STEP outside the sync barrier: the rows of its keys at once. */
+void store_rows_pull_now(pserver *ps, rpc_call *call) {
+  store_rows_which *which = ps->store.rows->which;
+  for (int t = 0; t < ps->store.table_count; t++) {
+    which[0][t] = &ps->store.rows->req[SPARSE_FIELD_KEYS][t];
+  }
+  store_rows_pull_reply(ps, which, &call, 1, ps->updates / ps->cfg.trainers);
+}
+
+void store_rows_pull(pserver *ps, rpc_call *call, const wire_blocks_msg *m) {
   switch (m->kind) {
   case PSTRAIN__PULL_KIND__PULL_STEP:
-    if (ps->sp != NULL && ps->sp->req_present[SPARSE_FIELD_KEYS]) pull_step(ps, call, m);
-    else pserver_reply_params(ps, &call, 1);
+    if (ps->store.rows != NULL && ps->store.rows->req_present[SPARSE_FIELD_KEYS]) {
+      ps->mode->pull_step(ps, call, m);
+    } else {
+      pserver_reply_params(ps, &call, 1);
+    }
     break;
-  case PSTRAIN__PULL_KIND__PULL_LOOKUP: pserver_sparse_reply_lookup(ps, call); break;
+  case PSTRAIN__PULL_KIND__PULL_LOOKUP: store_rows_reply_lookup(ps, call); break;
   case PSTRAIN__PULL_KIND__PULL_ALL:
-    if (ps->sp == NULL) {
+    if (ps->store.rows == NULL) {
       pserver_reply_params(ps, &call, 1);
       break;
     }
     pserver_reply_params_rows(ps, &call, 1, add_all_rows, NULL);
     /* gRPC copied the reply: the tables' copy is not kept (an export is rare). */
-    for (int t = 0; t < ps->sparse_count; t++) rows_free(&ps->sp->req[SPARSE_FIELD_KEYS][t]);
+    for (int t = 0; t < ps->store.table_count; t++) {
+      sparse_rows_free(&ps->store.rows->req[SPARSE_FIELD_KEYS][t]);
+    }
     break;
   default:
     pserver_refuse(call, "Pull", PS_ERR_INVALID_ARGUMENT, "unknown pull kind %u", m->kind);
@@ -591,9 +568,71 @@ void pserver_sparse_pull(pserver *ps, rpc_call *call, const wire_blocks_msg *m) 
   }
 }
 
-void pserver_sparse_store_push(pserver *ps, int id) {
-  pserver_sparse *sp = ps->sp;
+void store_rows_keep_push(pserver *ps, int id) {
+  store_rows *sp = ps->store.rows;
   sparse_trainer *tr = &sp->trainers[id];
-  take_keys(sp, SPARSE_FIELD_GRADS, tr->grads);
-  take_keys(sp, SPARSE_FIELD_KEYS, tr->next);
+  take_rows(sp, SPARSE_FIELD_GRADS, tr->grads);
+  take_rows(sp, SPARSE_FIELD_KEYS, tr->next);
+}
+
+/* --- geo ------------------------------------------------------------------------- */
+
+ps_err store_rows_add(pserver *ps, float scale, long step, uint64_t *added, ps_error *err) {
+  for (int t = 0; t < ps->store.table_count; t++) {
+    const sparse_rows *r = &ps->store.rows->req[SPARSE_FIELD_GRADS][t];
+    if (sparse_table_add_rows(ps->store.tables[t], r->keys, r->n, r->values, scale, step, err) !=
+        PS_ERR_OK) {
+      return err->code;
+    }
+    *added += r->n;
+  }
+  return PS_ERR_OK;
+}
+
+/* The fresh rows of the pushed keys, in their order: read into the pushed
+ * values' buffer, whose changes are applied (or were, for a resend). */
+static void add_fresh_rows(pserver *ps, int index, wire_writer *w, void *ctx) {
+  (void)index;
+  (void)ctx;
+  for (int t = 0; t < ps->store.table_count; t++) {
+    sparse_rows *r = &ps->store.rows->req[SPARSE_FIELD_GRADS][t];
+    size_t dim = (size_t)dim_of(ps, t);
+    if (r->n > 0) sparse_table_lookup(ps->store.tables[t], r->keys, r->n, r->values);
+    wire_writer_sparse(w, WIRE_SPARSE_ROWS, (uint32_t)t, NULL, 0, r->n > 0 ? r->values : no_rows,
+                       r->n * dim, NULL, NULL);
+    ps->stats_out += r->n * dim * sizeof(float);
+  }
+}
+
+void store_rows_reply_fresh(pserver *ps, rpc_call *call) {
+  pserver_reply_params_rows(ps, &call, 1, add_fresh_rows, NULL);
+}
+
+/* --- keys parked with a held reply (ssp) ------------------------------------------ */
+
+/* The held push's next keys wait in the trainer's `next` rows, and come
+ * back into the request's for the reply (the request then being handled
+ * has been answered: its buffers are free). */
+static void swap_keys(store_rows *sp, int id) {
+  for (int t = 0; t < CTR_TABLES_MAX; t++) {
+    sparse_rows keep = sp->trainers[id].next[t];
+    sp->trainers[id].next[t] = sp->req[SPARSE_FIELD_KEYS][t];
+    sp->req[SPARSE_FIELD_KEYS][t] = keep;
+  }
+}
+
+int store_rows_park_keys(pserver *ps, int id) {
+  int present = ps->store.rows->req_present[SPARSE_FIELD_KEYS];
+  swap_keys(ps->store.rows, id);
+  return present;
+}
+
+void store_rows_unpark_keys(pserver *ps, int id, int present) {
+  swap_keys(ps->store.rows, id);
+  ps->store.rows->req_present[SPARSE_FIELD_KEYS] = present;
+}
+
+void store_rows_forget_keys(pserver *ps) {
+  for (int t = 0; t < CTR_TABLES_MAX; t++) ps->store.rows->req[SPARSE_FIELD_KEYS][t].n = 0;
+  ps->store.rows->req_present[SPARSE_FIELD_KEYS] = 0;
 }

@@ -1,0 +1,346 @@
+/* Synchronous updates (--update sync): a step is applied once every
+ * active trainer has pushed it, the gradients summed in trainer-id order
+ * and averaged, and every push answered with the new parameters; the step's
+ * deadline (--step-timeout) drops or names the trainers it waits for.
+ * Jobs with tables also meet at a pull barrier before their first step
+ * (and after a rollback): the union of every trainer's keys is pulled
+ * once. Lock held throughout. */
+#define _POSIX_C_SOURCE 200809L
+#include "server/mode/sync.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "server/pserver_internal.h"
+#include "server/pserver_straggler.h"
+
+typedef struct sync_trainer {
+  rpc_call *waiting;   /* whole pushes: its push, answered when the step completes */
+  rpc_call *pull_call; /* its pull at the barrier (NULL: none); its keys kept by the store */
+} sync_trainer;
+
+typedef struct sync_state {
+  const sync_step_ops *step; /* NULL: whole pushes (this file) */
+  void *step_state;
+  sync_trainer *trainers; /* (trainers) */
+  int pulled_count;       /* trainers at the pull barrier */
+  long pulled_step;       /* the step of the last merged pull (-1: none since the tables were
+                           * loaded): every active trainer's keys of it are in */
+  double pull_started;    /* when the first of them arrived */
+  rpc_call **pull_calls;  /* (trainers) a completed barrier's calls */
+  int *pull_ids;          /* (trainers) ... and their trainers */
+} sync_state;
+
+static sync_state *state_of(const pserver *ps) { return ps->mode_state; }
+
+void *sync_step_state(const pserver *ps) { return state_of(ps)->step_state; }
+void sync_step_set_state(pserver *ps, void *state) { state_of(ps)->step_state = state; }
+
+/* --- whole pushes ------------------------------------------------------------------ */
+
+/* Every active trainer has pushed: apply and answer them. */
+static void complete_step(pserver *ps) {
+  int n = ps->cfg.trainers, count = 0;
+  int *slots = ps->step_slots;
+  rpc_call **calls = ps->step_calls;
+  sync_trainer *st = state_of(ps)->trainers;
+  for (int i = 0; i < n; i++) {
+    if (!ps->trainers[i].pushed) continue;
+    slots[count] = i;
+    calls[count++] = st[i].waiting;
+    ps->trainers[i].pushed = 0;
+    st[i].waiting = NULL;
+  }
+  ps->pushed_count = 0;
+  long step = ps->updates;
+  double t0 = now_s();
+  ps_error err;
+  if (store_apply_step(ps, slots, count, &err) != PS_ERR_OK) {
+    /* Out of memory merging: a table may already hold the step, so it cannot
+     * be taken again; the job stops, naming why (a checkpoint resumes it). */
+    snprintf(ps->failure, sizeof ps->failure, "step %ld: %.400s", step, err.msg);
+    ps->status = PSERVER_FAILED;
+    for (int i = 0; i < count; i++) pserver_refuse(calls[i], "PushPull", err.code, "%s", err.msg);
+    return;
+  }
+  ps->updates++;
+  t0 = timeline_span(ps->cfg.timeline, "apply", step, t0);
+  if (store_reply_step(ps, slots, calls, count) == PS_ERR_OK) {
+    state_of(ps)->pulled_step = ps->updates;
+  }
+  timeline_span(ps->cfg.timeline, "reply", step, t0);
+  pserver_after_step(ps, slots, count);
+}
+
+static void whole_push(pserver *ps, rpc_call *call, const rpc_message *msg,
+                       const wire_blocks_msg *m) {
+  uint32_t id = m->key.trainer_id;
+  trainer_state *tr = &ps->trainers[id];
+  sync_trainer *st = &state_of(ps)->trainers[id];
+  long step = (long)m->key.step;
+  double arrived = now_s();
+  if (tr->pushed) {
+    /* A resend while the step waits: the data is the same; keep the newer call. */
+    rpc_call_reply(st->waiting, PS_ERR_ABORTED, "superseded by a resend of the same push", NULL, 0);
+    st->waiting = call;
+    return;
+  }
+  store_keep_push(ps, (int)id, msg, m);
+  tr->pushed = 1;
+  st->waiting = call;
+  double stored = timeline_span_arg(ps->cfg.timeline, "push", step, arrived, "trainer", id);
+  if (ps->pushed_count++ == 0) ps->step_started = stored;
+  if (ps->pushed_count == ps->active) {
+    double last = timeline_span_arg(ps->cfg.timeline, "wait-for-last", step, ps->step_started,
+                                    "trainer", id);
+    pserver_straggler_note(ps, (int)id, last);
+    pserver_metrics_sync_wait(ps->cfg.metrics, last - ps->step_started, id);
+    complete_step(ps);
+  }
+}
+
+/* Behind: its next keys' rows are read only (the merged pull created them). */
+static void whole_reply_behind(pserver *ps, rpc_call *call, const wire_blocks_msg *m) {
+  (void)m;
+  store_reply_lookup(ps, call);
+}
+
+static void whole_drop(pserver *ps, int trainer, ps_err code, const char *why) {
+  for (int i = trainer < 0 ? 0 : trainer; i < (trainer < 0 ? ps->cfg.trainers : trainer + 1);
+       i++) {
+    sync_trainer *st = &state_of(ps)->trainers[i];
+    if (!ps->trainers[i].pushed) continue;
+    rpc_call_reply(st->waiting, code, why, NULL, 0);
+    st->waiting = NULL;
+    ps->trainers[i].pushed = 0;
+    ps->pushed_count--;
+  }
+  if (trainer < 0) ps->pushed_count = 0;
+}
+
+static void whole_try_complete(pserver *ps) {
+  if (ps->pushed_count > 0 && ps->pushed_count == ps->active) complete_step(ps);
+}
+
+static int whole_started(const pserver *ps) { return ps->pushed_count > 0; }
+
+static const sync_step_ops sync_step_whole = {
+    .parts = 0,
+    .push = whole_push,
+    .reply_behind = whole_reply_behind,
+    .drop = whole_drop,
+    .try_complete = whole_try_complete,
+    .started = whole_started,
+};
+
+/* --- the pull barrier (jobs with tables) --------------------------------------------------- */
+
+/* Answers trainer's waiting pull (or every one: trainer -1) with code. */
+static void drop_pulls(pserver *ps, int trainer, ps_err code, const char *why) {
+  sync_state *st = state_of(ps);
+  for (int i = trainer < 0 ? 0 : trainer; i < (trainer < 0 ? ps->cfg.trainers : trainer + 1);
+       i++) {
+    if (st->trainers[i].pull_call == NULL) continue;
+    rpc_call_reply(st->trainers[i].pull_call, code, why, NULL, 0);
+    st->trainers[i].pull_call = NULL;
+    st->pulled_count--;
+  }
+}
+
+/* Completes the barrier when every active trainer waits there. */
+static void pull_try_complete(pserver *ps) {
+  sync_state *st = state_of(ps);
+  if (st->pulled_count == 0 || st->pulled_count < ps->active) return;
+  int count = 0;
+  for (int i = 0; i < ps->cfg.trainers; i++) {
+    if (st->trainers[i].pull_call == NULL) continue;
+    st->pull_calls[count] = st->trainers[i].pull_call;
+    st->pull_ids[count++] = i;
+    st->trainers[i].pull_call = NULL;
+  }
+  st->pulled_count = 0;
+  if (store_reply_pulls(ps, st->pull_ids, st->pull_calls, count, ps->updates) == PS_ERR_OK) {
+    st->pulled_step = ps->updates;
+  }
+}
+
+/* A checked PULL_STEP with keys: waits at the barrier of the current step
+ * (a restarted trainer's of a step already pulled: read-only rows). */
+static void pull_step(pserver *ps, rpc_call *call, const wire_blocks_msg *m) {
+  sync_state *st = state_of(ps);
+  uint32_t id = m->key.trainer_id;
+  if (ps->stopping) {
+    pserver_refuse(call, "Pull", ps->stop_code, "%s", ps->stop_reason);
+    return;
+  }
+  if (ps->trainers[id].lost) {
+    pserver_refuse(call, "Pull", PS_ERR_FAILED_PRECONDITION,
+                   "trainer %u was dropped for missing a step (--on-trainer-loss continue)", id);
+    return;
+  }
+  if (m->key.step != (uint64_t)ps->updates) {
+    pserver_refuse(call, "Pull", PS_ERR_ABORTED,
+                   "trainer %u pulled the rows of step %llu but the pserver is at step %ld", id,
+                   (unsigned long long)m->key.step, ps->updates);
+    return;
+  }
+  if (st->pulled_step == ps->updates) {
+    /* A restarted trainer: its old incarnation's keys of this step were in the merged pull
+     * (admission counted them) and the others wait at their pushes: read-only rows. */
+    store_reply_lookup(ps, call);
+    return;
+  }
+  sync_trainer *tr = &st->trainers[id];
+  if (tr->pull_call != NULL) {
+    /* A resend while the barrier waits: keep the newer call and its keys. */
+    rpc_call_reply(tr->pull_call, PS_ERR_ABORTED, "superseded by a resend of the same pull", NULL, 0);
+  } else if (st->pulled_count++ == 0) {
+    st->pull_started = now_s();
+  }
+  tr->pull_call = call;
+  store_keep_pull(ps, (int)id);
+  pull_try_complete(ps);
+}
+
+/* --- the mode ------------------------------------------------------------------------ */
+
+static void push(pserver *ps, rpc_call *call, const rpc_message *msg, const wire_blocks_msg *m) {
+  const sync_step_ops *step_ops = state_of(ps)->step;
+  uint32_t id = m->key.trainer_id;
+  long step = (long)m->key.step;
+  if (ps->trainers[id].lost) {
+    pserver_refuse(call, "PushPull", PS_ERR_FAILED_PRECONDITION,
+                   "trainer %u was dropped for missing a step (--on-trainer-loss continue)", id);
+    return;
+  }
+  if (step < ps->updates) {
+    /* Behind: a resend of a push already applied (its reply was lost), or one
+     * from before a rollback. Answered with the parameters, not applied: the
+     * reply's step tells the trainer where the pserver is. */
+    step_ops->reply_behind(ps, call, m);
+    return;
+  }
+  if (step > ps->updates) {
+    /* Ahead: this pserver restarted or rolled back; the trainer recovers. */
+    pserver_refuse(call, "PushPull", PS_ERR_ABORTED,
+                   "trainer %u pushed step %ld but the pserver is at step %ld", id, step,
+                   ps->updates);
+    return;
+  }
+  step_ops->push(ps, call, msg, m);
+}
+
+/* A trainer registering again, dropped, or a stop (-1): its held push
+ * and its pull at the barrier are answered. */
+static void drop(pserver *ps, int trainer, ps_err code, const char *why) {
+  state_of(ps)->step->drop(ps, trainer, code, why);
+  drop_pulls(ps, trainer, code, why);
+}
+
+/* Whether trainer i is at the barrier that is late: the step's pushes, or
+ * (pull) the pull barrier of jobs with tables. */
+static int at_barrier(const pserver *ps, int i, int pull) {
+  return pull ? state_of(ps)->trainers[i].pull_call != NULL : ps->trainers[i].pushed;
+}
+
+/* --on-trainer-loss continue: drops the trainers the barrier waits for. */
+static void drop_missing_trainers(pserver *ps, int pull) {
+  for (int i = 0; i < ps->cfg.trainers; i++) {
+    trainer_state *tr = &ps->trainers[i];
+    if (at_barrier(ps, i, pull) || tr->done || tr->lost) continue;
+    tr->lost = 1;
+    ps->active--;
+    LOG_WARN("trainer %d missed %s %ld for %.0f s (--step-timeout): continuing with %d "
+             "trainer(s) (--on-trainer-loss continue)", i,
+             pull ? "the pull barrier of step" : "step", ps->updates, ps->cfg.step_timeout,
+             ps->active);
+    drop(ps, i, PS_ERR_FAILED_PRECONDITION,
+         "the trainer was dropped for missing a step (--on-trainer-loss continue)");
+  }
+  state_of(ps)->step->try_complete(ps);
+  pull_try_complete(ps);
+}
+
+/* --on-trainer-loss stop: the job fails naming the missing trainers. */
+static void fail_step(pserver *ps, int pull) {
+  char missing[256] = "";
+  size_t used = 0;
+  for (int i = 0; i < ps->cfg.trainers && used < sizeof missing; i++) {
+    if (!at_barrier(ps, i, pull)) {
+      used += (size_t)snprintf(missing + used, sizeof missing - used, "%s%d",
+                               used > 0 ? ", " : "", i);
+    }
+  }
+  snprintf(ps->failure, sizeof ps->failure,
+           "%s %ld waited %.0f s (--step-timeout) for trainer(s) %s",
+           pull ? "the pull barrier of step" : "step", ps->updates, ps->cfg.step_timeout,
+           missing);
+  ps->status = PSERVER_FAILED;
+}
+
+static void poll(pserver *ps, double now) {
+  const sync_state *st = state_of(ps);
+  int late = st->step->started(ps) && now - ps->step_started > ps->cfg.step_timeout;
+  int late_pull = st->pulled_count > 0 && now - st->pull_started > ps->cfg.step_timeout;
+  if ((late || late_pull) && ps->cfg.continue_on_trainer_loss) drop_missing_trainers(ps, !late);
+  else if (late || late_pull) fail_step(ps, !late);
+}
+
+static uint64_t register_step(pserver *ps, int trainer) {
+  (void)trainer;
+  return (uint64_t)ps->updates;
+}
+
+static int takes_parts(const pserver *ps) { return state_of(ps)->step->parts; }
+
+/* New tables: the next pull is merged again. */
+static void rolled_back(pserver *ps) { state_of(ps)->pulled_step = -1; }
+
+static void deconfigure(pserver *ps) {
+  sync_state *st = state_of(ps);
+  if (st == NULL) return;
+  if (st->trainers != NULL) drop_pulls(ps, -1, PS_ERR_ABORTED, "the pserver dropped its job");
+  if (st->step != NULL && st->step->free != NULL) st->step->free(ps);
+  free(st->trainers);
+  free(st->pull_calls);
+  free(st->pull_ids);
+  free(st);
+  ps->mode_state = NULL;
+}
+
+static ps_err configure(pserver *ps, ps_error *err) {
+  size_t n = (size_t)ps->cfg.trainers;
+  sync_state *st = calloc(1, sizeof *st);
+  if (st == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "pserver: out of memory for sync");
+  ps->mode_state = st;
+  st->pulled_step = -1;
+  st->trainers = calloc(n, sizeof *st->trainers);
+  st->pull_calls = calloc(n, sizeof *st->pull_calls);
+  st->pull_ids = calloc(n, sizeof *st->pull_ids);
+  if (st->trainers == NULL || st->pull_calls == NULL || st->pull_ids == NULL) {
+    deconfigure(ps);
+    return ps_error_set(err, PS_ERR_NO_MEMORY, "pserver: out of memory for sync");
+  }
+  /* Chosen once: a dense store takes a step in parts; rows need it whole. */
+  st->step = store_applies_parts(&ps->store) ? &sync_step_dense : &sync_step_whole;
+  if (st->step->configure != NULL && st->step->configure(ps, err) != PS_ERR_OK) {
+    deconfigure(ps);
+    return err->code;
+  }
+  return PS_ERR_OK;
+}
+
+const pserver_mode_ops pserver_mode_sync = {
+    .slots_per_trainer = 1,
+    .configure = configure,
+    .deconfigure = deconfigure,
+    .takes_parts = takes_parts,
+    .register_step = register_step,
+    .push = push,
+    .pull_step = pull_step,
+    .drop = drop,
+    .poll = poll,
+    .rolled_back = rolled_back,
+};
