@@ -3,7 +3,7 @@
  * PushPull per pserver holding blocks of it, all in flight together on the
  * client's completion queue; at the end of the step every reply is awaited
  * and its blocks copied into the parameters as it arrives. A pserver answers
- * a part once every trainer's blocks of it are applied (server/pserver_parts.c).
+ * a part once every trainer's blocks of it are applied (server/mode/sync_dense.c).
  * One thread at a time, as ps_client. */
 #ifndef PSTRAIN_TRAINER_PS_CLIENT_PARTS_H
 #define PSTRAIN_TRAINER_PS_CLIENT_PARTS_H
