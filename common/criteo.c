@@ -8,11 +8,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "common/model.h"
 #include "common/rng.h"
 
-_Static_assert(CRITEO_INT_FIELDS == CTR_DENSE_FIELDS, "criteo.h and model.h disagree");
-_Static_assert(CRITEO_CAT_FIELDS == CTR_CAT_FIELDS, "criteo.h and model.h disagree");
 _Static_assert(CRITEO_FIELDS == 40, "label, 13 integer and 26 categorical fields");
 
 /* The feature key. Pservers, checkpoints and exports store these keys, so

@@ -68,7 +68,7 @@ static ps_err parse_ctr(const char *text, const char *p, model_desc *desc, ps_er
                         MODEL_MAX_EMBED_DIM);
   }
   desc->embed_dim = (int)dim;
-  desc->sizes[0] = CTR_CAT_FIELDS * (int)dim + CTR_DENSE_FIELDS;
+  desc->sizes[0] = CRITEO_CAT_FIELDS * (int)dim + CRITEO_INT_FIELDS;
   int n = 1;
   if (parse_sizes(text, end + 1, desc, &n, err) != PS_ERR_OK) return err->code;
   if (n > MODEL_MAX_LAYERS) {

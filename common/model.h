@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/criteo.h" /* its fields: what a CTR model's deep input is made of */
 #include "common/error.h"
 #include "common/tensor.h"
 
@@ -17,9 +18,6 @@
 #define MODEL_MAX_WIDTH 65536
 
 #define MODEL_MAX_EMBED_DIM 1024
-/* Criteo's fields: what a CTR model's deep input is made of. */
-#define CTR_CAT_FIELDS 26
-#define CTR_DENSE_FIELDS 13
 
 /* The shape of a model's parameters, which is all a pserver needs to know.
  * MLP: an image classifier. CTR: a wide table of one weight per feature key,

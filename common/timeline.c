@@ -74,6 +74,14 @@ bad:
                       "or :B leave one end open), or A:B/K for every K-th of them", text);
 }
 
+ps_err timeline_parse_flags(const char *path, const char *steps, long *first, long *last,
+                            long *every, ps_error *err) {
+  if (steps[0] != '\0' && path[0] == '\0') {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "--timeline-steps needs --timeline FILE");
+  }
+  return timeline_parse_steps(steps, first, last, every, err);
+}
+
 /* Writes all of data at offset, through short writes and EINTR. */
 static int write_all_at(int fd, const char *data, size_t len, off_t offset) {
   while (len > 0) {

@@ -28,6 +28,10 @@ typedef struct timeline timeline;
  * every K-th step from A (*every, else 1), so a long run can be sampled. */
 ps_err timeline_parse_steps(const char *text, long *first, long *last, long *every,
                             ps_error *err);
+/* The --timeline and --timeline-steps flags together: steps as above, refused
+ * without a --timeline path to write them to. */
+ps_err timeline_parse_flags(const char *path, const char *steps, long *first, long *last,
+                            long *every, ps_error *err);
 
 /* The file rank `rank` of a collective job writes for --timeline PATH: every
  * rank gets the same flags, so ranks above 0 write PATH.rankN (as exports

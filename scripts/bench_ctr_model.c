@@ -95,7 +95,7 @@ int main(int argc, char **argv) {
   }
   size_t unique = (size_t)batch * UNIQUE_PER_EXAMPLE, dim = (size_t)desc.embed_dim;
   ctr_example *ex = calloc((size_t)batch, sizeof *ex);
-  uint32_t *slot = malloc((size_t)batch * CTR_CAT_FIELDS * sizeof *slot);
+  uint32_t *slot = malloc((size_t)batch * CRITEO_CAT_FIELDS * sizeof *slot);
   float *wide = malloc(unique * sizeof *wide), *deep = malloc(unique * dim * sizeof *deep);
   s.row_grads[CTR_TABLE_WIDE] = malloc(unique * sizeof(float));
   s.row_grads[CTR_TABLE_EMBEDDING] = malloc(unique * dim * sizeof(float));
@@ -107,9 +107,9 @@ int main(int argc, char **argv) {
   rng_seed(&r, 7, 0);
   for (int i = 0; i < batch; i++) {
     ex[i].label = (float)(rng_next(&r) % 4 == 0);
-    for (int j = 0; j < CTR_DENSE_FIELDS; j++) ex[i].dense[j] = (float)(rng_next(&r) % 8) * 0.5f;
+    for (int j = 0; j < CRITEO_INT_FIELDS; j++) ex[i].dense[j] = (float)(rng_next(&r) % 8) * 0.5f;
   }
-  for (int i = 0; i < batch * CTR_CAT_FIELDS; i++) slot[i] = (uint32_t)(rng_next(&r) % unique);
+  for (int i = 0; i < batch * CRITEO_CAT_FIELDS; i++) slot[i] = (uint32_t)(rng_next(&r) % unique);
   for (size_t i = 0; i < unique; i++) wide[i] = 0.01f * (float)(rng_next(&r) % 11) - 0.05f;
   for (size_t i = 0; i < unique * dim; i++) deep[i] = 0.01f * (float)(rng_next(&r) % 11) - 0.05f;
   s.b = (model_batch){.size = batch, .examples = ex, .slot = slot, .unique = unique,

@@ -415,9 +415,6 @@ static int listen_and_serve(pserver_start *st, pserver *ps, const sigset_t *sign
 
 /* The flags' checks that span several flags. */
 static ps_err check_flags(pserver_start *st, ps_error *err) {
-  if (st->opt.timeline_steps[0] != '\0' && st->opt.timeline[0] == '\0') {
-    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "--timeline-steps needs --timeline FILE");
-  }
   if (st->opt.trainers >= st->opt.max_pending_calls) {
     return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
                         "--max-pending-calls %ld is too few for %ld trainers: a sync step holds "
@@ -429,8 +426,8 @@ static ps_err check_flags(pserver_start *st, ps_error *err) {
              "step with --overlap may be refused RESOURCE_EXHAUSTED", st->opt.max_pending_calls,
              st->opt.trainers);
   }
-  return timeline_parse_steps(st->opt.timeline_steps, &st->timeline_first, &st->timeline_last,
-                              &st->timeline_every, err);
+  return timeline_parse_flags(st->opt.timeline, st->opt.timeline_steps, &st->timeline_first,
+                              &st->timeline_last, &st->timeline_every, err);
 }
 
 /* Open files up to the hard limit: each connection is one. */

@@ -7,16 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/grow.h"
 #include "common/checkpoint.h"
 #include "common/shard_map.h"
-
-/* Grows one array to cap elements of size each, keeping its contents. */
-static int grow(void **array, size_t cap, size_t size) {
-  void *p = realloc(*array, (cap > 0 ? cap : 1) * size);
-  if (p == NULL) return 0;
-  *array = p;
-  return 1;
-}
 
 ps_err pserver_rows_reserve(pserver_rows *r, const sparse_table *t, size_t rows, ps_error *err) {
   const sparse_table_config *c = sparse_table_config_of(t);
@@ -28,10 +21,10 @@ ps_err pserver_rows_reserve(pserver_rows *r, const sparse_table *t, size_t rows,
    * cost no memory). */
   size_t cap = rows + rows / 4 + 16;
   size_t dim = (size_t)r->dim, sf = (size_t)r->state_floats;
-  if (!grow((void **)&r->keys, cap, sizeof *r->keys) ||
-      !grow((void **)&r->values, cap * dim, sizeof *r->values) ||
-      (sf > 0 && !grow((void **)&r->state, cap * sf, sizeof *r->state)) ||
-      !grow((void **)&r->meta, cap * 2, sizeof *r->meta)) {
+  if (!grow_array(&r->keys, cap, sizeof *r->keys) ||
+      !grow_array(&r->values, cap * dim, sizeof *r->values) ||
+      (sf > 0 && !grow_array(&r->state, cap * sf, sizeof *r->state)) ||
+      !grow_array(&r->meta, cap * 2, sizeof *r->meta)) {
     return ps_error_set(err, PS_ERR_NO_MEMORY, "table %s: out of memory for a copy of %zu rows",
                         r->name, rows);
   }

@@ -21,7 +21,7 @@
 #define KEYS 7 /* distinct keys: 130 (example, field) pairs share them */
 #define DIM 4
 #define H 1e-3f
-#define FIELDS CTR_CAT_FIELDS
+#define FIELDS CRITEO_CAT_FIELDS
 
 typedef struct fixture {
   model *m;
@@ -56,7 +56,7 @@ static void fixture_init(fixture *fx, const char *model_text, uint64_t seed) {
   rng_seed(&r, seed, 0);
   for (int i = 0; i < BATCH; i++) {
     fx->ex[i].label = (float)(i % 2); /* both classes */
-    for (int j = 0; j < CTR_DENSE_FIELDS; j++) fx->ex[i].dense[j] = uniform(&r, 0, 2);
+    for (int j = 0; j < CRITEO_INT_FIELDS; j++) fx->ex[i].dense[j] = uniform(&r, 0, 2);
   }
   for (int i = 0; i < BATCH * FIELDS; i++) fx->slot[i] = (uint32_t)(rng_next(&r) % KEYS);
   for (int k = 0; k < KEYS; k++) fx->wide[k] = uniform(&r, -0.2f, 0.2f);
@@ -190,7 +190,7 @@ static double reference_loss(const fixture *fx, double *probs) {
       for (int f = 0; f < FIELDS; f++) {
         for (int k = 0; k < DIM; k++) act[0][f * DIM + k] = fx->deep[fx->slot[i * FIELDS + f] * DIM + k];
       }
-      for (int j = 0; j < CTR_DENSE_FIELDS; j++) act[0][FIELDS * DIM + j] = fx->ex[i].dense[j];
+      for (int j = 0; j < CRITEO_INT_FIELDS; j++) act[0][FIELDS * DIM + j] = fx->ex[i].dense[j];
     }
     int cur = 0;
     for (int l = 1; l <= d->num_layers; l++, cur ^= 1) {

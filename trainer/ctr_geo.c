@@ -285,7 +285,7 @@ ps_err ctr_geo_create(ctr_geo **out, ctr_trainer *t, ps_client *c, ps_error *err
     return ps_error_set(err, PS_ERR_NO_MEMORY, "--update geo: out of memory");
   }
   /* A batch's keys to start with; more as the interval touches them. */
-  if (reserve(g, (size_t)c->job.batch * CTR_CAT_FIELDS, err) != PS_ERR_OK ||
+  if (reserve(g, (size_t)c->job.batch * CRITEO_CAT_FIELDS, err) != PS_ERR_OK ||
       ps_client_pull(c, g->dense_fresh, err) != PS_ERR_OK ||
       model_set_params(t->model, g->dense_fresh, err) != PS_ERR_OK) {
     ctr_geo_destroy(g);

@@ -378,11 +378,7 @@ options_result trainer_settings_load(trainer_settings *s, int argc, char **argv,
     ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "--log-level '%s' is unknown", o->log_level);
     return OPTIONS_ERROR;
   }
-  if (o->timeline_steps[0] != '\0' && o->timeline[0] == '\0') {
-    ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "--timeline-steps needs --timeline FILE");
-    return OPTIONS_ERROR;
-  }
-  if (timeline_parse_steps(o->timeline_steps, &s->timeline_first, &s->timeline_last,
+  if (timeline_parse_flags(o->timeline, o->timeline_steps, &s->timeline_first, &s->timeline_last,
                            &s->timeline_every, err) != PS_ERR_OK) {
     return OPTIONS_ERROR;
   }

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/grow.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/shard_map.h"
@@ -22,13 +23,9 @@
 
 /* Grows *p to hold n elements of size elem (kept when large enough). */
 static int grow(void *p, size_t *cap, size_t n, size_t elem) {
-  void **ptr = p;
-  if (n <= *cap && *ptr != NULL) return 1;
+  if (n <= *cap && *(void **)p != NULL) return 1;
   size_t want = n > 16 ? n : 16;
-  if (want > SIZE_MAX / elem) return 0;
-  void *q = realloc(*ptr, want * elem);
-  if (q == NULL) return 0;
-  *ptr = q;
+  if (!grow_array(p, want, elem)) return 0;
   *cap = want;
   return 1;
 }
@@ -73,7 +70,7 @@ ps_err store_rows_configure(pserver *ps, ps_error *err) {
     return ps_error_set(err, PS_ERR_NO_MEMORY, "pserver: out of memory for the sparse state");
   }
   sparse_dedup_init(&sp->dedup);
-  sp->max_keys = (size_t)ps->job.batch * CTR_CAT_FIELDS * /* geo: the rows of K steps */
+  sp->max_keys = (size_t)ps->job.batch * CRITEO_CAT_FIELDS * /* geo: the rows of K steps */
                  (ps->job.geo_steps > 0 ? (size_t)ps->job.geo_steps : 1);
   ps->store.rows = sp;
   return PS_ERR_OK;

@@ -32,7 +32,7 @@ typedef sparse_rows *store_rows_which[CTR_TABLES_MAX];
 
 typedef struct store_rows {
   sparse_trainer *trainers; /* (trainers) */
-  size_t max_keys;          /* per table per request: batch * CTR_CAT_FIELDS */
+  size_t max_keys;          /* per table per request: batch * CRITEO_CAT_FIELDS */
   /* The request being handled, copied out of its message by the check. */
   sparse_rows req[SPARSE_FIELDS][CTR_TABLES_MAX];
   int req_present[SPARSE_FIELDS];

@@ -8,7 +8,7 @@
 
 #include "common/copy_row.h"
 
-#define FIELDS CTR_CAT_FIELDS
+#define FIELDS CRITEO_CAT_FIELDS
 
 /* Parameters before wide.bias: the MLP's (none without a deep part). */
 static size_t deep_count(const ctr_core *c) { return c->base.layout.total - 1; }
@@ -127,7 +127,7 @@ static void gather_inputs(ctr_core *c, const model_batch *b) {
     for (int f = 0; f < FIELDS; f++) {
       copy_row(row + (size_t)f * dim, rows + (size_t)slot[f] * dim, dim);
     }
-    memcpy(row + FIELDS * dim, b->examples[i].dense, CTR_DENSE_FIELDS * sizeof(float));
+    memcpy(row + FIELDS * dim, b->examples[i].dense, CRITEO_INT_FIELDS * sizeof(float));
   }
 }
 

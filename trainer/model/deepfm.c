@@ -11,7 +11,7 @@
 
 #include "trainer/model/ctr_core.h"
 
-#define FIELDS CTR_CAT_FIELDS
+#define FIELDS CRITEO_CAT_FIELDS
 
 typedef struct deepfm {
   ctr_core core;
