@@ -202,7 +202,7 @@ static ps_err train_epoch(trainer *t, long epoch, long *global_step, double *mea
   long step0 = *global_step;
   const trainer_options *o = &t->settings.opt;
   double loss_sum = 0.0;
-  long correct = 0, seen = 0;
+  long seen = 0;
   double start = now_s(), next_progress = start + o->progress_interval;
 
   /* A resumed run starts mid-epoch: the data source finds the step. */
@@ -219,7 +219,6 @@ static ps_err train_epoch(trainer *t, long epoch, long *global_step, double *mea
     double t0 = now_s();
     if (model_forward(t->model, &b, 1, &out, err) != PS_ERR_OK) return err->code;
     double batch_loss = out.loss_sum;
-    correct += out.correct;
     t0 = timeline_span(t->tl, "forward", *global_step, t0);
     if (model_backward(t->model, &b, NULL, err) != PS_ERR_OK) return err->code;
     timeline_span(t->tl, "backward", *global_step, t0);
