@@ -222,6 +222,26 @@ ps_err ctr_core_deep_backward(ctr_core *c, const model_batch *b, float *deep_gra
   return PS_ERR_OK;
 }
 
+ps_err ctr_core_forward(model *m, const model_batch *b, int want_grad, model_outputs *out,
+                        ps_error *err) {
+  ctr_core *c = (ctr_core *)m;
+  if (ctr_core_check_batch(c, b, err) != PS_ERR_OK ||
+      ctr_core_deep_forward(c, b, err) != PS_ERR_OK) {
+    return err->code;
+  }
+  ctr_core_loss(c, b, NULL, out);
+  if (want_grad) c->grad_batch = b->size;
+  return PS_ERR_OK;
+}
+
+ps_err ctr_core_backward(model *m, const model_batch *b, float *const *row_grads, ps_error *err) {
+  ctr_core *c = (ctr_core *)m;
+  if (ctr_core_check_backward(c, b, row_grads, err) != PS_ERR_OK) return err->code;
+  ctr_core_wide_backward(c, b, row_grads[CTR_TABLE_WIDE]);
+  if (c->deep == NULL) return PS_ERR_OK;
+  return ctr_core_deep_backward(c, b, row_grads[CTR_TABLE_EMBEDDING], err);
+}
+
 ps_err ctr_core_apply_optimizer(model *m, const optimizer_config *cfg, long step, ps_error *err) {
   ctr_core *c = (ctr_core *)m;
   if (c->deep != NULL && mlp_apply_optimizer(c->deep, cfg, step, err) != PS_ERR_OK) {

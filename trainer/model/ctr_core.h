@@ -58,6 +58,12 @@ void ctr_core_wide_backward(ctr_core *c, const model_batch *b, float *wide_grads
 ps_err ctr_core_deep_backward(ctr_core *c, const model_batch *b, float *deep_grads,
                               ps_error *err);
 
+/* The step of wide + deep (the deep part where the model has layers): the
+ * forward and backward of Wide&Deep and LR. */
+ps_err ctr_core_forward(model *m, const model_batch *b, int want_grad, model_outputs *out,
+                        ps_error *err);
+ps_err ctr_core_backward(model *m, const model_batch *b, float *const *row_grads, ps_error *err);
+
 /* model_ops entries every CTR model shares: the dense part is the MLP's
  * tensors then wide.bias, whatever the model adds without parameters.
  * ctr_core_destroy frees a model ctr_core_create made. */

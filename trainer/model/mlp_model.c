@@ -22,9 +22,13 @@ static ps_err layer_ready(void *ctx, int layer, ps_error *err) {
 static ps_err mlp_model_forward(model *m, const model_batch *b, int want_grad,
                                 model_outputs *out, ps_error *err) {
   mlp *net = ((mlp_model *)m)->net;
-  if (b->size < 1 || b->size > m->max_batch || b->inputs == NULL || b->labels == NULL) {
-    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "model mlp: batch of %d (1..%d) without %s",
-                        b->size, m->max_batch, b->inputs == NULL ? "inputs" : "labels");
+  if (b->size < 1 || b->size > m->max_batch) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "model mlp: batch %d is outside 1..%d",
+                        b->size, m->max_batch);
+  }
+  if (b->inputs == NULL || b->labels == NULL) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "model mlp: batch without %s",
+                        b->inputs == NULL ? "inputs" : "labels");
   }
   if (b->inputs != m->inputs) {
     memcpy(m->inputs, b->inputs, (size_t)b->size * (size_t)m->desc.sizes[0] * sizeof(float));

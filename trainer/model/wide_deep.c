@@ -1,35 +1,15 @@
 /* Wide&Deep (--model ctr:DIM:H1,H2,...): z = wide + deep (ctr_core.h), the
- * logloss of sigmoid(z). */
+ * logloss of sigmoid(z): ctr_core's step as it is. */
 #include "trainer/model/ctr_core.h"
 
 static ps_err wide_deep_create(model **out, const model_desc *desc, backend *be, int max_batch,
                                uint64_t seed, ps_error *err);
 
-static ps_err wide_deep_forward(model *m, const model_batch *b, int want_grad, model_outputs *out,
-                                ps_error *err) {
-  ctr_core *c = (ctr_core *)m;
-  if (ctr_core_check_batch(c, b, err) != PS_ERR_OK ||
-      ctr_core_deep_forward(c, b, err) != PS_ERR_OK) {
-    return err->code;
-  }
-  ctr_core_loss(c, b, NULL, out);
-  if (want_grad) c->grad_batch = b->size;
-  return PS_ERR_OK;
-}
-
-static ps_err wide_deep_backward(model *m, const model_batch *b, float *const *row_grads,
-                                 ps_error *err) {
-  ctr_core *c = (ctr_core *)m;
-  if (ctr_core_check_backward(c, b, row_grads, err) != PS_ERR_OK) return err->code;
-  ctr_core_wide_backward(c, b, row_grads[CTR_TABLE_WIDE]);
-  return ctr_core_deep_backward(c, b, row_grads[CTR_TABLE_EMBEDDING], err);
-}
-
 const model_ops model_wide_deep = {
     .name = "ctr",
     .create = wide_deep_create,
-    .forward = wide_deep_forward,
-    .backward = wide_deep_backward,
+    .forward = ctr_core_forward,
+    .backward = ctr_core_backward,
     .destroy = ctr_core_destroy,
     CTR_CORE_DENSE_OPS,
 };
