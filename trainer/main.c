@@ -1,5 +1,6 @@
 /* The trainer daemon's start-up sequence: options, checks, data and model,
  * training, exit status (0 done, 1 failed while training, 2 bad input). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -7,10 +8,6 @@
 #include "common/fp_env.h"
 #include "common/process.h"
 #include "common/rpc.h"
-#include "trainer/ctr_train.h"
-#ifdef PSTRAIN_HAVE_MPI
-#include "trainer/ctr_collective.h"
-#endif
 #include "trainer/train.h"
 #include "trainer/trainer_config.h"
 #include "trainer/trainer_metrics.h"
@@ -29,36 +26,46 @@ static int exit_status(ps_err code) {
   }
 }
 
-/* A click-through-rate model in one process, replicated on every rank in
- * collective mode, or on pservers. */
-static int run_ctr(const trainer_settings *settings, trainer_metrics *tm) {
+/* The "done" line: what the run came to. */
+static void log_done(const trainer *t, const train_summary *sum) {
+  if (t->model->classes == 0) {
+    LOG_INFO("done: %ld epochs (%ld steps), test AUC %.4f, test logloss %.4f, train logloss %.4f, "
+             "%.0f examples/s; peak RSS %ld KiB",
+             sum->epochs, sum->steps, sum->evaluated ? sum->auc : NAN,
+             sum->evaluated ? sum->test_loss : NAN, sum->train_loss, sum->examples_per_s,
+             process_peak_rss_kib());
+  } else if (sum->evaluated) {
+    LOG_INFO("done: %ld epochs (%ld steps), test accuracy %.4f, train loss %.4f, %.0f samples/s; "
+             "peak RSS %ld KiB", sum->epochs, sum->steps, sum->accuracy, sum->train_loss,
+             sum->examples_per_s, process_peak_rss_kib());
+  } else {
+    LOG_INFO("done: %ld epochs (%ld steps), train loss %.4f, %.0f samples/s; peak RSS %ld KiB",
+             sum->epochs, sum->steps, sum->train_loss, sum->examples_per_s,
+             process_peak_rss_kib());
+  }
+}
+
+/* Builds the trainer, trains, and says how it went: the exit status. */
+static int train(const trainer_settings *settings, trainer_metrics *tm) {
   ps_error err;
   ps_error_clear(&err);
-  if (settings->pserver_mode) rpc_global_init();
-  ctr_trainer t;
-  if (ctr_trainer_init(&t, settings, &err) != PS_ERR_OK) {
+  trainer t;
+  if (trainer_init(&t, settings, &err) != PS_ERR_OK) {
     LOG_ERROR("%s", err.msg);
-    if (settings->pserver_mode) rpc_global_shutdown();
     return exit_status(err.code);
   }
   t.prom = tm;
-  ctr_summary summary;
-  ps_err rc = ctr_trainer_run(&t, &summary, &err);
+  train_summary summary;
+  ps_err rc = trainer_run(&t, &summary, &err);
   if (rc != PS_ERR_OK) {
     LOG_ERROR("training failed: %s", err.msg);
-#ifdef PSTRAIN_HAVE_MPI
-    /* The other ranks wait for this one's next step: end them all. */
-    if (t.exchange != NULL) ctr_collective_abort(1);
-#endif
+    /* The other ranks may wait for this one's next step: end them all. */
+    replica_abort(t.rep, 1);
+  } else {
+    log_done(&t, &summary);
   }
-  ctr_trainer_free(&t);
-  if (settings->pserver_mode) rpc_global_shutdown();
-  if (rc != PS_ERR_OK) return 1;
-  LOG_INFO("done: %ld epochs (%ld steps), test AUC %.4f, test logloss %.4f, train logloss %.4f, "
-           "%.0f examples/s; peak RSS %ld KiB",
-           summary.epochs, summary.steps, summary.auc, summary.logloss, summary.train_logloss,
-           summary.examples_per_s, process_peak_rss_kib());
-  return 0;
+  trainer_free(&t);
+  return rc == PS_ERR_OK ? 0 : 1;
 }
 
 int main(int argc, char **argv) {
@@ -100,38 +107,9 @@ int main(int argc, char **argv) {
     LOG_ERROR("%s", err.msg);
     return 2;
   }
-  if (model_is_ctr(&settings.model)) {
-    int status = run_ctr(&settings, tm);
-    trainer_metrics_stop(tm);
-    return status;
-  }
   rpc_global_init();
-  trainer t;
-  if (trainer_init(&t, &settings, &err) != PS_ERR_OK) {
-    LOG_ERROR("%s", err.msg);
-    rpc_global_shutdown();
-    trainer_metrics_stop(tm);
-    return exit_status(err.code);
-  }
-  t.prom = tm;
-  train_summary summary;
-  ps_err rc = trainer_run(&t, &summary, &err);
-  int t_evaluated = t.evaluates;
-  trainer_free(&t);
+  int status = train(&settings, tm);
   rpc_global_shutdown();
   trainer_metrics_stop(tm);
-  if (rc != PS_ERR_OK) {
-    LOG_ERROR("training failed: %s", err.msg);
-    return 1;
-  }
-  if (t_evaluated) {
-    LOG_INFO("done: %ld epochs (%ld steps), test accuracy %.4f, train loss %.4f, %.0f samples/s; "
-             "peak RSS %ld KiB", summary.epochs, summary.steps, summary.test_accuracy,
-             summary.train_loss, summary.samples_per_s, process_peak_rss_kib());
-  } else {
-    LOG_INFO("done: %ld epochs (%ld steps), train loss %.4f, %.0f samples/s; peak RSS %ld KiB",
-             summary.epochs, summary.steps, summary.train_loss, summary.samples_per_s,
-             process_peak_rss_kib());
-  }
-  return 0;
+  return status;
 }

@@ -1,68 +1,81 @@
-/* The training loop of one trainer: data share, mini-batches, the model's
- * forward and backward, the update, progress lines, evaluation on the test
- * set after each epoch and the metrics file. The update, and with it the
- * way replicas stay in step, is the updater's (trainer/updater.h). */
+/* One trainer: its model, the replica that keeps it in step with the
+ * others, the data and the one training loop over them: steps, progress and
+ * ETA, evaluation (after each epoch and every --eval-every steps),
+ * checkpoints, the rewind after a pserver recovery, metrics rows, timeline
+ * spans and the Prometheus hook. Which model (trainer/model/), which way
+ * of staying in step (trainer/replica/) and which data (trainer/data/) are
+ * chosen once at start; the loop never asks. */
 #ifndef PSTRAIN_TRAINER_TRAIN_H
 #define PSTRAIN_TRAINER_TRAIN_H
 
 #include <stdio.h>
 
 #include "common/error.h"
+#include "common/job.h"
+#include "common/sparse_table.h"
 #include "common/timeline.h"
 #include "trainer/backend.h"
-#include "trainer/idx.h"
-#include "trainer/model/model.h"
+#include "trainer/data/data_files.h"
 #include "trainer/data/data_source.h"
-#include "trainer/sampler.h"
+#include "trainer/model/model.h"
+#include "trainer/replica/replica.h"
 #include "trainer/trainer_config.h"
-#include "trainer/updater.h"
 
 typedef struct trainer {
   trainer_settings settings;
-  const char *mode_label; /* "local", "pserver-sync", ... for metrics */
-  dataset train, test;
+  const char *mode_label; /* "local", "pserver-sync", "collective", ... */
+  int id, trainers;
+  data_files files;       /* what --data and the test data hold */
   backend *be;
   model *model;
-  data_source *data;   /* the training set's batches (idx_source.c) */
-  long samples_per_epoch; /* equal on every trainer, so sync steps line up */
-  long steps_per_epoch;
-  long start_step;     /* where training resumes (a checkpoint's or the pservers' step), else 0 */
-  long rewind_to;      /* >= 0: the pservers went back to this step; take it again */
-  long replay_until;   /* the highest step taken before the job went back (metrics_repeat.h) */
-  int id, trainers;
-  int evaluates;       /* trainer 0 evaluates and writes metrics */
-  FILE *metrics;       /* NULL without --metrics */
-  updater *up;         /* the step's update: local, pserver, MPI or NCCL */
-  float *host_params;  /* the model's parameters and gradients as host memory: */
-  float *host_grads;   /* the backend's own, or staging copies */
-  int staged;
-  timeline *tl;        /* --timeline; NULL without */
+  /* This process's tables (local, collective, geo: the model's rows; pserver
+   * mode: filled only to export what the pservers hold). */
+  sparse_table *tables[MODEL_TABLES_MAX];
+  replica *rep;           /* the step's update: local, pserver, geo, MPI or NCCL */
+  data_source *data;      /* this trainer's training batches */
+  data_source *eval;      /* the evaluation batches (trainer 0); NULL: none */
+  long steps_per_epoch;   /* equal on every trainer, so sync steps line up */
+  long start_step;        /* where training resumes (a checkpoint's or the pservers' step) */
+  long rewind_to;         /* >= 0: the pservers went back to this step; take it again */
+  long replay_until;      /* the highest step taken before the job went back (metrics_repeat.h) */
+  FILE *metrics;          /* NULL without --metrics (trainer 0 writes it) */
+  timeline *tl;           /* --timeline; NULL without */
   struct trainer_metrics *prom; /* --metrics-listen's step hook; NULL without */
+  /* The model's dense parameters and gradients as host memory: the
+   * backend's own, or staging copies (staged: a device backend). */
+  float *host_params, *host_grads;
+  int staged;
+  data_batch batch;       /* the step's, from data */
+  /* The rows of a step's or an evaluation batch's distinct keys, and the
+   * step's row gradients: (max batch * 26, dim[t]) each. */
+  float *rows[MODEL_TABLES_MAX];
+  float *row_grads[MODEL_TABLES_MAX];
 } trainer;
 
 typedef struct train_summary {
-  long epochs;
-  long steps;
-  double test_accuracy;   /* after the last epoch */
+  long epochs, steps;
   double train_loss;      /* mean over the last epoch */
-  double samples_per_s;   /* of the last epoch's training */
+  double examples_per_s;  /* of the last epoch's training */
+  int evaluated;          /* the fields below hold the last evaluation's */
+  double accuracy;        /* classifiers */
+  double auc, test_loss;  /* binary models: AUC and logloss; classifiers: test loss */
 } train_summary;
 
-/* The job this trainer takes part in, as pservers and checkpoints know it
- * (local and collective mode: the equivalent sync job with one pserver). */
-void trainer_job(const trainer *t, int pservers, job_config *job);
+/* The job as pservers know it (this trainer's --batch, the job's update). */
+void trainer_job(const trainer *t, job_config *job);
 
-/* Loads and checks the data, checks the model against it, opens the backend
- * and the metrics file, and builds the model. Every failure here happens
+/* Joins the job, loads and checks the data, opens the backend, builds the
+ * model, its tables and the data sources, opens the metrics file, loads a
+ * --resume checkpoint and starts the replica. Every failure here happens
  * before training starts; nothing is left allocated on error. */
 ps_err trainer_init(trainer *t, const trainer_settings *settings, ps_error *err);
 
 /* Trains for the configured epochs; the summary is filled on success. */
 ps_err trainer_run(trainer *t, train_summary *summary, ps_error *err);
 
-/* Test-set accuracy and mean loss of the current parameters. */
-ps_err trainer_evaluate(trainer *t, double *accuracy, double *mean_loss, ps_error *err);
-
 void trainer_free(trainer *t);
+
+/* The model's view of data batch b, with the rows in t->rows. */
+model_batch trainer_model_batch(const trainer *t, const data_batch *b);
 
 #endif

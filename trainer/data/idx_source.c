@@ -5,6 +5,7 @@
 
 #include "trainer/job_progress.h"
 #include "trainer/sampler.h"
+#include "trainer/trainer_config.h"
 
 typedef struct idx_source {
   data_source base;
@@ -75,3 +76,55 @@ ps_err idx_source_create(data_source **out, const dataset *train, uint64_t seed,
 }
 
 long idx_source_per_epoch(const data_source *d) { return ((const idx_source *)d)->per_epoch; }
+
+/* --- the test set's evaluation batches --------------------------------------------- */
+
+typedef struct idx_eval {
+  data_source base;
+  const dataset *test;
+  long *indices; /* (TRAINER_EVAL_BATCH) */
+  float *inputs;
+  int32_t *labels;
+} idx_eval;
+
+static ps_err idx_eval_batch(data_source *d, long k, data_batch *out, ps_error *err) {
+  (void)err;
+  idx_eval *s = (idx_eval *)d;
+  long start = k * d->batch, total = s->test->count;
+  int count = start >= total ? 0 : (int)(total - start < d->batch ? total - start : d->batch);
+  for (int i = 0; i < count; i++) s->indices[i] = start + i;
+  if (count > 0) sampler_gather(s->test, s->indices, count, s->inputs, s->labels);
+  *out = (data_batch){.size = count, .inputs = s->inputs, .labels = s->labels};
+  return PS_ERR_OK;
+}
+
+static void idx_eval_destroy(data_source *d) {
+  idx_eval *s = (idx_eval *)d;
+  free(s->indices);
+  free(s);
+}
+
+static const data_source_ops idx_eval_ops = {
+    .name = "idx-eval", .batch = idx_eval_batch, .destroy = idx_eval_destroy};
+
+ps_err idx_eval_create(data_source **out, const dataset *test, float *inputs, int32_t *labels,
+                       ps_error *err) {
+  *out = NULL;
+  idx_eval *s = calloc(1, sizeof *s);
+  long *indices = malloc(TRAINER_EVAL_BATCH * sizeof *indices);
+  if (s == NULL || indices == NULL) {
+    free(s);
+    free(indices);
+    return ps_error_set(err, PS_ERR_NO_MEMORY, "evaluation data: out of memory");
+  }
+  s->base.ops = &idx_eval_ops;
+  s->base.batch = TRAINER_EVAL_BATCH;
+  s->base.steps_per_epoch = (test->count + TRAINER_EVAL_BATCH - 1) / TRAINER_EVAL_BATCH;
+  s->base.total_steps = s->base.steps_per_epoch;
+  s->test = test;
+  s->indices = indices;
+  s->inputs = inputs;
+  s->labels = labels;
+  *out = &s->base;
+  return PS_ERR_OK;
+}

@@ -14,6 +14,11 @@ ps_err idx_source_create(data_source **out, const dataset *train, uint64_t seed,
                          int trainers, long batch, long epochs, long max_steps, float *inputs,
                          int32_t *labels, ps_error *err);
 
+/* The test set's evaluation batches (TRAINER_EVAL_BATCH each, in order;
+ * size 0 past the end), gathered into inputs and labels; test is borrowed. */
+ps_err idx_eval_create(data_source **out, const dataset *test, float *inputs, int32_t *labels,
+                       ps_error *err);
+
 /* Samples each trainer trains per epoch (the data over the trainers, rounded down). */
 long idx_source_per_epoch(const data_source *d);
 

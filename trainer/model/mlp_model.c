@@ -110,6 +110,7 @@ static ps_err mlp_model_create(model **out, const model_desc *desc, backend *be,
   m->desc = *desc;
   m->be = be;
   m->max_batch = max_batch;
+  m->classes = desc->sizes[desc->num_layers];
   tensor_layout_init(&m->layout);
   if (model_build_layout(desc, &m->layout, err) != PS_ERR_OK ||
       mlp_create(&mm->net, desc, be, max_batch, seed, err) != PS_ERR_OK) {

@@ -88,6 +88,9 @@ struct model {
   tensor_layout layout;   /* the dense parameters */
   backend *be;            /* borrowed */
   int max_batch;
+  /* What evaluation measures: classifiers' number of classes (accuracy of
+   * the highest logit); 0: one probability per example (AUC, logloss). */
+  int classes;
   int tables;             /* sparse tables (ctr_table_count) */
   int dim[MODEL_TABLES_MAX]; /* floats per row of each */
   /* Classifiers: host buffers of max_batch rows that a batch's inputs and

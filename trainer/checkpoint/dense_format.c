@@ -1,6 +1,10 @@
-/* Whole-model checkpoints of trainer 0 in local and collective mode. */
+/* Checkpoints of a model without tables (format "pstrain-model-1",
+ * model-step-N): the parameters and both optimizer state vectors in the
+ * pservers' checkpoint format (common/checkpoint.h). In collective mode
+ * rank 0 reads the file and MPI sends it to the other ranks, so only rank
+ * 0's host needs the folder. */
 #define _POSIX_C_SOURCE 200809L
-#include "trainer/model_checkpoint.h"
+#include "trainer/checkpoint/formats.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -8,7 +12,6 @@
 #include <string.h>
 
 #include "common/checkpoint.h"
-#include "common/clock.h"
 #include "common/log.h"
 
 #define MODEL_FORMAT "pstrain-model-1"
@@ -28,14 +31,7 @@ static ps_err build_layout(const trainer *t, tensor_layout *layout, ps_error *er
   return PS_ERR_OK;
 }
 
-int model_checkpoint_due(const trainer *t, long step, int final) {
-  const trainer_options *o = &t->settings.opt;
-  if (!t->up->ops->holds_state || t->id != 0 || o->checkpoint_dir[0] == '\0') return 0;
-  return final || (o->checkpoint_every > 0 && step % o->checkpoint_every == 0);
-}
-
-ps_err model_checkpoint_write(trainer *t, long step, ps_error *err) {
-  double t0 = now_s();
+ps_err dense_checkpoint_write(trainer *t, long step, ps_error *err) {
   size_t n = t->model->layout.total;
   tensor_layout layout;
   if (build_layout(t, &layout, err) != PS_ERR_OK) return err->code;
@@ -45,7 +41,7 @@ ps_err model_checkpoint_write(trainer *t, long step, ps_error *err) {
     return ps_error_set(err, PS_ERR_NO_MEMORY, "checkpoint: out of memory");
   }
   job_config job;
-  trainer_job(t, 1, &job);
+  trainer_job(t, &job);
   char trainers[16];
   snprintf(trainers, sizeof trainers, "%d", t->trainers);
   const char *extra[] = {"trainers", trainers, "mode", t->mode_label, NULL};
@@ -57,7 +53,6 @@ ps_err model_checkpoint_write(trainer *t, long step, ps_error *err) {
   }
   free(data);
   tensor_layout_free(&layout);
-  timeline_span(t->tl, "checkpoint", step - 1, t0); /* after the step it saves */
   return rc;
 }
 
@@ -74,7 +69,7 @@ static ps_err read_checkpoint(trainer *t, float *data, long *step, ps_error *err
   char path[4096];
   job_config job;
   safetensors_meta meta;
-  trainer_job(t, 1, &job);
+  trainer_job(t, &job);
   if (checkpoint_resume_open(o->checkpoint_dir, MODEL_PREFIX, MODEL_FORMAT, "model",
                              o->resume_step, &job, path, sizeof path, step, &meta, err) !=
       PS_ERR_OK) {
@@ -89,7 +84,7 @@ static ps_err read_checkpoint(trainer *t, float *data, long *step, ps_error *err
   return PS_ERR_OK;
 }
 
-ps_err model_checkpoint_resume(trainer *t, ps_error *err) {
+ps_err dense_checkpoint_resume(trainer *t, ps_error *err) {
   size_t n = t->model->layout.total;
   float *data = malloc(3 * n * sizeof *data);
   if (data == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "--resume: out of memory");
@@ -101,9 +96,9 @@ ps_err model_checkpoint_resume(trainer *t, ps_error *err) {
     if (status.code != PS_ERR_OK) snprintf(status.message, sizeof status.message, "%s", err->msg);
   }
   /* Collective mode: rank 0's verdict and file go to every rank. */
-  ps_err rc = updater_broadcast(t->up, &status, sizeof status, err);
+  ps_err rc = replica_broadcast(t->rep, &status, sizeof status, err);
   if (rc == PS_ERR_OK && status.code == PS_ERR_OK) {
-    rc = updater_broadcast(t->up, data, 3 * n * sizeof *data, err);
+    rc = replica_broadcast(t->rep, data, 3 * n * sizeof *data, err);
   }
   if (rc == PS_ERR_OK && status.code != PS_ERR_OK) {
     rc = ps_error_set(err, (ps_err)status.code, "%s%s", t->id == 0 ? "" : "rank 0: ",

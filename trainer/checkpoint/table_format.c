@@ -1,6 +1,10 @@
-/* CTR checkpoints: dense tensors and sparse tables side by side. */
+/* Checkpoints of a model with tables (format "pstrain-ctr-1", ctr-step-N):
+ * the dense parameters and their optimizer state, and each table's keys,
+ * rows, row optimizer state and row meta, in one safetensors file; and the
+ * --export of any model: its dense tensors by name and each table's keys
+ * and rows. */
 #define _POSIX_C_SOURCE 200809L
-#include "trainer/ctr_checkpoint.h"
+#include "trainer/checkpoint/formats.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -59,13 +63,15 @@ static ps_err table_dump_take(const sparse_table *table, int with_state, table_d
   return PS_ERR_OK;
 }
 
-int ctr_checkpoint_due(const ctr_trainer *t, long step, int final) {
-  const trainer_options *o = &t->settings.opt;
-  if (o->checkpoint_dir[0] == '\0' || t->rank != 0) return 0; /* rank 0 writes */
-  return final || (o->checkpoint_every > 0 && step % o->checkpoint_every == 0);
+/* The job of the checkpoint: one process with the global batch (collective
+ * checkpoints resume in local mode). */
+static void local_job(const trainer *t, job_config *job) {
+  trainer_job(t, job);
+  job->batch = t->settings.opt.batch * t->trainers;
+  job->trainers = 1;
 }
 
-ps_err ctr_checkpoint_write(ctr_trainer *t, long step, ps_error *err) {
+ps_err table_checkpoint_write(trainer *t, long step, ps_error *err) {
   size_t n = t->model->layout.total;
   float *dense = malloc(3 * n * sizeof *dense);
   if (dense == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "checkpoint: out of memory");
@@ -93,7 +99,7 @@ ps_err ctr_checkpoint_write(ctr_trainer *t, long step, ps_error *err) {
   }
   if (rc == PS_ERR_OK) {
     job_config job;
-    ctr_trainer_job(t, &job);
+    local_job(t, &job);
     /* The tables' settings are part of the job (its "sparse=[...]"). */
     const char *extra[] = {"trainers", "1", "mode", "local", NULL};
     rc = checkpoint_write_tensors(t->settings.opt.checkpoint_dir, CTR_PREFIX, CTR_FORMAT, step,
@@ -147,13 +153,13 @@ static ps_err load_table(sparse_table *table, const safetensors_file *f, const c
   return PS_ERR_OK;
 }
 
-ps_err ctr_checkpoint_resume(ctr_trainer *t, ps_error *err) {
+ps_err table_checkpoint_resume(trainer *t, ps_error *err) {
   const trainer_options *o = &t->settings.opt;
   char path[4096];
   job_config job;
   safetensors_meta meta;
   long step = 0;
-  ctr_trainer_job(t, &job);
+  local_job(t, &job);
   if (checkpoint_resume_open(o->checkpoint_dir, CTR_PREFIX, CTR_FORMAT, "CTR", o->resume_step,
                              &job, path, sizeof path, &step, &meta, err) != PS_ERR_OK) {
     return err->code;
@@ -177,12 +183,11 @@ ps_err ctr_checkpoint_resume(ctr_trainer *t, ps_error *err) {
   safetensors_file_free(&f);
   if (rc != PS_ERR_OK) return rc;
   t->start_step = step;
-  LOG_INFO("resuming from %s at step %ld (epoch %ld, step %ld of it)", path, step,
-           step / t->steps_per_epoch + 1, step % t->steps_per_epoch + 1);
+  LOG_INFO("resuming from %s at step %ld", path, step);
   return PS_ERR_OK;
 }
 
-ps_err ctr_export(ctr_trainer *t, const char *path, ps_error *err) {
+ps_err trainer_checkpoint_export(trainer *t, const char *path, ps_error *err) {
   const tensor_layout *layout = &t->model->layout;
   float *dense = malloc((layout->total > 0 ? layout->total : 1) * sizeof *dense);
   safetensors_tensor *parts = calloc((size_t)layout->count + 4, sizeof *parts);
@@ -217,7 +222,9 @@ ps_err ctr_export(ctr_trainer *t, const char *path, ps_error *err) {
     const char *metadata[] = {"format", "pt", "model", model_text, "producer", "pstrain", NULL};
     rc = safetensors_write_tensors(path, parts, count, metadata, 0, err);
   }
-  if (rc == PS_ERR_OK) LOG_INFO("exported the model and its tables to %s", path);
+  if (rc == PS_ERR_OK) {
+    LOG_INFO("exported the model%s to %s", t->model->tables > 0 ? " and its tables" : "", path);
+  }
   for (int i = 0; i < MODEL_TABLES_MAX; i++) table_dump_free(&dumps[i]);
   free(parts);
   free(dense);

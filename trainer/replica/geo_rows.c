@@ -1,6 +1,10 @@
-/* GEO-SGD for the CTR models (see ctr_geo.h). */
+/* GEO-SGD's sparse half (pserver_replica.h): the rows a trainer touched
+ * since the last exchange, each with its value when first touched, and the
+ * exchange's rows: each row's change goes to the pserver owning its key,
+ * which adds change / N and answers with the fresh row, which replaces the
+ * local one. */
 #define _POSIX_C_SOURCE 200809L
-#include "trainer/ctr_geo.h"
+#include "trainer/replica/pserver_replica.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -11,17 +15,16 @@
 #include "common/log.h"
 #include "common/rng.h"
 #include "common/shard_map.h"
-#include "trainer/slowdown.h"
 
-struct ctr_geo {
+typedef struct geo_rows geo_rows;
+
+struct geo_rows {
   ps_client *c;                          /* borrowed */
   const ps_client_sparse_ops *eval_ops;  /* c->sparse outside exchanges */
   ps_client_sparse_ops ops;              /* an exchange's rows */
   int tables, pservers;
   size_t dim[CTR_TABLES_MAX];
   sparse_table *local[CTR_TABLES_MAX];   /* t's tables, borrowed */
-  size_t total;                          /* dense floats */
-  float *dense_base, *dense_change, *dense_fresh; /* (total) */
   /* Rows touched since the last exchange, in first-touch order: keys and
    * their values when first touched, the base of their change. */
   size_t n, cap;
@@ -36,12 +39,11 @@ struct ctr_geo {
   /* keys' index + 1 by key (open addressing, 0: empty, at most half full) */
   uint32_t *slots;
   size_t slot_cap;
-  long steps, since, exchanges;
 };
 
 /* --- the rows touched since the last exchange ------------------------------------ */
 
-static size_t slot_of(const ctr_geo *g, uint64_t key, int *found) {
+static size_t slot_of(const geo_rows *g, uint64_t key, int *found) {
   size_t mask = g->slot_cap - 1, i = (size_t)rng_mix64(key) & mask;
   for (; g->slots[i] != 0; i = (i + 1) & mask) {
     if (g->keys[g->slots[i] - 1] == key) {
@@ -54,7 +56,7 @@ static size_t slot_of(const ctr_geo *g, uint64_t key, int *found) {
 }
 
 /* Room for `need` touched rows; a failure leaves what is there intact. */
-static ps_err reserve(ctr_geo *g, size_t need, ps_error *err) {
+static ps_err reserve(geo_rows *g, size_t need, ps_error *err) {
   if (need > UINT32_MAX / 4) {
     return ps_error_set(err, PS_ERR_OUT_OF_RANGE, "--update geo: %zu rows touched between "
                         "exchanges, too many (use a smaller --geo-steps)", need);
@@ -90,12 +92,9 @@ static ps_err reserve(ctr_geo *g, size_t need, ps_error *err) {
   return PS_ERR_OK;
 }
 
-/* After a local step: the batch's keys not touched before in this interval
- * join, with the values the step pulled (before its update) as their base. */
-static ps_err note_touched(ctr_geo *g, const ctr_trainer *t, ps_error *err) {
-  const sparse_dedup *d = t->batch.dedup;
+ps_err geo_rows_note(geo_rows *g, const data_batch *b, float *const *rows, ps_error *err) {
+  const sparse_dedup *d = b->dedup;
   if (reserve(g, g->n + d->n_unique, err) != PS_ERR_OK) return err->code;
-  float *const *rows = t->rows;
   for (size_t j = 0; j < d->n_unique; j++) {
     int found;
     size_t s = slot_of(g, d->unique[j], &found);
@@ -112,10 +111,10 @@ static ps_err note_touched(ctr_geo *g, const ctr_trainer *t, ps_error *err) {
 
 /* --- the exchange's sparse rows (the client's sparse ops) --------------------------- */
 
-static size_t part_of(const ctr_geo *g, int p) { return g->first[p + 1] - g->first[p]; }
+static size_t part_of(const geo_rows *g, int p) { return g->first[p + 1] - g->first[p]; }
 
 static ps_err geo_append(void *ctx, int p, wire_writer *w, rpc_lease *lease, ps_error *err) {
-  ctr_geo *g = ctx;
+  geo_rows *g = ctx;
   size_t from = g->first[p], n = part_of(g, p);
   for (int t = 0; t < g->tables; t++) {
     wire_writer_sparse(w, WIRE_SPARSE_GRADS, (uint32_t)t, g->grouped + from, n,
@@ -129,7 +128,7 @@ static ps_err geo_append(void *ctx, int p, wire_writer *w, rpc_lease *lease, ps_
  * copying any. */
 static ps_err geo_take(void *ctx, int p, const rpc_message *msg, const wire_blocks_msg *m,
                        ps_error *err) {
-  ctr_geo *g = ctx;
+  geo_rows *g = ctx;
   size_t from = g->first[p], n = part_of(g, p);
   const wire_sparse_ref *found[CTR_TABLES_MAX] = {NULL, NULL};
   for (size_t i = 0; i < m->sparse_count; i++) {
@@ -160,8 +159,9 @@ static ps_err geo_take(void *ctx, int p, const rpc_message *msg, const wire_bloc
 /* --- the exchange --------------------------------------------------------------------- */
 
 /* Groups the touched keys by owner (shard_of_key), each pserver's in
- * first-touch order, and writes each row's change there. */
-static void group_changes(ctr_geo *g) {
+ * first-touch order, writes each row's change there and lends the client
+ * the ops that send them. */
+void geo_rows_begin(geo_rows *g) {
   memset(g->first, 0, ((size_t)g->pservers + 1) * sizeof *g->first);
   for (size_t j = 0; j < g->n; j++) g->first[shard_of_key(g->keys[j], g->pservers) + 1]++;
   for (int p = 0; p < g->pservers; p++) {
@@ -181,25 +181,11 @@ static void group_changes(ctr_geo *g) {
       for (size_t k = 0; k < dim; k++) out[k] = now[j * dim + k] - g->base[t][j * dim + k];
     }
   }
+  g->c->sparse = &g->ops;
 }
 
-/* Sends the changes (key step `done`: the steps taken) and takes the fresh
- * values; a lost or restarted pserver is waited for and the same changes
- * resent (applied once). */
-static ps_err exchange(ctr_geo *g, ctr_trainer *t, long done, ps_error *err) {
-  ps_client *c = g->c;
-  group_changes(g);
-  if (model_get_params(t->model, g->dense_fresh, err) != PS_ERR_OK) return err->code;
-  for (size_t i = 0; i < g->total; i++) g->dense_change[i] = g->dense_fresh[i] - g->dense_base[i];
-  c->sparse = &g->ops;
-  ps_err rc = ps_client_push_pull(c, done, g->dense_change, g->dense_fresh, err);
-  double timeout = t->settings.opt.recover_timeout;
-  if (rc != PS_ERR_OK && ps_client_recoverable(rc) && timeout > 0) {
-    LOG_WARN("%s: recovering (--recover-timeout %.0f s)", err->msg, timeout);
-    long resume_at;
-    rc = ps_client_recover(c, done, g->dense_change, g->dense_fresh, timeout, &resume_at, err);
-  }
-  c->sparse = g->eval_ops;
+ps_err geo_rows_end(geo_rows *g, ps_err rc, long done, ps_error *err) {
+  g->c->sparse = g->eval_ops;
   if (rc != PS_ERR_OK) return rc;
   for (int i = 0; i < g->tables; i++) {
     if (sparse_table_set_rows(g->local[i], g->grouped, g->n, g->fresh[i], done - 1, err) !=
@@ -207,43 +193,16 @@ static ps_err exchange(ctr_geo *g, ctr_trainer *t, long done, ps_error *err) {
       return err->code;
     }
   }
-  if (model_set_params(t->model, g->dense_fresh, err) != PS_ERR_OK) return err->code;
-  memcpy(g->dense_base, g->dense_fresh, g->total * sizeof(float));
   memset(g->slots, 0, g->slot_cap * sizeof *g->slots);
   g->n = 0;
-  g->since = 0;
-  g->exchanges++;
   return PS_ERR_OK;
 }
 
-ps_err ctr_geo_step(ctr_geo *g, ctr_trainer *t, int count, long step, double *loss_sum,
-                    double *comm_seconds, ps_error *err) {
-  double computing = now_s();
-  if (count > 0 && (ctr_local_step(t, step, loss_sum, err) != PS_ERR_OK ||
-                    note_touched(g, t, err) != PS_ERR_OK)) {
-    return err->code;
-  }
-  if (slowdown_sleep(t->settings.opt.slowdown, now_s() - computing, err) != PS_ERR_OK) {
-    return err->code;
-  }
-  if (++g->since < g->c->job.geo_steps && step + 1 < g->steps) return PS_ERR_OK;
-  double start = now_s();
-  ps_err rc = exchange(g, t, step + 1, err);
-  timeline_span(t->tl, "push", step, start); /* the exchange */
-  *comm_seconds += now_s() - start;
-  return rc;
-}
-
-long ctr_geo_exchanges(const ctr_geo *g) { return g->exchanges; }
-
 /* --- life ------------------------------------------------------------------------------ */
 
-void ctr_geo_destroy(ctr_geo *g) {
+void geo_rows_destroy(geo_rows *g) {
   if (g == NULL) return;
   if (g->c != NULL && g->c->sparse == &g->ops) g->c->sparse = g->eval_ops;
-  free(g->dense_base);
-  free(g->dense_change);
-  free(g->dense_fresh);
   free(g->keys);
   free(g->grouped);
   free(g->at);
@@ -258,40 +217,30 @@ void ctr_geo_destroy(ctr_geo *g) {
   free(g);
 }
 
-ps_err ctr_geo_create(ctr_geo **out, ctr_trainer *t, ps_client *c, ps_error *err) {
+ps_err geo_rows_create(geo_rows **out, trainer *t, ps_client *c, ps_error *err) {
   *out = NULL;
-  ctr_geo *g = calloc(1, sizeof *g);
+  geo_rows *g = calloc(1, sizeof *g);
   if (g == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "--update geo: out of memory");
   g->c = c;
   g->eval_ops = c->sparse;
   g->ops = (ps_client_sparse_ops){.ctx = g, .append = geo_append, .take = geo_take};
-  g->tables = ctr_table_count(&c->job.model);
+  g->tables = t->model->tables;
   for (int i = 0; i < g->tables; i++) {
     g->local[i] = t->tables[i];
     g->dim[i] = (size_t)sparse_table_config_of(t->tables[i])->dim;
   }
   g->pservers = c->job.pservers;
-  g->steps = c->job.steps;
-  g->total = t->model->layout.total;
-  size_t dense = g->total > 0 ? g->total : 1;
   g->first = calloc((size_t)g->pservers + 1, sizeof *g->first);
   g->fill = calloc((size_t)g->pservers, sizeof *g->fill);
-  g->dense_base = malloc(dense * sizeof(float));
-  g->dense_change = malloc(dense * sizeof(float));
-  g->dense_fresh = malloc(dense * sizeof(float));
-  if (g->first == NULL || g->fill == NULL || g->dense_base == NULL || g->dense_change == NULL ||
-      g->dense_fresh == NULL) {
-    ctr_geo_destroy(g);
+  if (g->first == NULL || g->fill == NULL) {
+    geo_rows_destroy(g);
     return ps_error_set(err, PS_ERR_NO_MEMORY, "--update geo: out of memory");
   }
   /* A batch's keys to start with; more as the interval touches them. */
-  if (reserve(g, (size_t)c->job.batch * CRITEO_CAT_FIELDS, err) != PS_ERR_OK ||
-      ps_client_pull(c, g->dense_fresh, err) != PS_ERR_OK ||
-      model_set_params(t->model, g->dense_fresh, err) != PS_ERR_OK) {
-    ctr_geo_destroy(g);
+  if (reserve(g, (size_t)c->job.batch * CRITEO_CAT_FIELDS, err) != PS_ERR_OK) {
+    geo_rows_destroy(g);
     return err->code;
   }
-  memcpy(g->dense_base, g->dense_fresh, g->total * sizeof(float));
   *out = g;
   return PS_ERR_OK;
 }

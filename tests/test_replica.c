@@ -1,8 +1,9 @@
-/* The updater interface (trainer/updater.h): --mode picks the implementation
- * and the trainer's place in the job; the local updater's step is the
- * optimizer's, bitwise; a mode the build lacks is refused by name. The
- * pserver and collective steps are checked against local training by the
- * equivalence tests (test_pserver_equivalence, test_collective). */
+/* The replica interface (trainer/replica/replica.h): --mode picks the
+ * implementation and the trainer's place in the job; the local replica's
+ * step is the optimizer's, bitwise, and with tables also the rows' pull and
+ * update; a mode the build lacks is refused by name. The pserver and
+ * collective steps are checked against local training by the equivalence
+ * tests (test_pserver_equivalence, test_collective, test_ctr_*). */
 #define _POSIX_C_SOURCE 200809L
 #include <string.h>
 
@@ -31,20 +32,20 @@ static void test_local(void) {
   t.settings = s;
   t.id = 7;
   t.trainers = 5;
-  updater *up = NULL;
-  REQUIRE(updater_create(&t, &up, &err) == PS_ERR_OK);
+  replica *up = NULL;
+  REQUIRE(replica_create(&t, &up, &err) == PS_ERR_OK);
   CHECK_EQ_STR(up->ops->name, "local");
   CHECK_EQ_INT(up->ops->holds_state, 1);
   CHECK_EQ_STR(t.mode_label, "local");
   CHECK_EQ_INT(t.id, 0);
   CHECK_EQ_INT(t.trainers, 1);
   /* One replica: nothing to start, nothing to send. */
-  CHECK_EQ_INT(updater_start(up, &err), PS_ERR_OK);
+  CHECK_EQ_INT(replica_start(up, &err), PS_ERR_OK);
   int word = 42;
-  CHECK_EQ_INT(updater_broadcast(up, &word, sizeof word, &err), PS_ERR_OK);
+  CHECK_EQ_INT(replica_broadcast(up, &word, sizeof word, &err), PS_ERR_OK);
   CHECK_EQ_INT(word, 42);
 
-  /* Three steps through the updater equal three optimizer steps, bitwise. */
+  /* Three steps through the replica equal three optimizer steps, bitwise. */
   backend *be;
   model_desc d;
   model *a, *b;
@@ -60,15 +61,16 @@ static void test_local(void) {
       a->grads_host[i] = b->grads_host[i] = 0.01f * (float)((long)(i % 7) - 3 + step);
     }
     long next = -1;
-    CHECK_EQ_INT(updater_apply(up, step, &next, &err), PS_ERR_OK);
+    data_batch batch = {.size = 4};
+    CHECK_EQ_INT(replica_push(up, step, &batch, &next, &err), PS_ERR_OK);
     CHECK_EQ_INT(next, step + 1);
     CHECK_EQ_INT(model_apply_optimizer(b, &t.settings.optimizer, step, &err), PS_ERR_OK);
   }
   CHECK(a->params_host[0] != first);
   CHECK(memcmp(a->params_host, b->params_host, n * sizeof *a->params_host) == 0);
   CHECK(up->comm_seconds == 0.0 && up->comm_bytes == 0.0);
-  CHECK_EQ_INT(updater_finish(up, 3, &err), PS_ERR_OK);
-  updater_destroy(up);
+  CHECK_EQ_INT(replica_finish(up, 3, &err), PS_ERR_OK);
+  replica_destroy(up);
   model_destroy(a);
   model_destroy(b);
   backend_destroy(be);
@@ -83,17 +85,17 @@ static void test_pserver(void) {
   trainer t;
   memset(&t, 0, sizeof t);
   t.settings = s;
-  updater *up = NULL;
-  REQUIRE(updater_create(&t, &up, &err) == PS_ERR_OK);
+  replica *up = NULL;
+  REQUIRE(replica_create(&t, &up, &err) == PS_ERR_OK);
   CHECK_EQ_STR(up->ops->name, "pserver");
   CHECK_EQ_INT(up->ops->holds_state, 0); /* the pservers write the checkpoints */
   CHECK_EQ_STR(t.mode_label, "pserver-async");
   CHECK_EQ_INT(t.id, 2);
   CHECK_EQ_INT(t.trainers, 3);
   int word = 42;
-  CHECK_EQ_INT(updater_broadcast(up, &word, sizeof word, &err), PS_ERR_UNSUPPORTED);
+  CHECK_EQ_INT(replica_broadcast(up, &word, sizeof word, &err), PS_ERR_UNSUPPORTED);
   CHECK_CONTAINS(err.msg, "from the pservers");
-  updater_destroy(up); /* never started: nothing to close */
+  replica_destroy(up); /* never started: nothing to close */
 }
 
 static void test_collective_unbuilt(void) {
@@ -104,8 +106,8 @@ static void test_collective_unbuilt(void) {
   trainer t;
   memset(&t, 0, sizeof t);
   t.settings = s;
-  updater *up = NULL;
-  CHECK_EQ_INT(updater_create(&t, &up, &err), PS_ERR_UNSUPPORTED);
+  replica *up = NULL;
+  CHECK_EQ_INT(replica_create(&t, &up, &err), PS_ERR_UNSUPPORTED);
   CHECK_CONTAINS(err.msg, "--mode collective: this build has no MPI");
   CHECK(up == NULL);
 #endif
@@ -116,5 +118,5 @@ int main(void) {
   test_local();
   test_pserver();
   test_collective_unbuilt();
-  return check_report("test_updater");
+  return check_report("test_replica");
 }

@@ -1,0 +1,43 @@
+/* What the collective replica's files share (mpi.c, mpi_rows.c, nccl.c):
+ * the sparse half's all-gather of keys and row gradients, and NCCL's dense
+ * sum on the GPUs. Internal to trainer/replica; built only with MPI. */
+#ifndef PSTRAIN_TRAINER_REPLICA_MPI_REPLICA_H
+#define PSTRAIN_TRAINER_REPLICA_MPI_REPLICA_H
+
+#include "trainer/collective.h"
+#include "trainer/replica/replica.h"
+#include "trainer/train.h"
+
+typedef struct mpi_rows mpi_rows;
+
+/* The exchange's buffers for batches of --batch on t->trainers ranks. */
+ps_err mpi_rows_create(mpi_rows **out, const trainer *t, ps_error *err);
+void mpi_rows_destroy(mpi_rows *x);
+/* Every rank's keys of its batch b; the union's rows pulled from t->tables
+ * at step, this rank's copied into t->rows. *total: the examples of every
+ * rank's batch (0: nothing else happens this step). */
+ps_err mpi_rows_pull(mpi_rows *x, trainer *t, long step, const data_batch *b, long long *total,
+                     ps_error *err);
+/* This rank's row gradients (t->row_grads) times scale, every rank's summed
+ * in rank order into the union's. */
+ps_err mpi_rows_gather_grads(mpi_rows *x, trainer *t, const data_batch *b, float scale,
+                             ps_error *err);
+/* The union's summed gradients into t->tables at step. */
+ps_err mpi_rows_apply(mpi_rows *x, trainer *t, long step, ps_error *err);
+/* Bytes sent + received so far. */
+double mpi_rows_bytes(const mpi_rows *x);
+
+/* Bytes a rank sends and receives to all-reduce n floats: a ring sends and
+ * receives 2(N-1)/N of them each way. */
+static inline double replica_ring_bytes(int ranks, size_t n) {
+  return 4.0 * (ranks - 1) / ranks * (double)n * sizeof(float);
+}
+
+#ifdef PSTRAIN_HAVE_NCCL
+/* nccl.c: NCCL on the backend's GPU; every rank calls it. */
+ps_err replica_nccl_start(collective *coll, trainer *t, ps_error *err);
+/* The dense gradients averaged on the GPUs (the model's grads_device). */
+ps_err replica_nccl_mean(collective *coll, trainer *t, ps_error *err);
+#endif
+
+#endif
