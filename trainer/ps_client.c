@@ -425,86 +425,123 @@ static ps_err roll_back_all(ps_client *c, long step, int restarted, ps_error *er
   return rc;
 }
 
+/* One ps_client_recover call, across its attempts. */
+typedef struct {
+  ps_client *c;
+  long step;        /* the step whose call failed */
+  double start;     /* when recovery began, for the log */
+  int attempt;      /* one-based */
+  long *steps;      /* each pserver's step, from the latest registration */
+  uint64_t *before; /* each pserver's incarnation as this trainer last saw it */
+} recovery;
+
+/* Logs each pserver that restarted since it was last seen and returns the
+ * last of them (-1: none), which a roll back names. */
+static int note_restarts(recovery *r) {
+  ps_client *c = r->c;
+  int restarted = -1;
+  for (int p = 0; p < c->job.pservers; p++) {
+    if (c->pserver_incarnation[p] != r->before[p]) {
+      restarted = p;
+      LOG_WARN("pserver %d at %s restarted (new incarnation %016llx) at step %ld", p,
+               c->targets.items[p], (unsigned long long)c->pserver_incarnation[p], r->steps[p]);
+      r->before[p] = c->pserver_incarnation[p];
+    }
+  }
+  return restarted;
+}
+
+/* Every pserver has step's state or the next: a read is simply taken again
+ * by the caller; a push is resent, and applied once (a pserver past it
+ * answers with its parameters). */
+static ps_err resume_at_step(recovery *r, const float *grads, float *params, long *resume_at,
+                             ps_error *err) {
+  if (grads == NULL) {
+    *resume_at = r->step;
+    LOG_INFO("step %ld: recovered in %.2f s (%d attempt(s)): every pserver is at the step",
+             r->step, now_s() - r->start, r->attempt);
+    return PS_ERR_OK;
+  }
+  ps_err rc = ps_client_push_pull(r->c, r->step, grads, params, err);
+  if (rc == PS_ERR_OK) {
+    *resume_at = r->step + 1;
+    LOG_INFO("step %ld: recovered in %.2f s (%d attempt(s)): push resent", r->step,
+             now_s() - r->start, r->attempt);
+  }
+  return rc;
+}
+
+/* A pserver came back from an older checkpoint: all go back to its step. */
+static ps_err roll_back_to(recovery *r, long lo, int restarted, float *params, long *resume_at,
+                           ps_error *err) {
+  ps_err rc = roll_back_all(r->c, lo, restarted, err);
+  /* A CTR job's pull needs the keys of step lo: the caller's. */
+  if (rc == PS_ERR_OK && r->c->sparse == NULL) rc = ps_client_pull(r->c, params, err);
+  if (rc == PS_ERR_OK) {
+    *resume_at = lo;
+    LOG_WARN("step %ld: recovered in %.2f s (%d attempt(s)): every pserver rolled back to "
+             "step %ld; steps %ld to %ld are taken again",
+             r->step, now_s() - r->start, r->attempt, lo, lo, r->step);
+  }
+  return rc;
+}
+
+/* One attempt: registers again (waiting up to left seconds), then picks the
+ * step to go on from by where the pservers are. */
+static ps_err recover_once(recovery *r, double left, const float *grads, float *params,
+                           long *resume_at, ps_error *err) {
+  ps_client *c = r->c;
+  ps_err rc = register_all(c, left, r->steps, err);
+  if (rc != PS_ERR_OK) return rc;
+  int restarted = note_restarts(r);
+  long lo = r->steps[0], hi = r->steps[0];
+  for (int p = 1; p < c->job.pservers; p++) {
+    if (r->steps[p] < lo) lo = r->steps[p];
+    if (r->steps[p] > hi) hi = r->steps[p];
+  }
+  int sync = c->job.update == UPDATE_SYNC;
+  if (sync && (hi > r->step + 1 || lo > r->step)) {
+    return ps_error_set(err, PS_ERR_FAILED_PRECONDITION,
+                        "step %ld: the pservers are at steps %ld to %ld, ahead of this trainer",
+                        r->step, lo, hi);
+  }
+  if (!sync || lo >= r->step) return resume_at_step(r, grads, params, resume_at, err);
+  return roll_back_to(r, lo, restarted, params, resume_at, err);
+}
+
 ps_err ps_client_recover(ps_client *c, long step, const float *grads, float *params,
                          double timeout, long *resume_at, ps_error *err) {
   int n = c->job.pservers;
-  double start = now_s(), deadline = start + timeout;
-  long *steps = malloc((size_t)n * sizeof *steps);
-  uint64_t *before = malloc((size_t)n * sizeof *before);
-  if (steps == NULL || before == NULL) {
-    free(steps);
-    free(before);
+  recovery r = {.c = c, .step = step, .start = now_s()};
+  double deadline = r.start + timeout;
+  r.steps = malloc((size_t)n * sizeof *r.steps);
+  r.before = malloc((size_t)n * sizeof *r.before);
+  if (r.steps == NULL || r.before == NULL) {
+    free(r.steps);
+    free(r.before);
     return ps_error_set(err, PS_ERR_NO_MEMORY, "ps client: out of memory");
   }
-  memcpy(before, c->pserver_incarnation, (size_t)n * sizeof *before);
+  memcpy(r.before, c->pserver_incarnation, (size_t)n * sizeof *r.before);
   ps_err rc;
   char last[sizeof err->msg];
   snprintf(last, sizeof last, "%s", err->msg);
-  for (int attempt = 1;; attempt++) {
+  for (r.attempt = 1;; r.attempt++) {
     double left = deadline - now_s();
     if (left <= 0) {
       rc = ps_error_set(err, PS_ERR_UNAVAILABLE,
                         "step %ld: gave up after %.0f s (--recover-timeout) and %d attempt(s); "
                         "last error: %s",
-                        step, timeout, attempt - 1, last);
+                        step, timeout, r.attempt - 1, last);
       break;
     }
-    rc = register_all(c, left, steps, err);
-    int restarted = -1;
-    for (int p = 0; p < n && rc == PS_ERR_OK; p++) {
-      if (c->pserver_incarnation[p] != before[p]) {
-        restarted = p;
-        LOG_WARN("pserver %d at %s restarted (new incarnation %016llx) at step %ld", p,
-                 c->targets.items[p], (unsigned long long)c->pserver_incarnation[p], steps[p]);
-        before[p] = c->pserver_incarnation[p];
-      }
-    }
-    long lo = steps[0], hi = steps[0];
-    for (int p = 1; p < n && rc == PS_ERR_OK; p++) {
-      if (steps[p] < lo) lo = steps[p];
-      if (steps[p] > hi) hi = steps[p];
-    }
-    if (rc == PS_ERR_OK && c->job.update == UPDATE_SYNC && (hi > step + 1 || lo > step)) {
-      rc = ps_error_set(err, PS_ERR_FAILED_PRECONDITION,
-                        "step %ld: the pservers are at steps %ld to %ld, ahead of this trainer",
-                        step, lo, hi);
-      break;
-    }
-    if (rc == PS_ERR_OK && (c->job.update != UPDATE_SYNC || lo >= step)) {
-      if (grads == NULL) { /* a read: nothing to resend, the caller reads again */
-        *resume_at = step;
-        LOG_INFO("step %ld: recovered in %.2f s (%d attempt(s)): every pserver is at the step",
-                 step, now_s() - start, attempt);
-        break;
-      }
-      /* Every pserver has step's state or the next: the push is resent, and
-       * applied once (a pserver past it answers with its parameters). */
-      rc = ps_client_push_pull(c, step, grads, params, err);
-      if (rc == PS_ERR_OK) {
-        *resume_at = step + 1;
-        LOG_INFO("step %ld: recovered in %.2f s (%d attempt(s)): push resent", step,
-                 now_s() - start, attempt);
-        break;
-      }
-    } else if (rc == PS_ERR_OK) {
-      /* A pserver came back from an older checkpoint: all go back to it. */
-      rc = roll_back_all(c, lo, restarted, err);
-      /* A CTR job's pull needs the keys of step lo: the caller's. */
-      if (rc == PS_ERR_OK && c->sparse == NULL) rc = ps_client_pull(c, params, err);
-      if (rc == PS_ERR_OK) {
-        *resume_at = lo;
-        LOG_WARN("step %ld: recovered in %.2f s (%d attempt(s)): every pserver rolled back to "
-                 "step %ld; steps %ld to %ld are taken again",
-                 step, now_s() - start, attempt, lo, lo, step);
-        break;
-      }
-    }
+    rc = recover_once(&r, left, grads, params, resume_at, err);
+    /* success is not recoverable either: it ends the loop too */
     if (!ps_client_recoverable(rc)) break;
     snprintf(last, sizeof last, "%s", err->msg);
     struct timespec pause = {0, 100 * 1000 * 1000};
     nanosleep(&pause, NULL);
   }
-  free(steps);
-  free(before);
+  free(r.steps);
+  free(r.before);
   return rc;
 }

@@ -290,103 +290,120 @@ static ps_err geo_load(trainer_settings *s, ps_error *err) {
   return PS_ERR_OK;
 }
 
-options_result trainer_settings_load(trainer_settings *s, int argc, char **argv, ps_error *err) {
-  memset(s, 0, sizeof *s);
-  options_result r =
-      options_parse(trainer_option_table, TRAINER_OPTION_COUNT, &s->opt, argc, argv, err);
-  if (r != OPTIONS_OK) return r;
-
-  trainer_options *o = &s->opt;
-  /* Under srun, the task's place in its step stands in for absent ids. */
+/* Under srun, the task's place in its step stands in for absent ids. */
+static ps_err slurm_ids_load(trainer_options *o, ps_error *err) {
   long procid, ntasks;
-  if (endpoints_slurm_task(&procid, &ntasks, err) != PS_ERR_OK) return OPTIONS_ERROR;
+  ps_err rc = endpoints_slurm_task(&procid, &ntasks, err);
+  if (rc != PS_ERR_OK) return rc;
   int from_slurm = strcmp(o->mode, "pserver") == 0 && procid >= 0;
   if (o->id < 0) o->id = from_slurm ? procid : 0;
   if (o->trainers < 0) o->trainers = from_slurm ? ntasks : 1;
-  if (model_parse(o->model, &s->model, err) != PS_ERR_OK) return OPTIONS_ERROR;
-  if (ctr_settings_load(s, err) != PS_ERR_OK) return OPTIONS_ERROR;
+  return PS_ERR_OK;
+}
+
+/* --mode, --update and --wire-dtype into their enums. */
+static ps_err mode_load(trainer_settings *s, ps_error *err) {
+  trainer_options *o = &s->opt;
   s->pserver_mode = strcmp(o->mode, "pserver") == 0;
   s->collective_mode = strcmp(o->mode, "collective") == 0;
 #ifndef PSTRAIN_HAVE_MPI
   if (s->collective_mode) { /* said once, for every model, before any work */
-    ps_error_set(err, PS_ERR_UNSUPPORTED,
-                 "--mode collective: this build has no MPI (install libopenmpi-dev and rebuild)");
-    return OPTIONS_ERROR;
+    return ps_error_set(err, PS_ERR_UNSUPPORTED,
+                        "--mode collective: this build has no MPI (install libopenmpi-dev and "
+                        "rebuild)");
   }
 #endif
-  if (update_mode_parse(o->update, &s->update, err) != PS_ERR_OK ||
-      wire_dtype_parse(o->wire_dtype, &s->wire_dtype, err) != PS_ERR_OK) {
-    return OPTIONS_ERROR;
-  }
+  ps_err rc = update_mode_parse(o->update, &s->update, err);
+  if (rc != PS_ERR_OK) return rc;
+  return wire_dtype_parse(o->wire_dtype, &s->wire_dtype, err);
+}
+
+/* The flags that only some modes, updates or models take. */
+static ps_err mode_flags_check(trainer_settings *s, ps_error *err) {
+  trainer_options *o = &s->opt;
   if (s->wire_dtype != WIRE_DTYPE_F32 && !s->pserver_mode) {
-    ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
-                 "--wire-dtype %s is for pserver mode; --mode %s %s", o->wire_dtype, o->mode,
-                 s->collective_mode ? "all-reduces float32 gradients" : "sends nothing");
-    return OPTIONS_ERROR;
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                        "--wire-dtype %s is for pserver mode; --mode %s %s", o->wire_dtype,
+                        o->mode,
+                        s->collective_mode ? "all-reduces float32 gradients" : "sends nothing");
   }
-  if (staleness_load(s, err) != PS_ERR_OK || geo_load(s, err) != PS_ERR_OK) return OPTIONS_ERROR;
+  ps_err rc = staleness_load(s, err);
+  if (rc == PS_ERR_OK) rc = geo_load(s, err);
+  if (rc != PS_ERR_OK) return rc;
   if (o->export_replicas && (!s->collective_mode || !model_is_ctr(&s->model))) {
-    ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
-                 "--export-replicas is for the CTR models in collective mode, where every rank "
-                 "holds a replica (here: --mode %s, --model %s)", o->mode, o->model);
-    return OPTIONS_ERROR;
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                        "--export-replicas is for the CTR models in collective mode, where every "
+                        "rank holds a replica (here: --mode %s, --model %s)",
+                        o->mode, o->model);
   }
   if (o->overlap && (!s->pserver_mode || s->update != UPDATE_SYNC || model_is_ctr(&s->model))) {
-    ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
-                 "--overlap is for the MLP in pserver mode with --update sync (here: --mode %s, "
-                 "--update %s, --model %s)", o->mode, o->update, o->model);
-    return OPTIONS_ERROR;
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                        "--overlap is for the MLP in pserver mode with --update sync (here: "
+                        "--mode %s, --update %s, --model %s)",
+                        o->mode, o->update, o->model);
   }
-  if (s->pserver_mode) {
-    if (endpoints_check_role("TRAINER", err) != PS_ERR_OK ||
-        endpoints_parse(o->pservers, "--pservers", &s->pservers, err) != PS_ERR_OK) {
-      return OPTIONS_ERROR;
-    }
-    if (o->token_file[0] != '\0' &&
-        token_read_file(o->token_file, s->token, sizeof s->token, err) != PS_ERR_OK) {
-      return OPTIONS_ERROR;
-    }
-    s->tls = (tls_config){o->tls_cert, o->tls_key, o->tls_ca, o->tls_server_name};
-    if (tls_check_client(&s->tls, err) != PS_ERR_OK) return OPTIONS_ERROR;
-    for (int i = 0; i < s->pservers.count && !o->check_config; i++) {
-      if (endpoint_resolve(s->pservers.items[i], "--pservers", o->connect_timeout, err) !=
-          PS_ERR_OK) {
-        return OPTIONS_ERROR;
-      }
-    }
-    if (o->id >= o->trainers) {
-      ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "--id %ld is not 0..%ld (--trainers %ld)", o->id,
-                   o->trainers - 1, o->trainers);
-      return OPTIONS_ERROR;
-    }
+  return PS_ERR_OK;
+}
+
+/* Pserver mode: the pserver list, the credentials and this trainer's id. */
+static ps_err pserver_settings_load(trainer_settings *s, ps_error *err) {
+  trainer_options *o = &s->opt;
+  ps_err rc = endpoints_check_role("TRAINER", err);
+  if (rc == PS_ERR_OK) rc = endpoints_parse(o->pservers, "--pservers", &s->pservers, err);
+  if (rc == PS_ERR_OK && o->token_file[0] != '\0') {
+    rc = token_read_file(o->token_file, s->token, sizeof s->token, err);
   }
+  if (rc != PS_ERR_OK) return rc;
+  s->tls = (tls_config){o->tls_cert, o->tls_key, o->tls_ca, o->tls_server_name};
+  rc = tls_check_client(&s->tls, err);
+  for (int i = 0; i < s->pservers.count && !o->check_config && rc == PS_ERR_OK; i++) {
+    rc = endpoint_resolve(s->pservers.items[i], "--pservers", o->connect_timeout, err);
+  }
+  if (rc != PS_ERR_OK) return rc;
+  if (o->id >= o->trainers) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "--id %ld is not 0..%ld (--trainers %ld)",
+                        o->id, o->trainers - 1, o->trainers);
+  }
+  return PS_ERR_OK;
+}
+
+static ps_err checkpoint_flags_check(const trainer_settings *s, ps_error *err) {
+  const trainer_options *o = &s->opt;
   if (o->checkpoint_dir[0] != '\0' && s->pserver_mode) {
-    ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "--checkpoint-dir is for local and collective mode; "
-                 "in pserver mode the pservers write checkpoints (pserver --checkpoint-dir)");
-    return OPTIONS_ERROR;
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                        "--checkpoint-dir is for local and collective mode; in pserver mode the "
+                        "pservers write checkpoints (pserver --checkpoint-dir)");
   }
   if (o->resume && o->checkpoint_dir[0] == '\0') {
-    ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "--resume needs --checkpoint-dir");
-    return OPTIONS_ERROR;
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "--resume needs --checkpoint-dir");
   }
-  if (o->metrics_listen[0] != '\0' &&
-      metrics_listen_check(o->metrics_listen, 0, "", s->metrics_addr, sizeof s->metrics_addr,
-                           err) != PS_ERR_OK) {
-    return OPTIONS_ERROR;
+  return PS_ERR_OK;
+}
+
+/* What the trainer reports while it runs: metrics endpoint, log level and
+ * the timeline's steps. */
+static ps_err reporting_settings_load(trainer_settings *s, ps_error *err) {
+  const trainer_options *o = &s->opt;
+  if (o->metrics_listen[0] != '\0') {
+    ps_err rc = metrics_listen_check(o->metrics_listen, 0, "", s->metrics_addr,
+                                     sizeof s->metrics_addr, err);
+    if (rc != PS_ERR_OK) return rc;
   }
   if (log_level_parse(o->log_level, &s->level) != 0) {
-    ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "--log-level '%s' is unknown", o->log_level);
-    return OPTIONS_ERROR;
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "--log-level '%s' is unknown",
+                        o->log_level);
   }
-  if (timeline_parse_flags(o->timeline, o->timeline_steps, &s->timeline_first, &s->timeline_last,
-                           &s->timeline_every, err) != PS_ERR_OK) {
-    return OPTIONS_ERROR;
-  }
+  return timeline_parse_flags(o->timeline, o->timeline_steps, &s->timeline_first,
+                              &s->timeline_last, &s->timeline_every, err);
+}
+
+/* The dense optimizer and its learning-rate schedule. */
+static ps_err optimizer_settings_load(trainer_settings *s, ps_error *err) {
+  const trainer_options *o = &s->opt;
   optimizer_config *c = &s->optimizer;
-  if (optimizer_kind_parse(o->optimizer, &c->kind, err) != PS_ERR_OK ||
-      lr_schedule_parse(o->lr_schedule, &c->schedule, err) != PS_ERR_OK) {
-    return OPTIONS_ERROR;
-  }
+  ps_err rc = optimizer_kind_parse(o->optimizer, &c->kind, err);
+  if (rc == PS_ERR_OK) rc = lr_schedule_parse(o->lr_schedule, &c->schedule, err);
+  if (rc != PS_ERR_OK) return rc;
   c->lr = o->lr;
   c->weight_decay = o->weight_decay;
   c->momentum = o->momentum;
@@ -397,9 +414,30 @@ options_result trainer_settings_load(trainer_settings *s, int argc, char **argv,
   c->gamma = o->lr_gamma;
   c->min_lr = o->min_lr;
   c->total_steps = 1; /* the trainer sets it from the data size */
-  if (optimizer_config_check(c, err) != PS_ERR_OK) return OPTIONS_ERROR;
+  rc = optimizer_config_check(c, err);
+  if (rc != PS_ERR_OK) return rc;
   if (c->schedule == LR_COSINE && c->min_lr > c->lr) {
-    ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "--min-lr %g is above --lr %g", c->min_lr, c->lr);
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "--min-lr %g is above --lr %g", c->min_lr,
+                        c->lr);
+  }
+  return PS_ERR_OK;
+}
+
+options_result trainer_settings_load(trainer_settings *s, int argc, char **argv, ps_error *err) {
+  memset(s, 0, sizeof *s);
+  options_result r =
+      options_parse(trainer_option_table, TRAINER_OPTION_COUNT, &s->opt, argc, argv, err);
+  if (r != OPTIONS_OK) return r;
+  /* This order is the order in which a bad command line hears of its
+   * mistakes: the first failing check's message is the one reported. */
+  if (slurm_ids_load(&s->opt, err) != PS_ERR_OK ||
+      model_parse(s->opt.model, &s->model, err) != PS_ERR_OK ||
+      ctr_settings_load(s, err) != PS_ERR_OK || mode_load(s, err) != PS_ERR_OK ||
+      mode_flags_check(s, err) != PS_ERR_OK ||
+      (s->pserver_mode && pserver_settings_load(s, err) != PS_ERR_OK) ||
+      checkpoint_flags_check(s, err) != PS_ERR_OK ||
+      reporting_settings_load(s, err) != PS_ERR_OK ||
+      optimizer_settings_load(s, err) != PS_ERR_OK) {
     return OPTIONS_ERROR;
   }
   return OPTIONS_OK;
