@@ -135,6 +135,15 @@ void model_format(const model_desc *desc, char *buf, size_t len) {
   }
 }
 
+/* Weights uniform in +-sqrt(6/in) (He) before a ReLU, +-sqrt(3/in) for the
+ * output layer; the expression is the one every checkpoint's initial values
+ * came from, so keep it bit for bit. */
+static tensor_init weight_init(const model_desc *desc, int layer) {
+  double fan_in = (double)desc->sizes[layer - 1];
+  float bound = (float)sqrt((layer < desc->num_layers ? 6.0 : 3.0) / fan_in);
+  return (tensor_init){TENSOR_INIT_UNIFORM, bound};
+}
+
 ps_err model_build_layout(const model_desc *desc, tensor_layout *layout, ps_error *err) {
   char name[TENSOR_NAME_MAX];
   for (int l = 1; l <= desc->num_layers; l++) {
@@ -142,7 +151,8 @@ ps_err model_build_layout(const model_desc *desc, tensor_layout *layout, ps_erro
     long bias_shape[1] = {desc->sizes[l]};
     snprintf(name, sizeof name, "fc%d.weight", l);
     if (tensor_layout_add(layout, name, 2, weight_shape, err) != PS_ERR_OK) return err->code;
-    snprintf(name, sizeof name, "fc%d.bias", l);
+    tensor_layout_set_init(layout, layout->count - 1, weight_init(desc, l));
+    snprintf(name, sizeof name, "fc%d.bias", l); /* biases keep the zeros rule */
     if (tensor_layout_add(layout, name, 1, bias_shape, err) != PS_ERR_OK) return err->code;
   }
   if (model_is_ctr(desc)) {
@@ -158,8 +168,8 @@ uint64_t model_hash(const model_desc *desc) {
   return hash_text(text);
 }
 
-void model_init_params(const model_desc *desc, const tensor_layout *layout, uint64_t seed,
-                       size_t begin, size_t count, float *out) {
+void model_init_params(const tensor_layout *layout, uint64_t seed, size_t begin, size_t count,
+                       float *out) {
   size_t end = begin + count;
   for (int t = 0; t < layout->count; t++) {
     const tensor_info *info = &layout->tensors[t];
@@ -167,16 +177,23 @@ void model_init_params(const model_desc *desc, const tensor_layout *layout, uint
     size_t hi = info->offset + info->count < end ? info->offset + info->count : end;
     if (lo >= hi) continue;
     float *dst = out + (lo - begin);
-    if (info->rank == 1) { /* biases start at zero */
-      memset(dst, 0, (hi - lo) * sizeof *dst);
-      continue;
-    }
-    int layer = t / 2 + 1;
-    double fan_in = (double)desc->sizes[layer - 1];
-    float bound = (float)sqrt((layer < desc->num_layers ? 6.0 : 3.0) / fan_in);
-    for (size_t i = lo; i < hi; i++) {
-      float u = rng_uniform_at(seed, (uint64_t)t, i - info->offset);
-      dst[i - lo] = (2.0f * u - 1.0f) * bound;
+    switch (info->init.kind) {
+      case TENSOR_INIT_ZEROS:
+        memset(dst, 0, (hi - lo) * sizeof *dst);
+        break;
+      case TENSOR_INIT_ONES:
+        for (size_t i = lo; i < hi; i++) dst[i - lo] = 1.0f;
+        break;
+      case TENSOR_INIT_UNIFORM: {
+        /* One stream per tensor index, element i at position i: any range
+         * draws what the whole does. */
+        const float bound = info->init.scale;
+        for (size_t i = lo; i < hi; i++) {
+          float u = rng_uniform_at(seed, (uint64_t)t, i - info->offset);
+          dst[i - lo] = (2.0f * u - 1.0f) * bound;
+        }
+        break;
+      }
     }
   }
 }

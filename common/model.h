@@ -45,18 +45,21 @@ void model_format(const model_desc *desc, char *buf, size_t len);
 
 /* Fills an initialized, empty layout with fcK.weight (out, in) and fcK.bias
  * (out) for K = 1..num_layers, in that order, then wide.bias (1) for the CTR
- * models. */
+ * models. Each tensor gets its initialization rule: weights uniform in
+ * +-sqrt(6/in) (He) before a ReLU and +-sqrt(3/in) for the output layer,
+ * biases zeros. All are trainable. */
 ps_err model_build_layout(const model_desc *desc, tensor_layout *layout, ps_error *err);
 
 /* FNV-1a hash of the canonical text: equal models hash alike everywhere. */
 uint64_t model_hash(const model_desc *desc);
 
 /* Writes the initial values of the flat parameter range [begin, begin+count)
- * of the layout to out: weights uniform in +-sqrt(6/in) (He) before a ReLU and
- * +-sqrt(3/in) for the output layer, biases zero. Any range gives the same
- * values as the whole, so each pserver can initialize only its blocks. */
-void model_init_params(const model_desc *desc, const tensor_layout *layout, uint64_t seed,
-                       size_t begin, size_t count, float *out);
+ * of the layout to out, each tensor's after its rule (tensor_info.init); a
+ * uniform tensor draws from the seed's stream of its index. Any range gives
+ * the same values as the whole, so each pserver can initialize only its
+ * blocks. */
+void model_init_params(const tensor_layout *layout, uint64_t seed, size_t begin, size_t count,
+                       float *out);
 
 /* Whether the model reads Criteo examples through sparse tables. */
 static inline int model_is_ctr(const model_desc *desc) { return desc->kind != MODEL_MLP; }

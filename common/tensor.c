@@ -38,8 +38,18 @@ ps_err tensor_layout_add(tensor_layout *layout, const char *name, int rank, cons
   for (int i = 0; i < rank; i++) t->shape[i] = shape[i];
   t->offset = layout->total;
   t->count = count;
+  t->init.kind = TENSOR_INIT_ZEROS;
+  t->trainable = 1;
   layout->total += count;
   return PS_ERR_OK;
+}
+
+void tensor_layout_set_init(tensor_layout *layout, int index, tensor_init init) {
+  layout->tensors[index].init = init;
+}
+
+void tensor_layout_set_trainable(tensor_layout *layout, int index, int trainable) {
+  layout->tensors[index].trainable = trainable != 0;
 }
 
 void tensor_layout_free(tensor_layout *layout) {

@@ -43,8 +43,8 @@ int main(void) {
   size_t n = layout.total;
   float *all = malloc(n * sizeof *all), *part = malloc(5000 * sizeof *part);
   REQUIRE(all != NULL && part != NULL);
-  model_init_params(&d, &layout, 42, 0, n, all);
-  model_init_params(&d, &layout, 42, 200000, 5000, part); /* spans fc1.weight, fc1.bias, fc2.weight */
+  model_init_params(&layout, 42, 0, n, all);
+  model_init_params(&layout, 42, 200000, 5000, part); /* spans fc1.weight, fc1.bias, fc2.weight */
   int range_mismatch = 0;
   for (size_t i = 0; i < 5000; i++) range_mismatch += part[i] != all[200000 + i];
   CHECK_EQ_INT(range_mismatch, 0);
@@ -62,7 +62,7 @@ int main(void) {
   for (size_t i = 0; i < layout.tensors[1].count; i++) nonzero_bias += all[layout.tensors[1].offset + i] != 0;
   CHECK_EQ_INT(nonzero_bias, 0);
   /* Another seed gives other weights. */
-  model_init_params(&d, &layout, 43, 0, 100, part);
+  model_init_params(&layout, 43, 0, 100, part);
   int same_count = 0;
   for (int i = 0; i < 100; i++) same_count += part[i] == all[i];
   CHECK(same_count < 5);

@@ -173,7 +173,7 @@ static void test_dense(void) {
   size_t n = layout.total;
   float want[MAXDENSE], d[MAXDENSE];
   static reply r;
-  model_init_params(&job.model, &layout, job.seed, 0, n, want);
+  model_init_params(&layout, job.seed, 0, n, want);
   const float scale = 1.0f / TRAINERS;
   /* Trainer 0 then 1 at step K, then trainer 0's last 3 steps. */
   const int who[3] = {0, 1, 0}, step[3] = {K, K, K + 3};
@@ -210,7 +210,7 @@ static void test_wrong_job(void) {
   start(&ps, 1);
   float init[MAXDENSE], d[MAXDENSE];
   static reply r;
-  model_init_params(&job.model, &layout, job.seed, 0, layout.total, init);
+  model_init_params(&layout, job.seed, 0, layout.total, init);
   change(d, layout.total, 0, 1);
   push(&ps, 0, 100, 0, d, 1, NULL, 0, &r);
   CHECK_EQ_INT(r.code, PS_ERR_FAILED_PRECONDITION);
@@ -237,7 +237,7 @@ static void test_ctr(void) {
   static float want[2][MAXROWS * DIM];
   static reply r;
   static float dense[MAXDENSE], want_dense[MAXDENSE];
-  model_init_params(&job.model, &layout, job.seed, 0, layout.total, want_dense);
+  model_init_params(&layout, job.seed, 0, layout.total, want_dense);
   /* More keys than a batch of 2 holds (52), fewer than K batches. */
   const size_t nkeys = 60;
   for (int k = 0; k < 2; k++) {

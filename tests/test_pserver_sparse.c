@@ -90,7 +90,7 @@ static void test_sync(void) {
   float *g[TRAINERS], *sum = malloc(n * sizeof *sum);
   for (int r = 0; r < TRAINERS; r++) g[r] = malloc(n * sizeof *g[r]);
   REQUIRE(want && m1 && m2 && sum && g[0] && g[1]);
-  model_init_params(&job.model, &layout, job.seed, 0, n, want);
+  model_init_params(&layout, job.seed, 0, n, want);
   static rows keys[TRAINERS][2], grads[TRAINERS][2], u[2];
   static float ref_rows[2][2 * MAXK * DIM];
   memset(keys, 0, sizeof keys);

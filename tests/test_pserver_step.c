@@ -93,7 +93,7 @@ static void test_async_math(void) {
   float *want = malloc(n * sizeof *want), *got = malloc(n * sizeof *got);
   float *m1 = calloc(n, sizeof *m1), *m2 = calloc(n, sizeof *m2);
   REQUIRE(grads && scaled && want && got && m1 && m2);
-  model_init_params(&job.model, &layout, job.seed, 0, n, want);
+  model_init_params(&layout, job.seed, 0, n, want);
   /* Five pushes alternating trainers: schedule steps 0, 0, 1, 1, 2. */
   for (int k = 0; k < 5; k++) {
     uint32_t trainer = (uint32_t)(k % TRAINERS);

@@ -61,7 +61,7 @@ ps_err mlp_create(mlp **out, const model_desc *desc, backend *be, int max_batch,
     ps_error_set(err, PS_ERR_NO_MEMORY, "mlp: out of host memory for %zu initial values", n);
     goto fail;
   }
-  model_init_params(desc, &m->layout, seed, 0, n, init);
+  model_init_params(&m->layout, seed, 0, n, init);
   ps_err rc = mlp_set_params(m, init, err);
   free(init);
   if (rc != PS_ERR_OK) goto fail;
@@ -217,13 +217,27 @@ ps_err mlp_backward_from_direct(mlp *m, int batch, const float *host_dlogits,
 
 static ps_err ensure_state(mlp *m, ps_error *err);
 
+/* One optimizer call per run of consecutive trainable tensors (a single
+ * call over everything when all train), skipping the non-trainable ones. */
 ps_err mlp_apply_optimizer(mlp *m, const optimizer_config *cfg, long step, ps_error *err) {
-  size_t n = m->layout.total;
+  const tensor_layout *lay = &m->layout;
+  size_t n = lay->total;
   int states = optimizer_state_per_param(cfg->kind);
   if (states > 0 && ensure_state(m, err) != PS_ERR_OK) return err->code;
   float *s1 = states >= 1 ? m->opt_state : NULL;
   float *s2 = states >= 2 ? m->opt_state + n : NULL;
-  return m->be->ops->optimizer_step(m->be, cfg, step, m->params, m->grads, s1, s2, n, err);
+  for (int t = 0; t < lay->count;) {
+    if (!lay->tensors[t].trainable) {
+      t++;
+      continue;
+    }
+    size_t at = lay->tensors[t].offset, len = 0;
+    while (t < lay->count && lay->tensors[t].trainable) len += lay->tensors[t++].count;
+    PS_TRY(m->be->ops->optimizer_step(m->be, cfg, step, m->params + at, m->grads + at,
+                                      s1 != NULL ? s1 + at : NULL, s2 != NULL ? s2 + at : NULL,
+                                      len, err));
+  }
+  return PS_ERR_OK;
 }
 
 ps_err mlp_get_params(mlp *m, float *host, ps_error *err) {

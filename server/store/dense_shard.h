@@ -6,11 +6,17 @@
 #define PSTRAIN_SERVER_TABLE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "common/error.h"
 #include "common/job.h"
 #include "common/shard_map.h"
 #include "common/tensor.h"
+
+/* A range of shard floats: {offset, count} in the packed shard. */
+typedef struct dense_range {
+  size_t offset, count;
+} dense_range;
 
 typedef struct dense_shard {
   int pserver;           /* this pserver's id in the map */
@@ -22,6 +28,10 @@ typedef struct dense_shard {
   float *params, *state1, *state2;
   float *grads; /* (slots, n) */
   int slots;
+  /* The shard's floats of non-trainable tensors, which the optimizer skips:
+   * ascending, adjacent ones merged; NULL when every tensor trains. */
+  dense_range *frozen;
+  size_t frozen_count;
 } dense_shard;
 
 /* Builds the layout and shard map of job, allocates this pserver's shard
@@ -30,6 +40,12 @@ typedef struct dense_shard {
  * mode, 1 in async). */
 ps_err dense_shard_init(dense_shard *t, const job_config *job, int pserver, int slots,
                         ps_error *err);
+/* The same over a layout the caller built (each tensor's init rule and
+ * trainable flag as it says); the shard takes it over and leaves *layout
+ * empty, even on error. */
+ps_err dense_shard_init_layout(dense_shard *t, tensor_layout *layout, size_t block_size,
+                               int pservers, int pserver, int slots, uint64_t seed,
+                               ps_error *err);
 void dense_shard_free(dense_shard *t);
 
 /* The gradient slot of `slot` (n floats). */
@@ -43,7 +59,8 @@ static inline float *dense_shard_slot(dense_shard *t, int slot) {
 /* Sums the gradient slots listed in `slots` (count of them, in that order),
  * scales by `scale` (when not 1), and applies the optimizer at zero-based
  * step `step`, in one pass of DENSE_SHARD_CHUNK-float pieces. The slots are only
- * read. */
+ * read. Non-trainable tensors' floats (t->frozen) and their optimizer state
+ * are left as they are. */
 void dense_shard_apply_sum(dense_shard *t, const optimizer_config *opt, const int *slots,
                            int count, float scale, long step);
 

@@ -57,7 +57,7 @@ ps_err ctr_core_init(ctr_core *c, const model_desc *desc, backend *be, int max_b
       (c->dlogits = be->ops->host_alloc(be, (size_t)max_batch * sizeof(float), err)) == NULL) {
     return err->code;
   }
-  model_init_params(desc, &m->layout, seed, deep_count(c), 1, &c->wide_bias);
+  model_init_params(&m->layout, seed, deep_count(c), 1, &c->wide_bias);
   return PS_ERR_OK;
 }
 
