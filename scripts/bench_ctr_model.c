@@ -13,7 +13,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/rng.h"
-#include "trainer/backend.h"
+#include "trainer/backend/backend.h"
 #include "trainer/model/ctr_core.h"
 
 #define ROUNDS 5

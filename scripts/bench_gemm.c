@@ -1,7 +1,7 @@
 /* The GEMM-only ceiling for scripts/bench-compute: runs exactly the GEMMs one
  * training step of an MLP issues (forward, weight gradients, input gradients
  * of all but the first layer), through the same backend and gemm mapping as
- * trainer/mlp.c, and prints samples/s. Nothing else: no data, no kernels. */
+ * trainer/model/mlp.c, and prints samples/s. Nothing else: no data, no kernels. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,8 +9,8 @@
 
 #include "common/clock.h"
 #include "common/log.h"
-#include "trainer/backend.h"
-#include "trainer/mlp.h"
+#include "trainer/backend/backend.h"
+#include "trainer/model/mlp.h"
 
 static int run_step(mlp *m, int batch, ps_error *err) {
   const backend_ops *ops = m->be->ops;

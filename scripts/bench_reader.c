@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 
 #include "common/clock.h"
-#include "trainer/ctr_reader.h"
+#include "trainer/data/ctr_reader.h"
 
 /* User + system CPU seconds of the whole process (both threads): on a
  * loaded machine wall time says little, CPU time still does. */

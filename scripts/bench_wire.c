@@ -14,7 +14,7 @@
 #include "common/log.h"
 #include "common/process.h"
 #include "common/rpc.h"
-#include "trainer/ps_client.h"
+#include "trainer/client/ps_client.h"
 
 int main(int argc, char **argv) {
   if (argc != 4 && argc != 5) {

@@ -38,7 +38,7 @@
 #include "common/rpc.h"
 #include "common/shard_map.h"
 #include "common/wire.h"
-#include "trainer/ctr_reader.h"
+#include "trainer/data/ctr_reader.h"
 #include "tests/storm.h"
 #include "trainer/trainer_config.h"
 

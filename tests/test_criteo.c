@@ -19,7 +19,7 @@
 
 #include "common/criteo.h"
 #include "tests/check.h"
-#include "trainer/ctr_reader.h"
+#include "trainer/data/ctr_reader.h"
 
 #define SAMPLE PSTRAIN_SOURCE_DIR "/tests/data/criteo-sample.tsv"
 #define N 100

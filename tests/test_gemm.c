@@ -7,8 +7,8 @@
 
 #include "common/rng.h"
 #include "tests/check.h"
-#include "trainer/backend.h"
-#include "trainer/kernel_math.h"
+#include "trainer/backend/backend.h"
+#include "trainer/backend/kernel_math.h"
 
 static rng r;
 

@@ -11,8 +11,8 @@
 #include "common/fp_env.h"
 #include "common/rng.h"
 #include "tests/check.h"
-#include "trainer/backend.h"
-#include "trainer/mlp.h"
+#include "trainer/backend/backend.h"
+#include "trainer/model/mlp.h"
 
 #ifndef PSTRAIN_HAVE_CUDA
 int main(void) {

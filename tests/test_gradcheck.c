@@ -9,8 +9,8 @@
 
 #include "common/rng.h"
 #include "tests/check.h"
-#include "trainer/kernel_math.h"
-#include "trainer/mlp.h"
+#include "trainer/backend/kernel_math.h"
+#include "trainer/model/mlp.h"
 
 #define BATCH 4
 #define H 1e-3f

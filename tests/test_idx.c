@@ -9,7 +9,7 @@
 #include <zlib.h>
 
 #include "tests/check.h"
-#include "trainer/idx.h"
+#include "trainer/data/idx.h"
 
 static char dir[] = "/tmp/pstrain-test-idx-XXXXXX";
 

@@ -12,7 +12,7 @@
 #include "common/rpc.h"
 #include "server/pserver.h"
 #include "tests/check.h"
-#include "trainer/ps_client.h"
+#include "trainer/client/ps_client.h"
 
 static char dir[] = "/tmp/pstrain-test-pserver-tls-XXXXXX";
 

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 
 #include "tests/check.h"
-#include "trainer/sampler.h"
+#include "trainer/data/sampler.h"
 
 int main(void) {
   ps_error err;

@@ -15,8 +15,8 @@
 #include "common/rng.h"
 #include "common/shard_map.h"
 #include "server/store/dense_shard.h"
-#include "trainer/backend.h"
-#include "trainer/mlp.h"
+#include "trainer/backend/backend.h"
+#include "trainer/model/mlp.h"
 #include "tests/check.h"
 
 /* model_init_params as it was before the rules, read from the desc. */

@@ -14,7 +14,7 @@
 #include "common/job.h"
 #include "common/sparse_table.h"
 #include "common/timeline.h"
-#include "trainer/backend.h"
+#include "trainer/backend/backend.h"
 #include "trainer/data/data_files.h"
 #include "trainer/data/data_source.h"
 #include "trainer/model/model.h"

@@ -11,7 +11,7 @@
 #include "common/timeline.h"
 #include "common/metrics_http.h"
 #include "common/token.h"
-#include "trainer/ctr_reader.h"
+#include "trainer/data/ctr_reader.h"
 
 #define OFF(field) offsetof(trainer_options, field)
 #define NUM(lo, hi) .min = (lo), .max = (hi)

@@ -35,9 +35,9 @@
 #include "common/criteo.h"
 #include "common/log.h"
 #include "tests/fuzz/fuzz_ctr.h"
-#include "trainer/ctr_reader.h"
+#include "trainer/data/ctr_reader.h"
 
-#define MAX_LINE 65536          /* trainer/ctr_reader.c's: longer lines are bad */
+#define MAX_LINE 65536          /* trainer/data/ctr_reader.c's: longer lines are bad */
 #define REPEAT_BYTES (300 << 10) /* past the reader's 256 KiB read buffer */
 
 static char folder[256], plain_path[512], gz_path[512], ck_path[512];

@@ -4,7 +4,7 @@
 #ifndef PSTRAIN_TRAINER_DATA_CRITEO_EVAL_H
 #define PSTRAIN_TRAINER_DATA_CRITEO_EVAL_H
 
-#include "trainer/ctr_reader.h"
+#include "trainer/data/ctr_reader.h"
 #include "trainer/data/data_source.h"
 
 /* path is checked when read (batch 0), not here. */

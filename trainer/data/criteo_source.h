@@ -10,7 +10,7 @@
 #ifndef PSTRAIN_TRAINER_DATA_CRITEO_SOURCE_H
 #define PSTRAIN_TRAINER_DATA_CRITEO_SOURCE_H
 
-#include "trainer/ctr_reader.h"
+#include "trainer/data/ctr_reader.h"
 #include "trainer/data/data_source.h"
 
 /* Opens path (a missing file fails here, a bad line at the batch that

@@ -5,7 +5,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
-#include "trainer/ctr_reader.h"
+#include "trainer/data/ctr_reader.h"
 #include "trainer/data/criteo_eval.h"
 #include "trainer/data/criteo_source.h"
 #include "trainer/data/idx_source.h"

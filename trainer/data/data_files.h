@@ -8,7 +8,7 @@
 
 #include "common/error.h"
 #include "trainer/data/data_source.h"
-#include "trainer/idx.h"
+#include "trainer/data/idx.h"
 #include "trainer/trainer_config.h"
 
 struct model;

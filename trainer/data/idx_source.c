@@ -4,7 +4,7 @@
 #include <stdlib.h>
 
 #include "trainer/job_progress.h"
-#include "trainer/sampler.h"
+#include "trainer/data/sampler.h"
 #include "trainer/trainer_config.h"
 
 typedef struct idx_source {

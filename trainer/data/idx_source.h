@@ -6,7 +6,7 @@
 #define PSTRAIN_TRAINER_DATA_IDX_SOURCE_H
 
 #include "trainer/data/data_source.h"
-#include "trainer/idx.h"
+#include "trainer/data/idx.h"
 
 /* train is borrowed and must outlive the source; batches are gathered into
  * inputs (batch, rows * cols) and labels (batch). Trainer id of `trainers`. */

@@ -5,14 +5,14 @@
  *     (table 0, one weight per key; wide.bias is the layout's last tensor);
  *   the deep part: input X (B, IN), row i = the fields' embedding rows
  *     (table 1) then the 13 dense features; deep_i = MLP(X)_i, on the
- *     compute backend (trainer/mlp.h: the layout's fc tensors);
+ *     compute backend (trainer/model/mlp.h: the layout's fc tensors);
  *   the loss: p_i = sigmoid(z_i), loss = mean_i logloss, dz_i = (p_i - y_i) / B.
  * The gathers, the scatters and everything per example but the MLP run on
  * the host: a few floats per example beside the MLP's GEMMs. */
 #ifndef PSTRAIN_TRAINER_MODEL_CTR_CORE_H
 #define PSTRAIN_TRAINER_MODEL_CTR_CORE_H
 
-#include "trainer/mlp.h"
+#include "trainer/model/mlp.h"
 #include "trainer/model/model.h"
 
 typedef struct ctr_core {

@@ -1,10 +1,10 @@
 /* The multilayer perceptron over images (--model mlp:IN,H1,...,CLASSES) as a
- * model: trainer/mlp.h's network (ReLU hidden layers, softmax cross-entropy)
+ * model: trainer/model/mlp.h's network (ReLU hidden layers, softmax cross-entropy)
  * on the compute backend, no sparse tables. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "trainer/mlp.h"
+#include "trainer/model/mlp.h"
 #include "trainer/model/model.h"
 
 typedef struct mlp_model {

@@ -25,7 +25,7 @@
 #include "common/model.h"
 #include "common/optimizer.h"
 #include "common/tensor.h"
-#include "trainer/backend.h"
+#include "trainer/backend/backend.h"
 
 #define MODEL_TABLES_MAX CTR_TABLES_MAX
 

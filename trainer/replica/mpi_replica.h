@@ -4,7 +4,7 @@
 #ifndef PSTRAIN_TRAINER_REPLICA_MPI_REPLICA_H
 #define PSTRAIN_TRAINER_REPLICA_MPI_REPLICA_H
 
-#include "trainer/collective.h"
+#include "trainer/replica/collective.h"
 #include "trainer/replica/replica.h"
 #include "trainer/train.h"
 

@@ -17,9 +17,9 @@
 
 #include "common/clock.h"
 #include "common/log.h"
-#include "trainer/ps_client.h"
-#include "trainer/ps_client_parts.h"
-#include "trainer/ps_client_sparse.h"
+#include "trainer/client/ps_client.h"
+#include "trainer/client/ps_client_parts.h"
+#include "trainer/client/ps_client_sparse.h"
 #include "trainer/replica/pserver_replica.h"
 #include "trainer/train.h"
 

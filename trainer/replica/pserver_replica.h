@@ -4,8 +4,8 @@
 #ifndef PSTRAIN_TRAINER_REPLICA_PSERVER_REPLICA_H
 #define PSTRAIN_TRAINER_REPLICA_PSERVER_REPLICA_H
 
-#include "trainer/ps_client.h"
-#include "trainer/ps_client_sparse.h"
+#include "trainer/client/ps_client.h"
+#include "trainer/client/ps_client_sparse.h"
 #include "trainer/replica/replica.h"
 #include "trainer/train.h"
 

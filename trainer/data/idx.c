@@ -1,6 +1,6 @@
 /* IDX file reading through zlib, which reads plain files transparently. */
 #define _POSIX_C_SOURCE 200809L
-#include "trainer/idx.h"
+#include "trainer/data/idx.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "common/log.h"
-#include "trainer/backend.h"
+#include "trainer/backend/backend.h"
 
 ps_err backend_open(backend **out, const char *device, int threads, int gpu, ps_error *err) {
   int want_cuda = strcmp(device, "cuda") == 0, want_auto = strcmp(device, "auto") == 0;

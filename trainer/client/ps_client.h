@@ -16,7 +16,7 @@
 #include "common/wire.h"
 
 /* What a CTR job's messages carry besides the dense blocks (see
- * trainer/ps_client_sparse.h): appended to pserver p's message after its
+ * trainer/client/ps_client_sparse.h): appended to pserver p's message after its
  * blocks, and read from its reply once the reply's blocks checked out. */
 typedef struct ps_client_sparse_ops {
   void *ctx;

@@ -6,7 +6,7 @@
  *   backward: dY_l (B, out) given; through ReLU; db_l = sum over rows of dY_l;
  *             dW_l = dY_l^T X_{l-1}; dX_{l-1} = dY_l W_l (for l = 1 only when the
  *             caller wants the input gradient, as the CTR model's embeddings do). */
-#include "trainer/mlp.h"
+#include "trainer/model/mlp.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,8 +1,8 @@
 // CUDA kernels of the CUDA backend; the per-element math comes from the
 // headers the CPU backend uses too.
-#include "trainer/cuda_kernels.h"
+#include "trainer/backend/cuda_kernels.h"
 
-#include "trainer/kernel_math.h"
+#include "trainer/backend/kernel_math.h"
 
 namespace {
 

@@ -10,7 +10,7 @@
 
 #include <stddef.h>
 
-#include "trainer/ps_client.h"
+#include "trainer/client/ps_client.h"
 
 /* Starts the parts of zero-based step `step` (nothing is sent yet). */
 ps_err ps_client_parts_begin(ps_client *c, long step, ps_error *err);

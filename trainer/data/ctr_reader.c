@@ -3,7 +3,7 @@
  * blocks; the consumer copies examples out. Memory is the ring plus the read
  * buffers, whatever the file's size. */
 #define _POSIX_C_SOURCE 200809L
-#include "trainer/ctr_reader.h"
+#include "trainer/data/ctr_reader.h"
 
 #include <errno.h>
 #include <pthread.h>

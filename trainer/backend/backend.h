@@ -12,7 +12,7 @@
 
 #include "common/error.h"
 #include "common/optimizer.h"
-#include "trainer/gemm.h"
+#include "trainer/backend/gemm.h"
 
 typedef struct backend backend;
 

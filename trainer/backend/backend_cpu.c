@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "trainer/backend.h"
-#include "trainer/kernel_math.h"
+#include "trainer/backend/backend.h"
+#include "trainer/backend/kernel_math.h"
 
 static void cpu_destroy(backend *b) { free(b); }
 

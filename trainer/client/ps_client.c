@@ -1,6 +1,6 @@
 /* Registration, pull, push-pull and done against every pserver of a job. */
 #define _POSIX_C_SOURCE 200809L
-#include "trainer/ps_client.h"
+#include "trainer/client/ps_client.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,7 +10,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/process.h"
-#include "trainer/ps_client_parts.h"
+#include "trainer/client/ps_client_parts.h"
 
 /* Replies carry the whole shard: allow a generous multiple of it. */
 #define MESSAGE_LIMIT ((size_t)2047 << 20)

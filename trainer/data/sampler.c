@@ -1,5 +1,5 @@
 /* Per-epoch permutations, data shares and batch gathering. */
-#include "trainer/sampler.h"
+#include "trainer/data/sampler.h"
 
 #include <stdlib.h>
 #include <string.h>

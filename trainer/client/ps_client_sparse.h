@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #include "common/ctr_tables.h"
-#include "trainer/ps_client.h"
+#include "trainer/client/ps_client.h"
 
 /* A batch's distinct keys grouped by pserver: pserver p's are
  * keys[first[p] .. first[p + 1]), in first-occurrence order. */

@@ -13,7 +13,7 @@
 #include "common/model.h"
 #include "common/optimizer.h"
 #include "common/tensor.h"
-#include "trainer/backend.h"
+#include "trainer/backend/backend.h"
 
 typedef struct mlp {
   model_desc desc;

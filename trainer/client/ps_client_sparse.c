@@ -2,7 +2,7 @@
  * ps_client_sparse.h): the key split, the SparseRows each message carries
  * and the checks of the rows that come back. */
 #define _POSIX_C_SOURCE 200809L
-#include "trainer/ps_client_sparse.h"
+#include "trainer/client/ps_client_sparse.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "trainer/backend.h"
-#include "trainer/cuda_kernels.h"
+#include "trainer/backend/backend.h"
+#include "trainer/backend/cuda_kernels.h"
 
 typedef struct cuda_backend {
   backend base;

@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #include "common/error.h"
-#include "trainer/idx.h"
+#include "trainer/data/idx.h"
 
 typedef struct sampler {
   uint64_t seed;

@@ -1,6 +1,6 @@
 /* MPI collective mode: start-up checks and the gradient all-reduce. Built
  * only with MPI; the NCCL part only with NCCL. */
-#include "trainer/collective.h"
+#include "trainer/replica/collective.h"
 
 #include <mpi.h>
 #include <stdint.h>

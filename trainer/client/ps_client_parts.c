@@ -1,7 +1,7 @@
 /* The overlapped sync step's calls: parts pushed as backward produces them,
  * replies awaited and copied at the end of the step. */
 #define _POSIX_C_SOURCE 200809L
-#include "trainer/ps_client_parts.h"
+#include "trainer/client/ps_client_parts.h"
 
 #include <stdarg.h>
 #include <stdio.h>
