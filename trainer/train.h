@@ -75,6 +75,10 @@ ps_err trainer_run(trainer *t, train_summary *summary, ps_error *err);
 
 void trainer_free(trainer *t);
 
+/* "resuming at step S (epoch E, step K of it), data shard X offset Y",
+ * and `where` ("", ", where the pservers are"). */
+void trainer_log_resume(const trainer *t, const char *where);
+
 /* The model's view of data batch b, with the rows in t->rows. */
 model_batch trainer_model_batch(const trainer *t, const data_batch *b);
 

@@ -151,6 +151,13 @@ void trainer_free(trainer *t) {
   memset(t, 0, sizeof *t);
 }
 
+void trainer_log_resume(const trainer *t, const char *where) {
+  long s = t->start_step;
+  data_position p = data_source_position(t->data, s);
+  LOG_INFO("resuming at step %ld (epoch %ld, step %ld of it)%s; data shard %ld offset %ld", s,
+           s / t->steps_per_epoch + 1, s % t->steps_per_epoch + 1, where, p.shard, p.offset);
+}
+
 model_batch trainer_model_batch(const trainer *t, const data_batch *b) {
   model_batch mb = {.size = b->size, .inputs = b->inputs, .labels = b->labels,
                     .examples = b->examples, .slot = b->slot,

@@ -2,7 +2,6 @@
 #include "trainer/checkpoint.h"
 
 #include "common/clock.h"
-#include "common/log.h"
 #include "trainer/checkpoint/formats.h"
 
 int trainer_checkpoint_due(const trainer *t, long step, int final) {
@@ -21,9 +20,6 @@ ps_err trainer_checkpoint_write(trainer *t, long step, ps_error *err) {
 
 ps_err trainer_checkpoint_resume(trainer *t, ps_error *err) {
   PS_TRY(t->model->tables > 0 ? table_checkpoint_resume(t, err) : dense_checkpoint_resume(t, err));
-  if (t->start_step > 0) {
-    LOG_INFO("resuming at step %ld (epoch %ld, step %ld of it)", t->start_step,
-             t->start_step / t->steps_per_epoch + 1, t->start_step % t->steps_per_epoch + 1);
-  }
+  if (t->start_step > 0) trainer_log_resume(t, "");
   return PS_ERR_OK;
 }

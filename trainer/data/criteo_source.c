@@ -25,6 +25,7 @@ typedef enum { AHEAD_IDLE, AHEAD_WORK, AHEAD_DONE, AHEAD_QUIT } ahead_state;
 typedef struct criteo_source {
   data_source base;
   const char *path;
+  int id, trainers; /* this trainer takes blocks id, id + trainers, ... */
   ctr_reader *reader;
   batch_bufs cur, ahead;
   /* Where the reader is: in the pass of epoch pos_epoch, past pos_off steps'
@@ -174,6 +175,15 @@ static ps_err criteo_keys_ahead(data_source *d, long step, const sparse_dedup **
   return PS_ERR_OK;
 }
 
+/* Shard: the block of --batch lines the step reads; offset 0 (a block is
+ * one step's batch). */
+static void criteo_position(const data_source *d, long step, data_position *out) {
+  const criteo_source *s = (const criteo_source *)d;
+  *out = (data_position){.epoch = step / d->steps_per_epoch,
+                         .shard = (step % d->steps_per_epoch) * s->trainers + s->id,
+                         .offset = 0};
+}
+
 static void criteo_log_end(data_source *d) {
   criteo_source *s = (criteo_source *)d;
   long bad = ctr_reader_bad_lines(s->reader);
@@ -209,6 +219,7 @@ static const data_source_ops criteo_ops = {
     .name = "criteo",
     .batch = criteo_batch,
     .keys_ahead = criteo_keys_ahead,
+    .position = criteo_position,
     .log_end = criteo_log_end,
     .destroy = criteo_destroy,
 };
@@ -253,6 +264,8 @@ ps_err criteo_source_create(data_source **out, const char *path, const ctr_reade
   s->base.steps_per_epoch = (examples_per_epoch + global_batch - 1) / global_batch;
   s->base.total_steps = job_total_steps(s->base.steps_per_epoch, epochs, max_steps);
   s->path = path;
+  s->id = (int)opt->shard_index;
+  s->trainers = trainers;
   s->asked = -1;
   if (ctr_reader_open(&s->reader, path, opt, err) != PS_ERR_OK ||
       start_ahead(s, err) != PS_ERR_OK) {

@@ -31,6 +31,18 @@ typedef struct data_batch {
 
 typedef struct data_source data_source;
 
+/* Where a step's batch begins in the data, as a (shard, offset) pair in an
+ * epoch's pass: the data is cut into shards (IDX: each trainer's strided
+ * share of the epoch's permutation; Criteo: the file's blocks of --batch
+ * lines, trainer r of N taking r, r+N, ...) and the batch starts `offset`
+ * examples into its shard. Today a trainer's shards follow from its id;
+ * elastic trainers will be handed shards, and a position is what moves. */
+typedef struct data_position {
+  long epoch;
+  long shard;
+  long offset;
+} data_position;
+
 typedef struct data_source_ops {
   const char *name;
   /* The batch of zero-based job step `step` into *out. */
@@ -38,6 +50,9 @@ typedef struct data_source_ops {
   /* The distinct keys of step's batch when it was read ahead (*keys NULL
    * when not: no step follows, or the format has no keys). Waits for it. */
   ps_err (*keys_ahead)(data_source *d, long step, const sparse_dedup **keys, ps_error *err);
+  /* Where step's batch begins (a step of the job, not read). NULL: the
+   * source has no positions (evaluation batches). */
+  void (*position)(const data_source *d, long step, data_position *out);
   /* Logs what the run's data came to (bad lines skipped, ...). NULL: nothing. */
   void (*log_end)(data_source *d);
   void (*destroy)(data_source *d);
@@ -58,6 +73,12 @@ static inline ps_err data_source_keys_ahead(data_source *d, long step, const spa
                                             ps_error *err) {
   *keys = NULL;
   return d->ops->keys_ahead != NULL ? d->ops->keys_ahead(d, step, keys, err) : PS_ERR_OK;
+}
+/* Position of step's batch; all -1 where the source has none. */
+static inline data_position data_source_position(const data_source *d, long step) {
+  data_position p = {-1, -1, -1};
+  if (d->ops->position != NULL) d->ops->position(d, step, &p);
+  return p;
 }
 static inline void data_source_log_end(data_source *d) {
   if (d->ops->log_end != NULL) d->ops->log_end(d);

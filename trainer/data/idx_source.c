@@ -38,6 +38,14 @@ static ps_err idx_batch(data_source *d, long step, data_batch *out, ps_error *er
   return PS_ERR_OK;
 }
 
+/* Shard: this trainer's share of the epoch's permutation; offset: the
+ * step's first sample in it. */
+static void idx_position(const data_source *d, long step, data_position *out) {
+  const idx_source *s = (const idx_source *)d;
+  *out = (data_position){.epoch = step / d->steps_per_epoch, .shard = s->order.id,
+                         .offset = (step % d->steps_per_epoch) * d->batch};
+}
+
 static void idx_destroy(data_source *d) {
   idx_source *s = (idx_source *)d;
   sampler_free(&s->order);
@@ -45,7 +53,7 @@ static void idx_destroy(data_source *d) {
 }
 
 static const data_source_ops idx_ops = {
-    .name = "idx", .batch = idx_batch, .destroy = idx_destroy};
+    .name = "idx", .batch = idx_batch, .position = idx_position, .destroy = idx_destroy};
 
 ps_err idx_source_create(data_source **out, const dataset *train, uint64_t seed, int id,
                          int trainers, long batch, long epochs, long max_steps, float *inputs,

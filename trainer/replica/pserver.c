@@ -99,11 +99,7 @@ ps_err pserver_replica_connect(pserver_replica *p, ps_error *err) {
 }
 
 void pserver_replica_log_start(const trainer *t) {
-  if (t->start_step > 0) {
-    LOG_INFO("resuming at step %ld (epoch %ld, step %ld of it), where the pservers are",
-             t->start_step, t->start_step / t->steps_per_epoch + 1,
-             t->start_step % t->steps_per_epoch + 1);
-  }
+  if (t->start_step > 0) trainer_log_resume(t, ", where the pservers are");
 }
 
 /* Registers with the pservers and takes their step and parameters. */
