@@ -31,6 +31,11 @@ typedef struct sync_state {
   double pull_started;    /* when the first of them arrived */
   rpc_call **pull_calls;  /* (trainers) a completed barrier's calls */
   int *pull_ids;          /* (trainers) ... and their trainers */
+  /* The step being answered (its slots in ps->step_slots), for what
+   * follows its replies (step_replied). */
+  long reply_step;
+  int reply_count;
+  double reply_started;
 } sync_state;
 
 static sync_state *state_of(const pserver *ps) { return ps->mode_state; }
@@ -39,6 +44,16 @@ void *sync_step_state(const pserver *ps) { return state_of(ps)->step_state; }
 void sync_step_set_state(pserver *ps, void *state) { state_of(ps)->step_state = state; }
 
 /* --- whole pushes ------------------------------------------------------------------ */
+
+/* A step's pushes are answered (their rows pulled at the new step, unless
+ * rc says why not): checkpoint, statistics, metrics. */
+static void step_replied(pserver *ps, ps_err rc, void *ctx) {
+  (void)ctx;
+  sync_state *st = state_of(ps);
+  if (rc == PS_ERR_OK) st->pulled_step = st->reply_step + 1;
+  timeline_span(ps->cfg.timeline, "reply", st->reply_step, st->reply_started);
+  pserver_after_step(ps, ps->step_slots, st->reply_count);
+}
 
 /* Every active trainer has pushed: apply and answer them. */
 static void complete_step(pserver *ps) {
@@ -66,12 +81,11 @@ static void complete_step(pserver *ps) {
     return;
   }
   ps->updates++;
-  t0 = timeline_span(ps->cfg.timeline, "apply", step, t0);
-  if (store_reply_step(ps, slots, calls, count) == PS_ERR_OK) {
-    state_of(ps)->pulled_step = ps->updates;
-  }
-  timeline_span(ps->cfg.timeline, "reply", step, t0);
-  pserver_after_step(ps, slots, count);
+  sync_state *state = state_of(ps);
+  state->reply_step = step;
+  state->reply_count = count;
+  state->reply_started = timeline_span(ps->cfg.timeline, "apply", step, t0);
+  store_reply_step(ps, slots, calls, count, step_replied, NULL);
 }
 
 static void whole_push(pserver *ps, rpc_call *call, const rpc_message *msg,
@@ -149,6 +163,12 @@ static void drop_pulls(pserver *ps, int trainer, ps_err code, const char *why) {
   }
 }
 
+/* The barrier's pulls are answered: its step's keys are in, unless rc. */
+static void pulls_replied(pserver *ps, ps_err rc, void *ctx) {
+  (void)ctx;
+  if (rc == PS_ERR_OK) state_of(ps)->pulled_step = ps->updates;
+}
+
 /* Completes the barrier when every active trainer waits there. */
 static void pull_try_complete(pserver *ps) {
   sync_state *st = state_of(ps);
@@ -161,9 +181,7 @@ static void pull_try_complete(pserver *ps) {
     st->trainers[i].pull_call = NULL;
   }
   st->pulled_count = 0;
-  if (store_reply_pulls(ps, st->pull_ids, st->pull_calls, count, ps->updates) == PS_ERR_OK) {
-    st->pulled_step = ps->updates;
-  }
+  store_reply_pulls(ps, st->pull_ids, st->pull_calls, count, ps->updates, pulls_replied, NULL);
 }
 
 /* A checked PULL_STEP with keys: waits at the barrier of the current step

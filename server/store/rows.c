@@ -1,9 +1,10 @@
 /* The sparse tables' side of the pserver's requests (CTR jobs): checks of
  * the SparseRows a push or pull carries, the sync step's merge (union of the
  * trainers' keys in trainer-id order, gradients and counts summed in that
- * order, one push and one pull per table), the async and geo paths and the
- * pull kinds (the sync pull barrier is the sync mode's). Lock held
- * throughout; every reply's rows are
+ * order, one push per table), the async and geo paths and the pull kinds
+ * (the sync pull barrier is the sync mode's). Every row a reply carries is
+ * pulled or read in one batched lookup per step (store_lookup_submit),
+ * which may complete later. Lock held throughout; every reply's rows are
  * copied by the RPC layer (lease NULL), so the scratch is reused at once. */
 #define _POSIX_C_SOURCE 200809L
 #include "server/store/rows.h"
@@ -20,6 +21,8 @@
 #include "common/shard_map.h"
 
 /* --- memory ------------------------------------------------------------------ */
+
+static void rows_pull_free(struct rows_pull *p);
 
 /* Grows *p to hold n elements of size elem (kept when large enough). */
 static int grow(void *p, size_t *cap, size_t n, size_t elem) {
@@ -89,10 +92,8 @@ void store_rows_deconfigure(pserver *ps) {
   for (int f = 0; f < SPARSE_FIELDS; f++) {
     for (int t = 0; t < CTR_TABLES_MAX; t++) sparse_rows_free(&sp->req[f][t]);
   }
-  for (int t = 0; t < CTR_TABLES_MAX; t++) {
-    free(sp->rows[t]);
-    free(sp->out[t]);
-  }
+  for (int t = 0; t < CTR_TABLES_MAX; t++) free(sp->out[t]);
+  rows_pull_free(sp->spare);
   sparse_dedup_free(&sp->dedup);
   free(sp->all);
   free(sp->slot);
@@ -284,22 +285,6 @@ static ps_err merge(store_rows *sp, sparse_rows *const *rows, int count, int dim
   return PS_ERR_OK;
 }
 
-/* Pulls the union of rows[0..count) with summed counts at step into
- * sp->rows[table] (union order); sp->slot maps each trainer's keys. */
-static ps_err merged_pull(pserver *ps, int t, sparse_rows *const *rows, int count, long step,
-                          ps_error *err) {
-  store_rows *sp = ps->store.rows;
-  int dim = dim_of(ps, t);
-  if (merge(sp, rows, count, dim, 1, 0, err) != PS_ERR_OK) return err->code;
-  size_t u = sp->dedup.n_unique;
-  if (!grow(&sp->rows[t], &sp->rows_cap[t], u * (size_t)dim, sizeof(float))) {
-    return ps_error_set(err, PS_ERR_NO_MEMORY, "pserver: out of memory for %zu rows", u);
-  }
-  sp->merged[t] = u;
-  return sparse_table_pull(ps->store.tables[t], sp->dedup.unique, u, sp->counts, step, sp->rows[t],
-                           err);
-}
-
 ps_err store_rows_apply_step(pserver *ps, const int *slots, int count, ps_error *err) {
   store_rows *sp = ps->store.rows;
   sparse_rows **rows = sp->rowp;
@@ -325,66 +310,177 @@ static void maybe_evict(pserver *ps, long done) {
   for (int t = 0; t < ps->store.table_count; t++) sparse_table_evict(ps->store.tables[t], done);
 }
 
-/* --- replies -------------------------------------------------------------------- */
+/* --- batched pulls and reads, and their replies ---------------------------------- */
 
-/* Where each reply's rows come from: trainer i's keys (of rows[i][table])
- * index the last merged pull of that table through slots from `offset`. */
-typedef struct merged_reply {
-  store_rows_which *rows;
-} merged_reply;
+/* One step's batch of rows on its way from the merge to the replies: per
+ * table the union of its calls' keys, their summed counts and rows (the
+ * lookup's), and where each call's keys lie in the union. Owned by the
+ * store from the merge until the lookup is done, as a later completion
+ * needs it intact: the requests' buffers are reused meanwhile. */
+typedef struct rows_pull {
+  store_lookup lookup;
+  uint64_t *keys[CTR_TABLES_MAX];
+  uint32_t *counts[CTR_TABLES_MAX];
+  float *rows[CTR_TABLES_MAX];   /* (n, dim) */
+  uint32_t *at[CTR_TABLES_MAX];  /* every call's keys' rows in the union, calls' order */
+  size_t *from[CTR_TABLES_MAX];  /* (count + 1): call i's are at[from[i] .. from[i + 1]) */
+  size_t keys_cap[CTR_TABLES_MAX], counts_cap[CTR_TABLES_MAX], rows_cap[CTR_TABLES_MAX];
+  size_t at_cap[CTR_TABLES_MAX], from_cap[CTR_TABLES_MAX];
+  rpc_call **calls; /* (count) */
+  size_t calls_cap;
+  int count;
+  int tables; /* in each reply: the job's, or 0 for a reply without rows */
+  store_replied then;
+  void *then_ctx;
+} rows_pull;
+
+static void rows_pull_free(rows_pull *p) {
+  if (p == NULL) return;
+  for (int t = 0; t < CTR_TABLES_MAX; t++) {
+    free(p->keys[t]);
+    free(p->counts[t]);
+    free(p->rows[t]);
+    free(p->at[t]);
+    free(p->from[t]);
+  }
+  free(p->calls);
+  free(p);
+}
+
+/* The spare batch's memory, or a new one (NULL: out of memory). Today
+ * every batch completes before the next starts, so one is reused. */
+static rows_pull *pull_take(store_rows *sp) {
+  rows_pull *p = sp->spare;
+  sp->spare = NULL;
+  return p != NULL ? p : calloc(1, sizeof *p);
+}
+
+static void pull_give(store_rows *sp, rows_pull *p) {
+  if (sp->spare == NULL) sp->spare = p;
+  else rows_pull_free(p);
+}
 
 static const float no_rows[1];
 
-/* Gathers trainer `index`'s rows out of each table's merged pull. */
-static void add_merged_rows(pserver *ps, int index, wire_writer *w, void *ctx) {
+/* Gathers call `index`'s rows of each table out of its batch's union. */
+static void add_pulled_rows(pserver *ps, int index, wire_writer *w, void *ctx) {
   store_rows *sp = ps->store.rows;
-  merged_reply *mr = ctx;
-  for (int t = 0; t < ps->store.table_count; t++) {
-    const sparse_rows *r = mr->rows[index][t];
+  const rows_pull *p = ctx;
+  for (int t = 0; t < p->tables; t++) {
+    size_t from = p->from[t][index], n = p->from[t][index + 1] - from;
     size_t dim = (size_t)dim_of(ps, t);
-    if (r->n > 0 && !grow(&sp->out[t], &sp->out_cap[t], r->n * dim, sizeof(float))) {
+    if (n > 0 && !grow(&sp->out[t], &sp->out_cap[t], n * dim, sizeof(float))) {
       w->status = PS_ERR_NO_MEMORY;
       w->refused = "out of memory for a reply's rows";
       return;
     }
     float *out = sp->out[t];
-    for (size_t k = 0; k < r->n; k++) {
-      memcpy(out + k * dim, sp->rows[t] + (size_t)r->counts[k] * dim, dim * sizeof(float));
+    for (size_t k = 0; k < n; k++) {
+      memcpy(out + k * dim, p->rows[t] + (size_t)p->at[t][from + k] * dim, dim * sizeof(float));
     }
-    wire_writer_sparse(w, WIRE_SPARSE_ROWS, (uint32_t)t, NULL, 0, r->n > 0 ? out : no_rows,
-                       r->n * dim, NULL, NULL);
-    ps->stats_out += r->n * dim * sizeof(float);
+    wire_writer_sparse(w, WIRE_SPARSE_ROWS, (uint32_t)t, NULL, 0, n > 0 ? out : no_rows, n * dim,
+                       NULL, NULL);
+    ps->stats_out += n * dim * sizeof(float);
   }
 }
 
-/* Replaces each trainer's counts by its keys' slots in the union: the
- * counts were summed already, and replies need only where each row lies. */
-static void keep_slots(store_rows *sp, sparse_rows *const *rows, int count) {
-  for (size_t i = 0, at = 0; i < (size_t)count; at += rows[i]->n, i++) {
-    for (size_t k = 0; k < rows[i]->n; k++) rows[i]->counts[k] = sp->slot[at + k];
+/* Merges table t's keys of the calls (which[i][t], calls' order) into the
+ * batch: the union, its counts summed (create), each call's places. */
+static ps_err pull_merge(pserver *ps, rows_pull *p, int t, store_rows_which *which, int count,
+                         ps_error *err) {
+  store_rows *sp = ps->store.rows;
+  sparse_rows **rows = sp->rowp;
+  size_t total = 0, dim = (size_t)dim_of(ps, t);
+  for (int i = 0; i < count; i++) total += (rows[i] = which[i][t])->n;
+  if (merge(sp, rows, count, (int)dim, p->lookup.create, 0, err) != PS_ERR_OK) return err->code;
+  size_t u = sp->dedup.n_unique;
+  if (!grow(&p->keys[t], &p->keys_cap[t], u, sizeof *p->keys[t]) ||
+      !grow(&p->counts[t], &p->counts_cap[t], u, sizeof *p->counts[t]) ||
+      !grow(&p->rows[t], &p->rows_cap[t], u * dim, sizeof *p->rows[t]) ||
+      !grow(&p->at[t], &p->at_cap[t], total, sizeof *p->at[t]) ||
+      !grow(&p->from[t], &p->from_cap[t], (size_t)count + 1, sizeof *p->from[t])) {
+    return ps_error_set(err, PS_ERR_NO_MEMORY, "pserver: out of memory for %zu rows", u);
   }
-}
-
-ps_err store_rows_pull_reply(pserver *ps, store_rows_which *which, rpc_call *const *calls,
-                             int count, long step) {
-  ps_error err;
-  sparse_rows **rows = ps->store.rows->rowp;
-  for (int t = 0; t < ps->store.table_count; t++) {
-    for (int i = 0; i < count; i++) rows[i] = which[i][t];
-    if (merged_pull(ps, t, rows, count, step, &err) != PS_ERR_OK) {
-      for (int i = 0; i < count; i++) {
-        pserver_refuse(calls[i], "PushPull/Pull", err.code, "%s", err.msg);
-      }
-      return err.code;
-    }
-    keep_slots(ps->store.rows, rows, count);
-  }
-  merged_reply mr = {.rows = which};
-  pserver_reply_params_rows(ps, calls, count, add_merged_rows, &mr);
+  memcpy(p->keys[t], sp->dedup.unique, u * sizeof *p->keys[t]);
+  if (p->lookup.create) memcpy(p->counts[t], sp->counts, u * sizeof *p->counts[t]);
+  memcpy(p->at[t], sp->slot, total * sizeof *p->at[t]);
+  p->from[t][0] = 0;
+  for (int i = 0; i < count; i++) p->from[t][i + 1] = p->from[t][i] + rows[i]->n;
+  p->lookup.keys[t] = p->keys[t];
+  p->lookup.counts[t] = p->counts[t];
+  p->lookup.n[t] = u;
+  p->lookup.rows[t] = p->rows[t];
   return PS_ERR_OK;
 }
 
-ps_err store_rows_reply_step(pserver *ps, const int *slots, rpc_call *const *calls, int count) {
+static void refuse_all(rpc_call *const *calls, int count, ps_err rc, const char *why) {
+  for (int i = 0; i < count; i++) pserver_refuse(calls[i], "PushPull/Pull", rc, "%s", why);
+}
+
+/* The batch's end: every call answered (with its rows, or the error),
+ * the memory kept for the next, then what follows the replies. */
+static void pull_done(pserver *ps, store_lookup *l, ps_err rc, void *ctx) {
+  rows_pull *p = ctx;
+  if (rc != PS_ERR_OK) {
+    refuse_all(p->calls, p->count, rc, l->err.msg);
+  } else {
+    pserver_reply_params_rows(ps, p->calls, p->count, add_pulled_rows, p);
+  }
+  store_replied then = p->then;
+  void *then_ctx = p->then_ctx;
+  pull_give(ps->store.rows, p);
+  if (then != NULL) then(ps, rc, then_ctx);
+}
+
+/* Answers each call with the parameters and the rows of its keys
+ * (which[i][t]; tables 0: no rows), the union of all of them pulled at
+ * step (create) or read, in one batched lookup; then `then` (NULL: none). */
+static void pull_reply(pserver *ps, store_rows_which *which, rpc_call *const *calls, int count,
+                       int tables, int create, long step, store_replied then, void *then_ctx) {
+  store_rows *sp = ps->store.rows;
+  ps_error err;
+  rows_pull *p = pull_take(sp);
+  if (p == NULL) {
+    ps_error_set(&err, PS_ERR_NO_MEMORY, "pserver: out of memory for a step's rows");
+  } else if (!grow(&p->calls, &p->calls_cap, (size_t)count, sizeof *p->calls)) {
+    ps_error_set(&err, PS_ERR_NO_MEMORY, "pserver: out of memory for %d replies", count);
+  } else {
+    p->lookup = (store_lookup){.create = create, .step = step, .done = pull_done, .ctx = p};
+    err.code = PS_ERR_OK;
+    for (int t = 0; t < tables && err.code == PS_ERR_OK; t++) {
+      if (pull_merge(ps, p, t, which, count, &err) == PS_ERR_OK) p->lookup.tables = t + 1;
+    }
+  }
+  if (p == NULL || err.code != PS_ERR_OK) {
+    refuse_all(calls, count, err.code, err.msg);
+    if (p != NULL) pull_give(sp, p);
+    if (then != NULL) then(ps, err.code, then_ctx);
+    return;
+  }
+  memcpy(p->calls, calls, (size_t)count * sizeof *calls);
+  p->count = count;
+  p->tables = tables;
+  p->then = then;
+  p->then_ctx = then_ctx;
+  store_lookup_submit(ps, &p->lookup);
+}
+
+/* Pulls the union of the calls' keys (which[i], calls' order) at step. */
+static void pull_reply_all(pserver *ps, store_rows_which *which, rpc_call *const *calls,
+                           int count, long step, store_replied then, void *then_ctx) {
+  pull_reply(ps, which, calls, count, ps->store.table_count, 1, step, then, then_ctx);
+}
+
+/* Reads the rows of the checked rows' keys of field for call, creating
+ * nothing; with none of field sent (present 0), only the parameters. */
+static void read_reply(pserver *ps, rpc_call *call, int field, int present) {
+  store_rows_which *which = ps->store.rows->which;
+  for (int t = 0; t < ps->store.table_count; t++) which[0][t] = &ps->store.rows->req[field][t];
+  pull_reply(ps, which, &call, 1, present ? ps->store.table_count : 0, 0, 0, NULL, NULL);
+}
+
+void store_rows_reply_step(pserver *ps, const int *slots, rpc_call *const *calls, int count,
+                           store_replied done, void *ctx) {
   maybe_evict(ps, ps->updates);
   store_rows_which *which = ps->store.rows->which;
   for (int i = 0; i < count; i++) {
@@ -392,7 +488,7 @@ ps_err store_rows_reply_step(pserver *ps, const int *slots, rpc_call *const *cal
       which[i][t] = &ps->store.rows->trainers[slots[i]].next[t];
     }
   }
-  return store_rows_pull_reply(ps, which, calls, count, ps->updates);
+  pull_reply_all(ps, which, calls, count, ps->updates, done, ctx);
 }
 
 ps_err store_rows_apply_async(pserver *ps, long step, ps_error *err) {
@@ -415,63 +511,16 @@ void store_rows_reply_async(pserver *ps, rpc_call *call) {
   for (int t = 0; t < ps->store.table_count; t++) {
     which[0][t] = &ps->store.rows->req[SPARSE_FIELD_KEYS][t];
   }
-  store_rows_pull_reply(ps, which, &call, 1, ps->updates / n);
-}
-
-/* A read-only reply: its call, and the batched lookup of its keys' rows
- * (failed_at: the table whose rows found no memory, -1 none). */
-typedef struct lookup_reply {
-  rpc_call *call;
-  int failed_at;
-  store_lookup lookup;
-} lookup_reply;
-
-/* Writes the looked-up rows of the checked keys of each table. */
-static void add_lookup_rows(pserver *ps, int index, wire_writer *w, void *ctx) {
-  (void)index;
-  const lookup_reply *lr = ctx;
-  store_rows *sp = ps->store.rows;
-  if (sp == NULL || !sp->req_present[SPARSE_FIELD_KEYS]) return;
-  for (int t = 0; t < ps->store.table_count; t++) {
-    const sparse_rows *r = &sp->req[SPARSE_FIELD_KEYS][t];
-    size_t dim = (size_t)dim_of(ps, t);
-    if (t == lr->failed_at) {
-      w->status = PS_ERR_NO_MEMORY;
-      w->refused = "out of memory for a reply's rows";
-      return;
-    }
-    wire_writer_sparse(w, WIRE_SPARSE_ROWS, (uint32_t)t, NULL, 0, r->n > 0 ? sp->out[t] : no_rows,
-                       r->n * dim, NULL, NULL);
-    ps->stats_out += r->n * dim * sizeof(float);
-  }
-}
-
-static void lookup_done(pserver *ps, store_lookup *l, ps_err rc, void *ctx) {
-  (void)l;
-  (void)rc; /* in memory, a lookup cannot fail */
-  lookup_reply *lr = ctx;
-  pserver_reply_params_rows(ps, &lr->call, 1, add_lookup_rows, lr);
+  pull_reply_all(ps, which, &call, 1, ps->updates / n, NULL, NULL);
 }
 
 void store_rows_reply_lookup(pserver *ps, rpc_call *call) {
   store_rows *sp = ps->store.rows;
-  /* Completes before submit returns (rows in memory), so the stack will do. */
-  lookup_reply lr = {.call = call, .failed_at = -1};
-  lr.lookup = (store_lookup){.done = lookup_done, .ctx = &lr};
-  for (int t = 0; sp != NULL && sp->req_present[SPARSE_FIELD_KEYS] &&
-                  t < ps->store.table_count; t++) {
-    const sparse_rows *r = &sp->req[SPARSE_FIELD_KEYS][t];
-    size_t dim = (size_t)dim_of(ps, t);
-    if (r->n > 0 && !grow(&sp->out[t], &sp->out_cap[t], r->n * dim, sizeof(float))) {
-      lr.failed_at = t;
-      break;
-    }
-    lr.lookup.keys[t] = r->keys;
-    lr.lookup.n[t] = r->n;
-    lr.lookup.rows[t] = sp->out[t];
-    lr.lookup.tables = t + 1;
+  if (sp == NULL) {
+    pserver_reply_params(ps, &call, 1);
+    return;
   }
-  store_lookup_submit(ps, &lr.lookup);
+  read_reply(ps, call, SPARSE_FIELD_KEYS, sp->req_present[SPARSE_FIELD_KEYS]);
 }
 
 /* Every row with its key, ascending (sparse_table_dump), per table. */
@@ -520,13 +569,13 @@ void store_rows_keep_pull(pserver *ps, int id) {
   take_rows(ps->store.rows, SPARSE_FIELD_KEYS, ps->store.rows->trainers[id].pull);
 }
 
-ps_err store_rows_reply_pulls(pserver *ps, const int *ids, rpc_call *const *calls, int count,
-                              long step) {
+void store_rows_reply_pulls(pserver *ps, const int *ids, rpc_call *const *calls, int count,
+                            long step, store_replied done, void *ctx) {
   store_rows *sp = ps->store.rows;
   for (int i = 0; i < count; i++) {
     for (int t = 0; t < ps->store.table_count; t++) sp->which[i][t] = &sp->trainers[ids[i]].pull[t];
   }
-  return store_rows_pull_reply(ps, sp->which, calls, count, step);
+  pull_reply_all(ps, sp->which, calls, count, step, done, ctx);
 }
 
 /* A PULL_STEP outside the sync barrier: the rows of its keys at once. */
@@ -535,7 +584,7 @@ void store_rows_pull_now(pserver *ps, rpc_call *call) {
   for (int t = 0; t < ps->store.table_count; t++) {
     which[0][t] = &ps->store.rows->req[SPARSE_FIELD_KEYS][t];
   }
-  store_rows_pull_reply(ps, which, &call, 1, ps->updates / ps->cfg.trainers);
+  pull_reply_all(ps, which, &call, 1, ps->updates / ps->cfg.trainers, NULL, NULL);
 }
 
 void store_rows_pull(pserver *ps, rpc_call *call, const wire_blocks_msg *m) {
@@ -586,23 +635,10 @@ ps_err store_rows_add(pserver *ps, float scale, long step, uint64_t *added, ps_e
   return PS_ERR_OK;
 }
 
-/* The fresh rows of the pushed keys, in their order: read into the pushed
- * values' buffer, whose changes are applied (or were, for a resend). */
-static void add_fresh_rows(pserver *ps, int index, wire_writer *w, void *ctx) {
-  (void)index;
-  (void)ctx;
-  for (int t = 0; t < ps->store.table_count; t++) {
-    sparse_rows *r = &ps->store.rows->req[SPARSE_FIELD_GRADS][t];
-    size_t dim = (size_t)dim_of(ps, t);
-    if (r->n > 0) sparse_table_lookup(ps->store.tables[t], r->keys, r->n, r->values);
-    wire_writer_sparse(w, WIRE_SPARSE_ROWS, (uint32_t)t, NULL, 0, r->n > 0 ? r->values : no_rows,
-                       r->n * dim, NULL, NULL);
-    ps->stats_out += r->n * dim * sizeof(float);
-  }
-}
-
+/* The fresh rows of the pushed keys, in their order: read after their
+ * changes are applied (or were, for a resend); every table answered. */
 void store_rows_reply_fresh(pserver *ps, rpc_call *call) {
-  pserver_reply_params_rows(ps, &call, 1, add_fresh_rows, NULL);
+  read_reply(ps, call, SPARSE_FIELD_GRADS, 1);
 }
 
 /* --- keys parked with a held reply (ssp) ------------------------------------------ */

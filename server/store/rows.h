@@ -7,6 +7,7 @@
 #define PSTRAIN_SERVER_STORE_ROWS_H
 
 #include "server/pserver.h"
+#include "server/store/store.h"
 
 /* Rows of one table as a request brought them: keys with values (n * dim)
  * or counts (n); grown on demand, owned. */
@@ -37,16 +38,16 @@ typedef struct store_rows {
   sparse_rows req[SPARSE_FIELDS][CTR_TABLES_MAX];
   int req_present[SPARSE_FIELDS];
   /* Merges: all keys, each one's slot in the union, summed counts or
-   * gradients, the union's rows per table, one reply's rows per table. */
+   * gradients; one reply's rows per table. */
   sparse_dedup dedup;
   uint64_t *all;
   uint32_t *slot, *counts;
   size_t all_cap;
-  float *sums, *rows[CTR_TABLES_MAX], *out[CTR_TABLES_MAX];
-  size_t sums_cap, rows_cap[CTR_TABLES_MAX], out_cap[CTR_TABLES_MAX];
-  size_t merged[CTR_TABLES_MAX]; /* keys in the union of the last merge */
+  float *sums, *out[CTR_TABLES_MAX];
+  size_t sums_cap, out_cap[CTR_TABLES_MAX];
   store_rows_which *which;       /* (trainers) each reply's rows per table */
   sparse_rows **rowp;            /* (trainers) the rows one merge takes */
+  struct rows_pull *spare;       /* a finished batch's memory, for the next (rows.c) */
 } store_rows;
 
 /* For a job with tables (nothing otherwise); frees what it allocated. */
@@ -68,8 +69,10 @@ void store_rows_pull(pserver *ps, rpc_call *call, const wire_blocks_msg *m);
 void store_rows_keep_push(pserver *ps, int id);
 /* Sync: the kept rows of slots (id order) summed, scaled 1/count, applied at ps->updates. */
 ps_err store_rows_apply_step(pserver *ps, const int *slots, int count, ps_error *err);
-/* Sync, after updates++: eviction, the merged pull of the next keys, replies. */
-ps_err store_rows_reply_step(pserver *ps, const int *slots, rpc_call *const *calls, int count);
+/* Sync, after updates++: eviction, the merged pull of the next keys,
+ * replies, then done (store_reply_step). */
+void store_rows_reply_step(pserver *ps, const int *slots, rpc_call *const *calls, int count,
+                           store_replied done, void *ctx);
 /* Async: applies the checked push scaled 1/N at schedule step `step`. */
 ps_err store_rows_apply_async(pserver *ps, long step, ps_error *err);
 /* Async, after updates++: eviction, the pull of its next keys, the reply. */
@@ -90,15 +93,10 @@ void store_rows_unpark_keys(pserver *ps, int id, int present);
 void store_rows_forget_keys(pserver *ps);
 
 /* The sync pull barrier: keeps trainer id's checked keys until it
- * completes; then the union of the kept keys of ids pulled at step and
- * each call answered (store_reply_pulls). */
+ * completes; then the union of the kept keys of ids pulled at step,
+ * each call answered and done told (store_reply_pulls). */
 void store_rows_keep_pull(pserver *ps, int id);
-ps_err store_rows_reply_pulls(pserver *ps, const int *ids, rpc_call *const *calls, int count,
-                              long step);
-/* Pulls the union of each call's keys (which[i], calls' order) at step
- * and answers each call with its rows; on failure every call gets it,
- * and it is returned. */
-ps_err store_rows_pull_reply(pserver *ps, store_rows_which *which, rpc_call *const *calls,
-                             int count, long step);
+void store_rows_reply_pulls(pserver *ps, const int *ids, rpc_call *const *calls, int count,
+                            long step, store_replied done, void *ctx);
 
 #endif

@@ -74,10 +74,14 @@ ps_err store_apply_step(pserver *ps, const int *slots, int count, ps_error *err)
   return PS_ERR_OK;
 }
 
-ps_err store_reply_step(pserver *ps, const int *slots, rpc_call *const *calls, int count) {
-  if (ps->store.rows != NULL) return store_rows_reply_step(ps, slots, calls, count);
+void store_reply_step(pserver *ps, const int *slots, rpc_call *const *calls, int count,
+                      store_replied done, void *ctx) {
+  if (ps->store.rows != NULL) {
+    store_rows_reply_step(ps, slots, calls, count, done, ctx);
+    return;
+  }
   pserver_reply_params(ps, calls, count);
-  return PS_ERR_OK;
+  done(ps, PS_ERR_OK, ctx);
 }
 
 /* --- async and ssp ----------------------------------------------------------------- */
@@ -131,9 +135,9 @@ void store_reply_fresh(pserver *ps, rpc_call *call) {
 
 void store_keep_pull(pserver *ps, int trainer) { store_rows_keep_pull(ps, trainer); }
 
-ps_err store_reply_pulls(pserver *ps, const int *trainers, rpc_call *const *calls, int count,
-                         long step) {
-  return store_rows_reply_pulls(ps, trainers, calls, count, step);
+void store_reply_pulls(pserver *ps, const int *trainers, rpc_call *const *calls, int count,
+                       long step, store_replied done, void *ctx) {
+  store_rows_reply_pulls(ps, trainers, calls, count, step, done, ctx);
 }
 
 /* --- keys of a push -------------------------------------------------------------- */
@@ -157,9 +161,17 @@ void store_forget_keys(pserver *ps) {
 /* --- row lookups ------------------------------------------------------------------- */
 
 void store_lookup_submit(pserver *ps, store_lookup *l) {
-  /* Every row is in memory: read now, complete at once. */
-  for (int t = 0; t < l->tables && t < ps->store.table_count; t++) {
-    if (l->n[t] > 0) sparse_table_lookup(ps->store.tables[t], l->keys[t], l->n[t], l->rows[t]);
+  /* Every row is in memory: pull or read now, complete at once. */
+  ps_err rc = PS_ERR_OK;
+  for (int t = 0; t < l->tables && t < ps->store.table_count && rc == PS_ERR_OK; t++) {
+    sparse_table *table = ps->store.tables[t];
+    if (l->create) {
+      /* An empty pull too: the table's own bookkeeping sees every step. */
+      rc = sparse_table_pull(table, l->keys[t], l->n[t], l->counts[t], l->step, l->rows[t],
+                             &l->err);
+    } else if (l->n[t] > 0) {
+      sparse_table_lookup(table, l->keys[t], l->n[t], l->rows[t]);
+    }
   }
-  l->done(ps, l, PS_ERR_OK, l->ctx);
+  l->done(ps, l, rc, l->ctx);
 }

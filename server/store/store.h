@@ -58,10 +58,15 @@ void store_keep_push(struct pserver *ps, int trainer, const rpc_message *msg,
  * error (out of memory merging) leaves the dense shard untouched, but a
  * table may hold the step already. */
 ps_err store_apply_step(struct pserver *ps, const int *slots, int count, ps_error *err);
+/* What follows a step's replies: runs under the lock once every call is
+ * answered (rc: the pull's error, every call answered with it), maybe
+ * after the function that started them returned (store_lookup_submit). */
+typedef void (*store_replied)(struct pserver *ps, ps_err rc, void *ctx);
+
 /* Sync, after updates++: answers calls (of slots) with the parameters and
- * each its next keys' rows, pulled merged at the new step. Returns an
- * error when that pull failed (every call then answered with it). */
-ps_err store_reply_step(struct pserver *ps, const int *slots, rpc_call *const *calls, int count);
+ * each its next keys' rows, pulled merged at the new step; then `done`. */
+void store_reply_step(struct pserver *ps, const int *slots, rpc_call *const *calls, int count,
+                      store_replied done, void *ctx);
 
 /* Async and ssp: applies the checked push scaled 1/n at schedule step
  * `step`: rows first (an error leaves the dense shard untouched), then the
@@ -89,11 +94,11 @@ void store_reply_fresh(struct pserver *ps, rpc_call *call);
 
 /* The sync pull barrier (CTR jobs): keeps trainer's checked keys until the
  * barrier completes; then the union of the kept keys of trainers (id
- * order) is pulled at `step` and each call answered with its rows. An
- * error (every call answered with it) when that pull failed. */
+ * order) is pulled at `step`, each call answered with its rows, and
+ * `done` told how the pull went. */
 void store_keep_pull(struct pserver *ps, int trainer);
-ps_err store_reply_pulls(struct pserver *ps, const int *trainers, rpc_call *const *calls,
-                         int count, long step);
+void store_reply_pulls(struct pserver *ps, const int *trainers, rpc_call *const *calls,
+                       int count, long step, store_replied done, void *ctx);
 
 /* Whether the checked push carried next keys (sparse_keys). */
 int store_push_has_keys(const struct pserver *ps);
@@ -106,23 +111,32 @@ void store_forget_keys(struct pserver *ps);
 
 /* --- row lookups, batched ------------------------------------------------------ */
 
-/* One step's read of rows: the keys of each table in, their rows out.
+/* One step's batch of rows: the keys of each table in, their rows out.
+ * Every row a step reads or creates goes through here: the merged pulls
+ * (create: missing rows made, keys counted for admission, rows marked
+ * seen at step, as sparse_table_pull) and the read-only lookups.
  * store_lookup_submit may complete it before it returns (every row is in
  * memory today) or later: a disk tier reads cold rows off the pserver's
  * lock and completes the lookup under it. Either way `done` runs under the
  * lock, once; the caller answers its calls there, never after submit
- * returns, and keeps keys and rows alive until then. */
+ * returns, and keeps keys, counts and rows alive until then. */
 typedef struct store_lookup store_lookup;
 typedef void (*store_lookup_done)(struct pserver *ps, store_lookup *l, ps_err rc, void *ctx);
 struct store_lookup {
-  int tables;                           /* of the job's, in CTR_TABLE_* order */
-  const uint64_t *keys[CTR_TABLES_MAX]; /* (n[t]) */
+  int tables;                              /* of the job's, in CTR_TABLE_* order */
+  const uint64_t *keys[CTR_TABLES_MAX];    /* (n[t]) distinct */
+  const uint32_t *counts[CTR_TABLES_MAX];  /* create: (n[t]) occurrences, for admission */
   size_t n[CTR_TABLES_MAX];
+  int create; /* a pull (rows created, at step) rather than a read */
+  long step;
   float *rows[CTR_TABLES_MAX]; /* (n[t], dim): filled before done runs */
+  ps_error err;                /* why, when done's rc is not PS_ERR_OK */
   store_lookup_done done;
   void *ctx;
 };
-/* Starts l; l->done reports its end (PS_ERR_OK, or why rows are missing). */
+/* Starts l; l->done reports its end (PS_ERR_OK, or l->err: why rows are
+ * missing). A pull stops at the first table that fails, which is left
+ * unchanged; the tables before it hold the pull. */
 void store_lookup_submit(struct pserver *ps, store_lookup *l);
 
 #endif
