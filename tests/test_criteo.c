@@ -19,6 +19,7 @@
 
 #include "common/criteo.h"
 #include "tests/check.h"
+#include "trainer/data/criteo_source.h"
 #include "trainer/data/ctr_reader.h"
 
 #define SAMPLE PSTRAIN_SOURCE_DIR "/tests/data/criteo-sample.tsv"
@@ -284,6 +285,30 @@ static void test_keys(void) {
   CHECK(criteo_feature_key(25, 0, 1) == 0x4b6e2dbcea71d4e3ULL);
 }
 
+/* A Criteo source's data position (issue 25 item 9): trainer 1 of 2 with
+ * batches of 10 reads blocks 1, 3, 5, ... of the file; step s's position
+ * names the block, and the batch is exactly that block's lines. */
+static void test_positions(void) {
+  ps_error err;
+  ctr_reader_options opt = {.shard_block = 10, .shard_index = 1, .shard_count = 2};
+  data_source *d = NULL;
+  REQUIRE(criteo_source_create(&d, SAMPLE, &opt, N, 2, 10, 3, 0, &err) == PS_ERR_OK);
+  CHECK_EQ_INT(d->steps_per_epoch, 5);
+  long steps[] = {0, 1, 4, 7, 3, 12};
+  for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+    long step = steps[i];
+    data_position p = data_source_position(d, step);
+    CHECK_EQ_INT(p.epoch, step / 5);
+    CHECK_EQ_INT(p.shard, (step % 5) * 2 + 1);
+    CHECK_EQ_INT(p.offset, 0);
+    data_batch b;
+    REQUIRE(data_source_batch(d, step, &b, &err) == PS_ERR_OK);
+    CHECK_EQ_INT(b.size, 10);
+    for (int e = 0; e < b.size; e++) CHECK(same(&b.examples[e], &ref[p.shard * 10 + e]));
+  }
+  data_source_destroy(d);
+}
+
 int main(void) {
   REQUIRE(mkdtemp(dir) != NULL);
   load_sample();
@@ -301,6 +326,7 @@ int main(void) {
 
   test_parse_line();
   test_keys();
+  test_positions();
 
   /* The reader gives exactly the reference examples, whatever the chunk. */
   static ctr_example got[2 * N];
