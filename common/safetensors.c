@@ -124,10 +124,11 @@ ps_err safetensors_write(const char *path, const tensor_layout *layout, const fl
   return rc;
 }
 
-ps_err safetensors_write_tensors(const char *path, safetensors_tensor *tensors, int count,
-                                 const char *const *metadata, int keep_previous, ps_error *err) {
+/* Each tensor's place in the data (offset, bytes) and the data's CRC-32C. */
+static ps_err place_tensors(const char *path, safetensors_tensor *tensors, int count,
+                            uint32_t *crc, ps_error *err) {
   size_t total = 0;
-  uint32_t crc = 0;
+  *crc = 0;
   for (int t = 0; t < count; t++) {
     int ok;
     size_t n = shape_elements(tensors[t].shape, tensors[t].rank, &ok);
@@ -138,44 +139,51 @@ ps_err safetensors_write_tensors(const char *path, safetensors_tensor *tensors, 
     tensors[t].offset = total;
     tensors[t].bytes = n * safetensors_dtype_size(tensors[t].dtype);
     total += tensors[t].bytes;
-    crc = crc32c_update(crc, tensors[t].data, tensors[t].bytes);
+    *crc = crc32c_update(*crc, tensors[t].data, tensors[t].bytes);
   }
-  size_t cap = 256, len = 0;
+  return PS_ERR_OK;
+}
+
+/* The JSON header (malloc'd, *len bytes, padded so the data starts 8-byte
+ * aligned); NULL when out of memory. */
+static char *header_json(const safetensors_tensor *tensors, int count,
+                         const char *const *metadata, uint32_t crc, size_t *len) {
+  size_t cap = 256;
+  *len = 0;
   char *json = malloc(cap);
-  if (json == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "safetensors: out of memory");
+  if (json == NULL) return NULL;
   json[0] = '\0';
-  int ok = appendf(&json, &len, &cap, "{\"__metadata__\":{\"crc32c\":\"%08x\"", crc);
+  int ok = appendf(&json, len, &cap, "{\"__metadata__\":{\"crc32c\":\"%08x\"", crc);
   for (int i = 0; ok && metadata != NULL && metadata[i] != NULL && metadata[i + 1] != NULL;
        i += 2) {
-    ok = appendf(&json, &len, &cap, ",\"%s\":\"%s\"", metadata[i], metadata[i + 1]);
+    ok = appendf(&json, len, &cap, ",\"%s\":\"%s\"", metadata[i], metadata[i + 1]);
   }
-  ok = ok && appendf(&json, &len, &cap, "}");
+  ok = ok && appendf(&json, len, &cap, "}");
   for (int t = 0; ok && t < count; t++) {
     const safetensors_tensor *info = &tensors[t];
-    ok = appendf(&json, &len, &cap, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[", info->name,
+    ok = appendf(&json, len, &cap, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[", info->name,
                  dtype_names[info->dtype]);
     for (int d = 0; ok && d < info->rank; d++) {
-      ok = appendf(&json, &len, &cap, "%s%ld", d > 0 ? "," : "", info->shape[d]);
+      ok = appendf(&json, len, &cap, "%s%ld", d > 0 ? "," : "", info->shape[d]);
     }
-    ok = ok && appendf(&json, &len, &cap, "],\"data_offsets\":[%zu,%zu]}", info->offset,
+    ok = ok && appendf(&json, len, &cap, "],\"data_offsets\":[%zu,%zu]}", info->offset,
                        info->offset + info->bytes);
   }
-  ok = ok && appendf(&json, &len, &cap, "}");
+  ok = ok && appendf(&json, len, &cap, "}");
   /* Pad with spaces so the data starts 8-byte aligned, as the format suggests. */
-  while (ok && (8 + len) % 8 != 0) ok = appendf(&json, &len, &cap, " ");
+  while (ok && (8 + *len) % 8 != 0) ok = appendf(&json, len, &cap, " ");
   if (!ok) {
     free(json);
-    return ps_error_set(err, PS_ERR_NO_MEMORY, "safetensors: out of memory for the header");
+    return NULL;
   }
+  return json;
+}
 
-  char tmp[4096], prev[4096];
-  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-  snprintf(prev, sizeof prev, "%s.prev", path);
+/* The header's length, the header and the tensors' data into tmp, synced. */
+static ps_err write_file(const char *tmp, const char *json, size_t len,
+                         const safetensors_tensor *tensors, int count, ps_error *err) {
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) {
-    free(json);
-    return ps_error_set(err, PS_ERR_IO, "creating %s: %s", tmp, strerror(errno));
-  }
+  if (fd < 0) return ps_error_set(err, PS_ERR_IO, "creating %s: %s", tmp, strerror(errno));
   uint8_t header_len[8];
   for (int i = 0; i < 8; i++) header_len[i] = (uint8_t)((uint64_t)len >> (8 * i));
   ps_err rc = write_all(fd, header_len, 8, tmp, err);
@@ -183,13 +191,29 @@ ps_err safetensors_write_tensors(const char *path, safetensors_tensor *tensors, 
   for (int t = 0; t < count && rc == PS_ERR_OK; t++) {
     rc = write_all(fd, tensors[t].data, tensors[t].bytes, tmp, err);
   }
-  free(json);
   if (rc == PS_ERR_OK && fsync(fd) != 0) {
     rc = ps_error_set(err, PS_ERR_IO, "fsync of %s: %s", tmp, strerror(errno));
   }
   if (close(fd) != 0 && rc == PS_ERR_OK) {
     rc = ps_error_set(err, PS_ERR_IO, "closing %s: %s", tmp, strerror(errno));
   }
+  return rc;
+}
+
+ps_err safetensors_write_tensors(const char *path, safetensors_tensor *tensors, int count,
+                                 const char *const *metadata, int keep_previous, ps_error *err) {
+  uint32_t crc;
+  PS_TRY(place_tensors(path, tensors, count, &crc, err));
+  size_t len;
+  char *json = header_json(tensors, count, metadata, crc, &len);
+  if (json == NULL) {
+    return ps_error_set(err, PS_ERR_NO_MEMORY, "safetensors: out of memory for the header");
+  }
+  char tmp[4096], prev[4096];
+  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+  snprintf(prev, sizeof prev, "%s.prev", path);
+  ps_err rc = write_file(tmp, json, len, tensors, count, err);
+  free(json);
   /* The old generation gets a second name (.prev) while it still has its
    * own, so path names a complete file at every moment. */
   struct stat st;
@@ -282,11 +306,90 @@ static ps_err bad_header(const char *path, const char *why, ps_error *err) {
 
 /* Parses the header: the metadata, and each tensor entry into entries (at
  * most max; entries NULL: entries are checked for form only). */
+/* The "__metadata__" object's string pairs, after its '{'. */
+static ps_err parse_metadata(json_cursor *c, const char *path, safetensors_meta *meta,
+                             ps_error *err) {
+  for (int first = 1;; first = 0) {
+    skip_ws(c);
+    if (c->p < c->end && *c->p == '}') {
+      c->p++;
+      return PS_ERR_OK;
+    }
+    if (!first && !expect(c, ',')) return bad_header(path, "malformed metadata", err);
+    if (meta->count == SAFETENSORS_MAX_META ||
+        !read_string(c, meta->keys[meta->count], sizeof meta->keys[0]) || !expect(c, ':') ||
+        !read_string(c, meta->values[meta->count], sizeof meta->values[0])) {
+      return bad_header(path, "malformed metadata", err);
+    }
+    meta->count++;
+  }
+}
+
+/* A tensor entry's fields, after its '{': dtype, shape, data_offsets. */
+static ps_err parse_fields(json_cursor *c, const char *path, safetensors_tensor *e,
+                           long long *shape, int *shape_n, long long *offsets, int *offsets_n,
+                           int *dtype_ok, ps_error *err) {
+  char value[256];
+  for (int first = 1;; first = 0) {
+    skip_ws(c);
+    if (c->p < c->end && *c->p == '}') {
+      c->p++;
+      return PS_ERR_OK;
+    }
+    if (!first && !expect(c, ',')) return bad_header(path, "malformed tensor entry", err);
+    if (!read_string(c, value, sizeof value) || !expect(c, ':')) {
+      return bad_header(path, "malformed tensor entry", err);
+    }
+    if (strcmp(value, "dtype") == 0) {
+      char dtype[16];
+      if (!read_string(c, dtype, sizeof dtype)) return bad_header(path, "malformed dtype", err);
+      *dtype_ok = dtype_parse(dtype, &e->dtype);
+    } else if (strcmp(value, "shape") == 0) {
+      if (!read_int_array(c, shape, 8, shape_n)) return bad_header(path, "malformed shape", err);
+    } else if (strcmp(value, "data_offsets") == 0) {
+      if (!read_int_array(c, offsets, 2, offsets_n) || *offsets_n != 2) {
+        return bad_header(path, "malformed data_offsets", err);
+      }
+    } else {
+      return bad_header(path, "unknown field in a tensor entry", err);
+    }
+  }
+}
+
+/* Tensor `key`'s entry, after its '{', into e, checked against itself. */
+static ps_err parse_tensor(json_cursor *c, const char *path, const char *key,
+                           safetensors_tensor *e, ps_error *err) {
+  memset(e, 0, sizeof *e);
+  if (strlen(key) >= sizeof e->name) return bad_header(path, "a tensor name is too long", err);
+  memcpy(e->name, key, strlen(key) + 1);
+  long long shape[8] = {0}, offsets[2] = {0};
+  int shape_n = -1, offsets_n = -1, dtype_ok = 0;
+  PS_TRY(parse_fields(c, path, e, shape, &shape_n, offsets, &offsets_n, &dtype_ok, err));
+  if (!dtype_ok || shape_n < 0 || shape_n > TENSOR_MAX_RANK || offsets_n != 2 ||
+      offsets[1] < offsets[0]) {
+    return ps_error_set(err, PS_ERR_CORRUPT_DATA,
+                        "%s: tensor %s has an unknown dtype, a bad shape or bad data_offsets",
+                        path, key);
+  }
+  e->rank = shape_n;
+  for (int d = 0; d < shape_n; d++) e->shape[d] = (long)shape[d];
+  e->offset = (size_t)offsets[0];
+  e->bytes = (size_t)(offsets[1] - offsets[0]);
+  int ok;
+  size_t n = shape_elements(e->shape, e->rank, &ok);
+  if (!ok || n * safetensors_dtype_size(e->dtype) != e->bytes) {
+    return ps_error_set(err, PS_ERR_CORRUPT_DATA,
+                        "%s: tensor %s: its shape does not match its %zu bytes", path, key,
+                        e->bytes);
+  }
+  return PS_ERR_OK;
+}
+
 static ps_err parse_header(const char *path, const char *json, size_t len,
                            safetensors_tensor *entries, int max, int *count,
                            safetensors_meta *meta, ps_error *err) {
   json_cursor c = {json, json + len};
-  char key[128], value[256];
+  char key[128];
   *count = 0;
   meta->count = 0;
   if (!expect(&c, '{')) return bad_header(path, "the header is not a JSON object", err);
@@ -301,72 +404,14 @@ static ps_err parse_header(const char *path, const char *json, size_t len,
       return bad_header(path, "malformed header", err);
     }
     if (strcmp(key, "__metadata__") == 0) {
-      for (int mfirst = 1;; mfirst = 0) {
-        skip_ws(&c);
-        if (c.p < c.end && *c.p == '}') {
-          c.p++;
-          break;
-        }
-        if (!mfirst && !expect(&c, ',')) return bad_header(path, "malformed metadata", err);
-        if (meta->count == SAFETENSORS_MAX_META ||
-            !read_string(&c, meta->keys[meta->count], sizeof meta->keys[0]) || !expect(&c, ':') ||
-            !read_string(&c, meta->values[meta->count], sizeof meta->values[0])) {
-          return bad_header(path, "malformed metadata", err);
-        }
-        meta->count++;
-      }
+      PS_TRY(parse_metadata(&c, path, meta, err));
       continue;
     }
     if (entries != NULL && *count == max) {
       return ps_error_set(err, PS_ERR_CORRUPT_DATA, "%s: more than %d tensors", path, max);
     }
-    safetensors_tensor scratch, *e = entries != NULL ? &entries[*count] : &scratch;
-    memset(e, 0, sizeof *e);
-    if (strlen(key) >= sizeof e->name) return bad_header(path, "a tensor name is too long", err);
-    memcpy(e->name, key, strlen(key) + 1);
-    long long shape[8] = {0}, offsets[2] = {0};
-    int shape_n = -1, offsets_n = -1, dtype_ok = 0;
-    for (int ffirst = 1;; ffirst = 0) {
-      skip_ws(&c);
-      if (c.p < c.end && *c.p == '}') {
-        c.p++;
-        break;
-      }
-      if (!ffirst && !expect(&c, ',')) return bad_header(path, "malformed tensor entry", err);
-      if (!read_string(&c, value, sizeof value) || !expect(&c, ':')) {
-        return bad_header(path, "malformed tensor entry", err);
-      }
-      if (strcmp(value, "dtype") == 0) {
-        char dtype[16];
-        if (!read_string(&c, dtype, sizeof dtype)) return bad_header(path, "malformed dtype", err);
-        dtype_ok = dtype_parse(dtype, &e->dtype);
-      } else if (strcmp(value, "shape") == 0) {
-        if (!read_int_array(&c, shape, 8, &shape_n)) return bad_header(path, "malformed shape", err);
-      } else if (strcmp(value, "data_offsets") == 0) {
-        if (!read_int_array(&c, offsets, 2, &offsets_n) || offsets_n != 2) {
-          return bad_header(path, "malformed data_offsets", err);
-        }
-      } else {
-        return bad_header(path, "unknown field in a tensor entry", err);
-      }
-    }
-    if (!dtype_ok || shape_n < 0 || shape_n > TENSOR_MAX_RANK || offsets_n != 2 ||
-        offsets[1] < offsets[0]) {
-      return ps_error_set(err, PS_ERR_CORRUPT_DATA,
-                          "%s: tensor %s has an unknown dtype, a bad shape or bad data_offsets",
-                          path, key);
-    }
-    e->rank = shape_n;
-    for (int d = 0; d < shape_n; d++) e->shape[d] = (long)shape[d];
-    e->offset = (size_t)offsets[0];
-    e->bytes = (size_t)(offsets[1] - offsets[0]);
-    int ok;
-    size_t n = shape_elements(e->shape, e->rank, &ok);
-    if (!ok || n * safetensors_dtype_size(e->dtype) != e->bytes) {
-      return ps_error_set(err, PS_ERR_CORRUPT_DATA,
-                          "%s: tensor %s: its shape does not match its %zu bytes", path, key,
-                          e->bytes);
-    }
+    safetensors_tensor scratch;
+    PS_TRY(parse_tensor(&c, path, key, entries != NULL ? &entries[*count] : &scratch, err));
     (*count)++;
   }
   skip_ws(&c);

@@ -336,15 +336,10 @@ static ps_err check_step(const sparse_table *t, long step, ps_error *err) {
   return PS_ERR_OK;
 }
 
-ps_err sparse_table_pull(sparse_table *t, const uint64_t *keys, size_t n, const uint32_t *counts,
-                         long step, float *out, ps_error *err) {
-  ps_err rc = check_step(t, step, err);
-  if (rc != PS_ERR_OK || n == 0) return rc;
-  t->pulled.keys = NULL;
-  rc = scratch_reserve(t, n, err);
-  if (rc != PS_ERR_OK) return rc;
-  /* First decide every key without changing anything: found, new or refused. */
-  uint32_t *rows = t->scratch;
+/* A pull's first pass, changing nothing: each key found (its row), new
+ * (admitted) or refused; returns how many are new. */
+static size_t pull_decide(sparse_table *t, const uint64_t *keys, size_t n, const uint32_t *counts,
+                          uint32_t *rows) {
   size_t missing = 0;
   for (size_t i = 0; i < n; i++) {
     if (i + ST_AHEAD < n) prefetch_slot(t, keys[i + ST_AHEAD]);
@@ -360,18 +355,39 @@ ps_err sparse_table_pull(sparse_table *t, const uint64_t *keys, size_t n, const 
       rows[i] = ST_REFUSED;
     }
   }
-  if (missing > 0) {
-    if (t->live + missing > ST_MAX_ROWS) return st_limit_error(t, t->live + missing, err);
-    size_t hw = t->high_water + (missing > t->n_free ? missing - t->n_free : 0);
-    if (t->cfg.max_bytes > 0 && st_bytes_for(t, hw, t->live + missing) > t->cfg.max_bytes) {
-      rc = st_evict_for_limit(t, rows, n, missing, step, err);
-      if (rc != PS_ERR_OK) return rc;
-      hw = t->high_water + (missing > t->n_free ? missing - t->n_free : 0);
-    }
-    rc = st_reserve(t, hw, t->live + missing, err);
-    if (rc != PS_ERR_OK) return rc;
+  return missing;
+}
+
+/* Room for `missing` new rows: within the row limit, evicting for the
+ * memory limit first where it would be passed. */
+static ps_err pull_make_room(sparse_table *t, uint32_t *rows, size_t n, size_t missing, long step,
+                             ps_error *err) {
+  if (t->live + missing > ST_MAX_ROWS) return st_limit_error(t, t->live + missing, err);
+  size_t hw = t->high_water + (missing > t->n_free ? missing - t->n_free : 0);
+  if (t->cfg.max_bytes > 0 && st_bytes_for(t, hw, t->live + missing) > t->cfg.max_bytes) {
+    PS_TRY(st_evict_for_limit(t, rows, n, missing, step, err));
+    hw = t->high_water + (missing > t->n_free ? missing - t->n_free : 0);
   }
-  /* Commit. */
+  return st_reserve(t, hw, t->live + missing, err);
+}
+
+/* The new row of key at `slot` (st_map_find's, not found), initialized. */
+static uint32_t pull_create(sparse_table *t, uint64_t key, size_t slot, long step) {
+  uint32_t r = st_take_row(t);
+  t->map_keys[slot] = key;
+  t->map_rows[slot] = r;
+  float *row = st_row(t, r);
+  sparse_table_init_row(&t->cfg, key, row);
+  st_init_state(t, row);
+  st_meta_set(t, row, st_meta_make(step, 0));
+  t->admitted++;
+  return r;
+}
+
+/* The pull's second pass: new rows made, every row's last step set, the
+ * rows (zeros for refused keys) copied out. */
+static void pull_commit(sparse_table *t, const uint64_t *keys, size_t n, const uint32_t *counts,
+                        uint32_t *rows, long step, float *out) {
   size_t dim = t->dim;
   for (size_t i = 0; i < n; i++) {
     if (i + ST_AHEAD < n) prefetch_row(t, rows[i + ST_AHEAD]);
@@ -385,31 +401,30 @@ ps_err sparse_table_pull(sparse_table *t, const uint64_t *keys, size_t n, const 
       memset(dst, 0, dim * sizeof *dst);
       continue;
     }
-    float *row;
     if (r == ST_NEW) {
       int found;
       size_t slot = st_map_find(t, keys[i], &found);
-      if (found) { /* a repeated key (callers should dedup) */
-        r = t->map_rows[slot];
-        row = st_row(t, r);
-      } else {
-        r = st_take_row(t);
-        t->map_keys[slot] = keys[i];
-        t->map_rows[slot] = r;
-        row = st_row(t, r);
-        sparse_table_init_row(&t->cfg, keys[i], row);
-        st_init_state(t, row);
-        st_meta_set(t, row, st_meta_make(step, 0));
-        t->admitted++;
-      }
+      /* a repeated key (callers should dedup) has its row already */
+      r = found ? t->map_rows[slot] : pull_create(t, keys[i], slot, step);
       rows[i] = r; /* for the push of these keys */
-    } else {
-      row = st_row(t, r);
     }
+    float *row = st_row(t, r);
     uint64_t m = st_meta_get(t, row);
     if (st_meta_step(m) < step) st_meta_set(t, row, st_meta_make(step, st_meta_count(m)));
     copy_row(dst, row, dim);
   }
+}
+
+ps_err sparse_table_pull(sparse_table *t, const uint64_t *keys, size_t n, const uint32_t *counts,
+                         long step, float *out, ps_error *err) {
+  ps_err rc = check_step(t, step, err);
+  if (rc != PS_ERR_OK || n == 0) return rc;
+  t->pulled.keys = NULL;
+  PS_TRY(scratch_reserve(t, n, err));
+  uint32_t *rows = t->scratch;
+  size_t missing = pull_decide(t, keys, n, counts, rows);
+  if (missing > 0) PS_TRY(pull_make_room(t, rows, n, missing, step, err));
+  pull_commit(t, keys, n, counts, rows, step, out);
   if (step > t->last_step) t->last_step = step;
   t->pulled.keys = keys;
   t->pulled.n = n;
