@@ -7,6 +7,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <string.h>
 
+#include "common/ctr_tables.h"
 #include "common/fp_env.h"
 #include "tests/check.h"
 #include "trainer/train.h"
@@ -76,6 +77,73 @@ static void test_local(void) {
   backend_destroy(be);
 }
 
+/* A model with a table (LR's wide table): the local replica's pull is the
+ * table's pull, its push the dense optimizer and the table's push, bitwise;
+ * a step without examples changes nothing. */
+static void test_local_tables(void) {
+  trainer_settings s;
+  ps_error err;
+  REQUIRE(parse(&s, &err, ARGS("--mode", "local", "--model", "lr", "--data",
+                               PSTRAIN_SOURCE_DIR "/tests/data/criteo-sample.tsv", "--optimizer",
+                               "sgd", "--lr", "0.1", "--lr-schedule", "constant")) == OPTIONS_OK);
+  trainer t;
+  memset(&t, 0, sizeof t);
+  t.settings = s;
+  t.steps_per_epoch = 10;
+  replica *up = NULL;
+  REQUIRE(replica_create(&t, &up, &err) == PS_ERR_OK);
+  backend *be;
+  REQUIRE(backend_cpu_create(&be, 1, &err) == PS_ERR_OK);
+  REQUIRE(model_create(&t.model, &s.model, be, 4, 3, &err) == PS_ERR_OK);
+  REQUIRE(t.model->tables == 1);
+  job_config job;
+  trainer_job(&t, &job);
+  sparse_table_config c;
+  ctr_table_config(&job, 0, 0, &c);
+  sparse_table *twin;
+  REQUIRE(sparse_table_create(&t.tables[0], &c, &err) == PS_ERR_OK);
+  REQUIRE(sparse_table_create(&twin, &c, &err) == PS_ERR_OK);
+  const size_t dim = (size_t)t.model->dim[0];
+  float rows[4], grads[4] = {0.5f, -0.25f, 1.0f, 0.0f}, want[4];
+  t.rows[0] = rows;
+  t.row_grads[0] = grads;
+  uint64_t keys[5] = {11, 7, 11, 900, 7};
+  uint32_t slot[5];
+  sparse_dedup d;
+  sparse_dedup_init(&d);
+  REQUIRE(sparse_dedup_run(&d, keys, 5, slot, &err) == PS_ERR_OK);
+  CHECK_EQ_INT(d.n_unique, 3);
+  data_batch b = {.size = 2, .dedup = &d};
+  for (long step = 0; step < 2; step++) {
+    CHECK_EQ_INT(replica_pull(up, step, &b, &err), PS_ERR_OK);
+    CHECK_EQ_INT(sparse_table_pull(twin, d.unique, d.n_unique, d.counts, step, want, &err),
+                 PS_ERR_OK);
+    CHECK(memcmp(rows, want, d.n_unique * dim * sizeof(float)) == 0);
+    long next = -1;
+    CHECK_EQ_INT(replica_push(up, step, &b, &next, &err), PS_ERR_OK);
+    CHECK_EQ_INT(next, step + 1);
+    CHECK_EQ_INT(sparse_table_push(twin, d.unique, d.n_unique, grads, step, &err), PS_ERR_OK);
+  }
+  sparse_table_lookup(t.tables[0], d.unique, d.n_unique, rows);
+  sparse_table_lookup(twin, d.unique, d.n_unique, want);
+  CHECK(memcmp(rows, want, d.n_unique * dim * sizeof(float)) == 0);
+  CHECK(want[0] != 0.0f); /* the pushes moved the rows */
+  /* No examples: no pull, no update. */
+  data_batch none = {.size = 0, .dedup = &d};
+  long next = -1;
+  CHECK_EQ_INT(replica_pull(up, 2, &none, &err), PS_ERR_OK);
+  CHECK_EQ_INT(replica_push(up, 2, &none, &next, &err), PS_ERR_OK);
+  CHECK_EQ_INT(next, 3);
+  sparse_table_lookup(t.tables[0], d.unique, d.n_unique, rows);
+  CHECK(memcmp(rows, want, d.n_unique * dim * sizeof(float)) == 0);
+  sparse_dedup_free(&d);
+  sparse_table_destroy(twin);
+  sparse_table_destroy(t.tables[0]);
+  replica_destroy(up);
+  model_destroy(t.model);
+  backend_destroy(be);
+}
+
 static void test_pserver(void) {
   trainer_settings s;
   ps_error err;
@@ -116,6 +184,7 @@ static void test_collective_unbuilt(void) {
 int main(void) {
   fp_env_flush_denormals(); /* as the trainer and pserver run (common/fp_env.h) */
   test_local();
+  test_local_tables();
   test_pserver();
   test_collective_unbuilt();
   return check_report("test_replica");
