@@ -262,12 +262,12 @@ static ps_err merge(store_rows *sp, sparse_rows *const *rows, int count, int dim
   size_t cap = all_cap < slot_cap ? all_cap : slot_cap;
   sp->all_cap = cap < counts_cap ? cap : counts_cap;
   for (size_t i = 0, at = 0; i < (size_t)count; at += rows[i]->n, i++) {
-    memcpy(sp->all + at, rows[i]->keys, rows[i]->n * sizeof *sp->all);
+    if (rows[i]->n > 0) memcpy(sp->all + at, rows[i]->keys, rows[i]->n * sizeof *sp->all);
   }
   if (sparse_dedup_run(&sp->dedup, sp->all, total, sp->slot, err) != PS_ERR_OK) return err->code;
   size_t u = sp->dedup.n_unique;
-  if (sum_counts) memset(sp->counts, 0, u * sizeof *sp->counts);
-  if (sum_values) memset(sp->sums, 0, u * (size_t)dim * sizeof *sp->sums);
+  if (sum_counts && u > 0) memset(sp->counts, 0, u * sizeof *sp->counts);
+  if (sum_values && u > 0) memset(sp->sums, 0, u * (size_t)dim * sizeof *sp->sums);
   for (size_t i = 0, at = 0; i < (size_t)count; at += rows[i]->n, i++) {
     for (size_t k = 0; k < rows[i]->n; k++) {
       size_t s = sp->slot[at + k];
@@ -401,9 +401,11 @@ static ps_err pull_merge(pserver *ps, rows_pull *p, int t, store_rows_which *whi
       !grow(&p->from[t], &p->from_cap[t], (size_t)count + 1, sizeof *p->from[t])) {
     return ps_error_set(err, PS_ERR_NO_MEMORY, "pserver: out of memory for %zu rows", u);
   }
-  memcpy(p->keys[t], sp->dedup.unique, u * sizeof *p->keys[t]);
-  if (p->lookup.create) memcpy(p->counts[t], sp->counts, u * sizeof *p->counts[t]);
-  memcpy(p->at[t], sp->slot, total * sizeof *p->at[t]);
+  if (u > 0) { /* no keys: the merge's buffers may not exist yet */
+    memcpy(p->keys[t], sp->dedup.unique, u * sizeof *p->keys[t]);
+    if (p->lookup.create) memcpy(p->counts[t], sp->counts, u * sizeof *p->counts[t]);
+  }
+  if (total > 0) memcpy(p->at[t], sp->slot, total * sizeof *p->at[t]);
   p->from[t][0] = 0;
   for (int i = 0; i < count; i++) p->from[t][i + 1] = p->from[t][i] + rows[i]->n;
   p->lookup.keys[t] = p->keys[t];
@@ -457,7 +459,7 @@ static void pull_reply(pserver *ps, store_rows_which *which, rpc_call *const *ca
     if (then != NULL) then(ps, err.code, then_ctx);
     return;
   }
-  memcpy(p->calls, calls, (size_t)count * sizeof *calls);
+  if (count > 0) memcpy(p->calls, calls, (size_t)count * sizeof *calls);
   p->count = count;
   p->tables = tables;
   p->then = then;
