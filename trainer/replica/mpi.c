@@ -91,16 +91,6 @@ static ps_err mpi_start(replica *r, ps_error *err) {
   return PS_ERR_OK;
 }
 
-#define MPI_TRY(err, what, expr)                                                             \
-  do {                                                                                       \
-    int mpi_rc_ = (expr);                                                                    \
-    if (mpi_rc_ != MPI_SUCCESS) {                                                            \
-      char mpi_buf_[MPI_MAX_ERROR_STRING];                                                   \
-      return ps_error_set((err), PS_ERR_UNAVAILABLE, "collective step: %s: %s", what,        \
-                          collective_mpi_text(mpi_rc_, mpi_buf_));                           \
-    }                                                                                        \
-  } while (0)
-
 /* Models with tables: every rank's keys, the union's rows. */
 static ps_err mpi_pull(replica *r, long step, const data_batch *b, ps_error *err) {
   mpi_replica *m = (mpi_replica *)r;

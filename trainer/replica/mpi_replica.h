@@ -4,9 +4,22 @@
 #ifndef PSTRAIN_TRAINER_REPLICA_MPI_REPLICA_H
 #define PSTRAIN_TRAINER_REPLICA_MPI_REPLICA_H
 
+#include <mpi.h>
+
 #include "trainer/replica/collective.h"
 #include "trainer/replica/replica.h"
 #include "trainer/train.h"
+
+/* Returns a collective step's error naming what failed when an MPI call does. */
+#define MPI_TRY(err, what, expr)                                                             \
+  do {                                                                                       \
+    int mpi_rc_ = (expr);                                                                    \
+    if (mpi_rc_ != MPI_SUCCESS) {                                                            \
+      char mpi_buf_[MPI_MAX_ERROR_STRING];                                                   \
+      return ps_error_set((err), PS_ERR_UNAVAILABLE, "collective step: %s: %s", what,        \
+                          collective_mpi_text(mpi_rc_, mpi_buf_));                           \
+    }                                                                                        \
+  } while (0)
 
 typedef struct mpi_rows mpi_rows;
 

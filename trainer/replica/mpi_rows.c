@@ -40,16 +40,6 @@ struct mpi_rows {
   long long total;               /* the step's examples over every rank */
 };
 
-#define MPI_TRY(err, what, expr)                                                         \
-  do {                                                                                   \
-    int mpi_rc_ = (expr);                                                                \
-    if (mpi_rc_ != MPI_SUCCESS) {                                                        \
-      char mpi_buf_[MPI_MAX_ERROR_STRING];                                               \
-      return ps_error_set((err), PS_ERR_UNAVAILABLE, "collective step: %s: %s", what, \
-                          collective_mpi_text(mpi_rc_, mpi_buf_));                                  \
-    }                                                                                    \
-  } while (0)
-
 
 /* Counts and displacements of an Allgatherv of `per` elements per key. */
 static size_t layout_gather(mpi_rows *x, int ranks, size_t per) {
