@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "common/optimizer.h"
 #include "trainer/backend/gemm.h"
+#include "trainer/backend/layer_shapes.h"
 
 typedef struct backend backend;
 
@@ -45,6 +46,54 @@ typedef struct backend_ops {
   ps_err (*optimizer_step)(backend *b, const optimizer_config *cfg, long step, float *params,
                            const float *grads, float *state1, float *state2, size_t n,
                            ps_error *err);
+
+  /* The convolutional layers (layer_shapes.h; NCHW). Outputs are
+   * overwritten unless a parameter says "accumulate". */
+  /* y = conv(x, w) + bias per output channel (bias NULL: none). */
+  ps_err (*conv_forward)(backend *b, const conv_shape *s, const float *x, const float *w,
+                         const float *bias, float *y, ps_error *err);
+  /* From dy (n, k, oh, ow): dw, dbias (NULL: none) and dx (NULL: not wanted). */
+  ps_err (*conv_backward)(backend *b, const conv_shape *s, const float *x, const float *w,
+                          const float *dy, float *dx, float *dw, float *dbias, ps_error *err);
+  ps_err (*maxpool_forward)(backend *b, const pool_shape *s, const float *x, float *y,
+                            ps_error *err);
+  /* dx from x, y and dy: each window's dy goes to a position holding its max. */
+  ps_err (*maxpool_backward)(backend *b, const pool_shape *s, const float *x, const float *y,
+                             const float *dy, float *dx, ps_error *err);
+  /* Global average pooling: y (n, c) = mean of x (n, c, hw) over hw; backward
+   * spreads dy / hw over each channel's hw. */
+  ps_err (*avgpool_forward)(backend *b, int n, int c, int hw, const float *x, float *y,
+                            ps_error *err);
+  ps_err (*avgpool_backward)(backend *b, int n, int c, int hw, const float *dy, float *dx,
+                             ps_error *err);
+  /* Batch norm in training: y = gamma (x - mean) * invstd + beta with the
+   * batch's per-channel mean and biased variance, invstd = 1 / sqrt(var + eps);
+   * save_mean and save_invstd (c) keep them for backward. When running_mean
+   * is not NULL: running = (1 - momentum) running + momentum * batch value,
+   * the variance unbiased (n hw / (n hw - 1)), as PyTorch and cuDNN do. */
+  ps_err (*bn_forward_train)(backend *b, const bn_shape *s, const float *x, const float *gamma,
+                             const float *beta, float *y, float *save_mean, float *save_invstd,
+                             float *running_mean, float *running_var, float momentum,
+                             ps_error *err);
+  /* Batch norm in evaluation, with the given mean and variance. */
+  ps_err (*bn_forward_infer)(backend *b, const bn_shape *s, const float *x, const float *gamma,
+                             const float *beta, const float *mean, const float *var, float *y,
+                             ps_error *err);
+  /* dx (overwritten), dgamma and dbeta (c; added to when accumulate, else
+   * overwritten) of the training-mode forward. */
+  ps_err (*bn_backward)(backend *b, const bn_shape *s, const float *x, const float *dy,
+                        const float *gamma, const float *save_mean, const float *save_invstd,
+                        float *dx, float *dgamma, float *dbeta, int accumulate, ps_error *err);
+  /* y = max(x, 0); y may be x. */
+  ps_err (*relu_forward)(backend *b, float *y, const float *x, size_t n, ps_error *err);
+  /* dx = dy where y > 0, else 0; dx may be dy. */
+  ps_err (*relu_backward)(backend *b, float *dx, const float *dy, const float *y, size_t n,
+                          ps_error *err);
+  /* y = a + scale * x (element-wise); y may be a or x. */
+  ps_err (*add)(backend *b, float *y, const float *a, const float *x, float scale, size_t n,
+                ps_error *err);
+  /* n floats within the backend's memory. */
+  ps_err (*copy)(backend *b, float *dst, const float *src, size_t n, ps_error *err);
 } backend_ops;
 
 struct backend {
