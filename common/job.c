@@ -100,8 +100,8 @@ static void emit(sink *s, const char *text) {
   if (s->len > 0) s->buf[s->used] = '\0';
 }
 
-/* Longest value text: a model ("mlp:" and 17 widths) fits with room. */
-#define VALUE_MAX 256
+/* Longest value text: a network's canonical text. */
+#define VALUE_MAX MODEL_TEXT_MAX
 
 static void emit_field(sink *s, const job_config *job, int f) {
   char value[VALUE_MAX];
@@ -201,7 +201,7 @@ static void append(diff_out *o, const char *field, const char *a, const char *b)
 }
 
 static void diff(const job_config *a, const job_config *b, diff_out *o) {
-  char x[1024], y[1024];
+  char x[VALUE_MAX], y[VALUE_MAX];
   if (o->len == 0) return;
   o->buf[0] = '\0';
   int group = GROUP_JOB;

@@ -91,8 +91,29 @@ static ps_err parse_mlp(const char *text, const char *p, model_desc *desc, ps_er
   return PS_ERR_OK;
 }
 
+/* "net:..." (the canonical text) or a built-in network's name. */
+static int parse_net(const char *text, model_desc *desc, ps_error *err, ps_err *rc) {
+  int canonical = strncmp(text, "net:", 4) == 0;
+  if (!canonical && !net_is_builtin(text)) return 0;
+  snprintf(desc->name, sizeof desc->name, "net");
+  desc->kind = MODEL_NET;
+  if (!canonical) {
+    snprintf(desc->net.name, sizeof desc->net.name, "%s", text);
+    *rc = PS_ERR_OK;
+    return 1;
+  }
+  *rc = net_parse_text(text + 4, '|', "model net:", &desc->net, err);
+  if (*rc == PS_ERR_OK && desc->net.c == 0) {
+    *rc = ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "model net:%s: no input line",
+                       desc->net.name);
+  }
+  return 1;
+}
+
 ps_err model_parse(const char *text, model_desc *desc, ps_error *err) {
   memset(desc, 0, sizeof *desc);
+  ps_err net_rc;
+  if (parse_net(text, desc, err, &net_rc)) return net_rc;
   for (size_t i = 0; i < REGISTRY_SIZE; i++) {
     size_t len = strlen(registry[i].name);
     if (strncmp(text, registry[i].name, len) != 0) continue;
@@ -112,11 +133,50 @@ ps_err model_parse(const char *text, model_desc *desc, ps_error *err) {
                              i == 0 ? "" : i + 1 == REGISTRY_SIZE ? " or " : ", ",
                              registry[i].example);
   }
-  return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "model '%s': expected %s", text,
-                      expected);
+  return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "model '%s': expected %s, or a network: %s",
+                      text, expected, net_builtin_names());
+}
+
+ps_err model_read_file(const char *path, model_desc *desc, ps_error *err) {
+  memset(desc, 0, sizeof *desc);
+  snprintf(desc->name, sizeof desc->name, "net");
+  desc->kind = MODEL_NET;
+  return net_read_file(path, &desc->net, err);
+}
+
+ps_err model_set_input(model_desc *desc, int c, int h, int w, ps_error *err) {
+  net_desc *net = &desc->net;
+  if (net->c == 0) {
+    return net_builtin(net->name, c, h, w, net, err);
+  }
+  if (net->c != c || net->h != h || net->w != w) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                        "network %s takes %dx%dx%d inputs but the images are %dx%dx%d", net->name,
+                        net->c, net->h, net->w, c, h, w);
+  }
+  return PS_ERR_OK;
+}
+
+int model_input_width(const model_desc *desc) {
+  if (desc->kind == MODEL_NET) return desc->net.c * desc->net.h * desc->net.w;
+  return desc->sizes[0];
+}
+
+int model_classes(const model_desc *desc) {
+  if (desc->kind == MODEL_NET) return net_classes(&desc->net);
+  return desc->sizes[desc->num_layers];
 }
 
 void model_format(const model_desc *desc, char *buf, size_t len) {
+  if (desc->kind == MODEL_NET) {
+    if (desc->net.c == 0) {
+      snprintf(buf, len, "%s", desc->net.name);
+      return;
+    }
+    size_t used = (size_t)snprintf(buf, len, "net:");
+    if (used < len) net_format(&desc->net, buf + used, len - used);
+    return;
+  }
   if (desc->kind == MODEL_LR) {
     snprintf(buf, len, "%s", desc->name);
     return;
@@ -145,6 +205,7 @@ static tensor_init weight_init(const model_desc *desc, int layer) {
 }
 
 ps_err model_build_layout(const model_desc *desc, tensor_layout *layout, ps_error *err) {
+  if (desc->kind == MODEL_NET) return net_build_layout(&desc->net, layout, err);
   char name[TENSOR_NAME_MAX];
   for (int l = 1; l <= desc->num_layers; l++) {
     long weight_shape[2] = {desc->sizes[l], desc->sizes[l - 1]};
@@ -163,7 +224,7 @@ ps_err model_build_layout(const model_desc *desc, tensor_layout *layout, ps_erro
 }
 
 uint64_t model_hash(const model_desc *desc) {
-  char text[16 * (MODEL_MAX_LAYERS + 2)];
+  char text[MODEL_TEXT_MAX];
   model_format(desc, text, sizeof text);
   return hash_text(text);
 }

@@ -12,6 +12,7 @@
 
 #include "common/criteo.h" /* its fields: what a CTR model's deep input is made of */
 #include "common/error.h"
+#include "common/net.h"
 #include "common/tensor.h"
 
 #define MODEL_MAX_LAYERS 16
@@ -22,10 +23,13 @@
 /* The shape of a model's parameters, which is all a pserver needs to know.
  * MLP: an image classifier. CTR: a wide table of one weight per feature key,
  * an embedding table of embed_dim per key and an MLP over the 26 embeddings
- * and 13 dense features (Wide&Deep, DeepFM). LR: the wide table alone. */
-typedef enum { MODEL_MLP, MODEL_CTR, MODEL_LR } model_kind;
+ * and 13 dense features (Wide&Deep, DeepFM). LR: the wide table alone.
+ * NET: a convolutional network (net.h), its layers in `net`. */
+typedef enum { MODEL_MLP, MODEL_CTR, MODEL_LR, MODEL_NET } model_kind;
 
 #define MODEL_NAME_MAX 16
+/* The longest canonical text (a network's; "net:" and its lines). */
+#define MODEL_TEXT_MAX (NET_TEXT_MAX + 8)
 
 typedef struct model_desc {
   char name[MODEL_NAME_MAX];          /* as in --model: "mlp", "ctr", "deepfm", "lr" */
@@ -33,14 +37,19 @@ typedef struct model_desc {
   int embed_dim;                      /* CTR: floats per embedding row; else 0 */
   int num_layers;                     /* fully connected layers (0 for LR) */
   int sizes[MODEL_MAX_LAYERS + 1];    /* sizes[0] inputs ... sizes[num_layers] outputs */
+  net_desc net;                       /* NET: the layers ("net" is then the name) */
 } model_desc;
 
 /* Parses "mlp:IN,H1,...,OUT" (at least one layer), "NAME:DIM:H1,H2,..." for
  * a model of the CTR shape (ctr, deepfm: the MLP's input is 26 * DIM + 13,
- * its output one logit) or "lr". The names are model.c's registry. */
+ * its output one logit), "lr", a network's canonical "net:name N|input
+ * CxHxW|..." or a built-in network's name (lenet, resnet18, resnet20: its
+ * input shape 0 until model_set_input). The names are model.c's registry. */
 ps_err model_parse(const char *text, model_desc *desc, ps_error *err);
 
-/* Writes the canonical text form, e.g. "mlp:784,256,128,10". */
+/* Writes the canonical text form, e.g. "mlp:784,256,128,10" (a network:
+ * "net:name lenet|input 1x28x28|...", or its name while its input is not
+ * known). */
 void model_format(const model_desc *desc, char *buf, size_t len);
 
 /* Fills an initialized, empty layout with fcK.weight (out, in) and fcK.bias
@@ -61,7 +70,20 @@ uint64_t model_hash(const model_desc *desc);
 void model_init_params(const tensor_layout *layout, uint64_t seed, size_t begin, size_t count,
                        float *out);
 
+/* Reads a model file (net.h's lines) into a network's desc. */
+ps_err model_read_file(const char *path, model_desc *desc, ps_error *err);
+
+/* A network whose input shape waits for the data (a built-in name): gives
+ * it CxHxW images; a network with a shape checks it is CxHxW. */
+ps_err model_set_input(model_desc *desc, int c, int h, int w, ps_error *err);
+
 /* Whether the model reads Criteo examples through sparse tables. */
-static inline int model_is_ctr(const model_desc *desc) { return desc->kind != MODEL_MLP; }
+static inline int model_is_ctr(const model_desc *desc) {
+  return desc->kind == MODEL_CTR || desc->kind == MODEL_LR;
+}
+
+/* An image classifier's input floats and classes. */
+int model_input_width(const model_desc *desc);
+int model_classes(const model_desc *desc);
 
 #endif

@@ -10,7 +10,7 @@
 #include "common/error.h"
 
 #define TENSOR_NAME_MAX 48
-#define TENSOR_MAX_RANK 2
+#define TENSOR_MAX_RANK 4
 
 /* How a tensor's initial values are made (model_init_params applies it).
  * ZEROS is 0 so that a tensor added without a rule starts as a zeroed group

@@ -217,7 +217,7 @@ ps_err trainer_checkpoint_export(trainer *t, const char *path, ps_error *err) {
                           dumps[i].values);
   }
   if (rc == PS_ERR_OK) {
-    char model_text[256];
+    char model_text[MODEL_TEXT_MAX];
     model_format(&t->settings.model, model_text, sizeof model_text);
     const char *metadata[] = {"format", "pt", "model", model_text, "producer", "pstrain", NULL};
     rc = safetensors_write_tensors(path, parts, count, metadata, 0, err);

@@ -58,7 +58,7 @@ static ps_err register_all(ps_client *c, double timeout, long *steps, ps_error *
   Pstrain__RequestKey key;
   Pstrain__JobConfig job_msg;
   wire_job_parts opt_msg;
-  char model_text[256];
+  char model_text[MODEL_TEXT_MAX];
   fill_key(c, 0, &key);
   wire_job_to_proto(&c->job, &job_msg, &opt_msg, model_text, sizeof model_text);
   uint8_t **bufs = calloc((size_t)n, sizeof *bufs);
