@@ -80,6 +80,8 @@ int main(void) {
   REQUIRE(dataset_load(dir, "train", 0, &plain, &err) == PS_ERR_OK);
   REQUIRE(dataset_load(dir, "t10k", 0, &gz, &err) == PS_ERR_OK);
   CHECK_EQ_INT(plain.count, 4);
+  CHECK_EQ_INT(plain.channels, 1);
+  CHECK_EQ_INT(plain.normalized, 0); /* IDX keeps the plain p / 255 */
   CHECK_EQ_INT(plain.rows, 2);
   CHECK_EQ_INT(plain.cols, 3);
   CHECK_EQ_INT(plain.pixels[6 * 3 + 5], 35);

@@ -44,7 +44,8 @@ int main(void) {
   /* Gathering. */
   uint8_t pixels[3 * 4] = {0, 255, 51, 102, 1, 2, 3, 4, 255, 255, 0, 0};
   uint8_t labels[3] = {4, 9, 0};
-  dataset ds = {.count = 3, .rows = 2, .cols = 2, .pixels = pixels, .labels = labels};
+  dataset ds = {
+      .count = 3, .channels = 1, .rows = 2, .cols = 2, .pixels = pixels, .labels = labels};
   long idx[2] = {2, 0};
   float images[8];
   int32_t got_labels[2];

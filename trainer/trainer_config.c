@@ -11,6 +11,7 @@
 #include "common/timeline.h"
 #include "common/metrics_http.h"
 #include "common/token.h"
+#include "trainer/data/cifar.h"
 #include "trainer/data/ctr_reader.h"
 
 #define OFF(field) offsetof(trainer_options, field)
@@ -96,11 +97,12 @@ static const option_def trainer_option_table[] = {
      "with --export in collective mode (CTR models), every rank writes its replica too, as "
      "PATH.rankN beside rank 0's PATH: to check that the replicas agree", NULL, ANY},
     {"data", NULL, OPT_STRING, OFF(data), "/usr/share/datasets/fashion-mnist",
-     "training data: a folder of IDX files (train-* and t10k-*, gzip'd or plain) for mlp, or a "
-     "Criteo TSV file (plain or gzip'd) for ctr and lr", NULL, ANY},
+     "training data: a folder of IDX files (train-* and t10k-*, gzip'd or plain) or of CIFAR-10 "
+     "binary batches (data_batch_1..5.bin, test_batch.bin) for mlp, or a Criteo TSV file (plain "
+     "or gzip'd) for ctr and lr", NULL, ANY},
     {"data-format", NULL, OPT_CHOICE, OFF(data_format), "auto",
      "format of --data (auto: Criteo TSV when the file's first line has 40 tab-separated fields, "
-     "else IDX)", "auto|idx|criteo", ANY},
+     "CIFAR-10 when the folder holds data_batch_1.bin, else IDX)", "auto|idx|criteo|cifar", ANY},
     {"test-data", NULL, OPT_STRING, OFF(test_data), "",
      "ctr and lr: a Criteo TSV file to evaluate on (AUC and logloss); empty: no evaluation", NULL,
      ANY},
@@ -193,8 +195,10 @@ static ps_err ctr_settings_load(trainer_settings *s, ps_error *err) {
   int ctr = model_is_ctr(&s->model);
   if (strcmp(o->data_format, "auto") == 0) {
     s->criteo = ctr_reader_sniff(o->data);
+    s->cifar = !s->criteo && cifar_detect(o->data);
   } else {
     s->criteo = strcmp(o->data_format, "criteo") == 0;
+    s->cifar = strcmp(o->data_format, "cifar") == 0;
   }
   if (ctr && !s->criteo && access(o->data, R_OK) != 0) {
     return ps_error_set(err, PS_ERR_IO, "--data %s: cannot read: %s", o->data, strerror(errno));
@@ -212,13 +216,13 @@ static ps_err ctr_settings_load(trainer_settings *s, ps_error *err) {
   if (!ctr && s->criteo) {
     return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
                         "--data %s is Criteo TSV data: train it with --model ctr:DIM:H1,... or "
-                        "--model lr (--model %s reads IDX images)",
+                        "--model lr (--model %s reads images)",
                         o->data, o->model);
   }
   if (!ctr && (o->test_data[0] != '\0' || o->eval_every > 0)) {
     return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
                         "--test-data and --eval-every are for --model ctr and lr (mlp tests on "
-                        "the t10k files of --data)");
+                        "the t10k files or test_batch.bin of --data)");
   }
   if (o->epochs == 0) o->epochs = ctr ? 1 : 12;
   if (o->batch == 0) o->batch = ctr ? 512 : 64;

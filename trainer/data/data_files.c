@@ -5,6 +5,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "trainer/data/cifar.h"
 #include "trainer/data/ctr_reader.h"
 #include "trainer/data/criteo_eval.h"
 #include "trainer/data/criteo_source.h"
@@ -13,12 +14,18 @@
 
 static ps_err check_model_fits_images(const model_desc *m, const dataset *ds,
                                       const char *model_text, ps_error *err) {
-  int pixels = ds->rows * ds->cols;
-  if (m->sizes[0] != pixels) {
+  int values = (int)dataset_image_size(ds);
+  if (m->sizes[0] != values && ds->channels == 1) {
     return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
                         "--model %s: first layer takes %d inputs but the images have %d x %d = %d "
                         "pixels",
-                        model_text, m->sizes[0], ds->rows, ds->cols, pixels);
+                        model_text, m->sizes[0], ds->rows, ds->cols, values);
+  }
+  if (m->sizes[0] != values) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                        "--model %s: first layer takes %d inputs but the images are %dx%dx%d "
+                        "(channels x rows x cols) = %d values",
+                        model_text, m->sizes[0], ds->channels, ds->rows, ds->cols, values);
   }
   if (m->sizes[m->num_layers] != DATASET_CLASSES) {
     return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
@@ -28,16 +35,36 @@ static ps_err check_model_fits_images(const model_desc *m, const dataset *ds,
   return PS_ERR_OK;
 }
 
+/* CIFAR-10: the test set takes the training set's statistics, so both
+ * enter the model on the same scale. */
+static ps_err load_cifar(data_files *f, const trainer_options *o, ps_error *err) {
+  PS_TRY(cifar_load(o->data, 1, o->train_samples, &f->train, err));
+  PS_TRY(cifar_load(o->data, 0, o->test_samples, &f->test, err));
+  memcpy(f->test.mean, f->train.mean, sizeof f->test.mean);
+  memcpy(f->test.std, f->train.std, sizeof f->test.std);
+  f->test.normalized = 1;
+  const dataset *t = &f->train;
+  LOG_INFO("cifar %s: %ld training images %dx%dx%d, %ld test; channel mean %.4f %.4f %.4f, "
+           "std %.4f %.4f %.4f (of the training images, applied to both)",
+           o->data, t->count, t->channels, t->rows, t->cols, f->test.count, t->mean[0],
+           t->mean[1], t->mean[2], t->std[0], t->std[1], t->std[2]);
+  return PS_ERR_OK;
+}
+
 static ps_err load_images(data_files *f, const trainer_settings *s, ps_error *err) {
   const trainer_options *o = &s->opt;
-  if (dataset_load(o->data, "train", o->train_samples, &f->train, err) != PS_ERR_OK ||
-      dataset_load(o->data, "t10k", o->test_samples, &f->test, err) != PS_ERR_OK) {
+  if (s->cifar) {
+    PS_TRY(load_cifar(f, o, err));
+  } else if (dataset_load(o->data, "train", o->train_samples, &f->train, err) != PS_ERR_OK ||
+             dataset_load(o->data, "t10k", o->test_samples, &f->test, err) != PS_ERR_OK) {
     return err->code;
   }
-  if (f->train.rows != f->test.rows || f->train.cols != f->test.cols) {
+  if (f->train.channels != f->test.channels || f->train.rows != f->test.rows ||
+      f->train.cols != f->test.cols) {
     return ps_error_set(err, PS_ERR_CORRUPT_DATA,
-                        "%s: training images are %dx%d but test images %dx%d", o->data,
-                        f->train.rows, f->train.cols, f->test.rows, f->test.cols);
+                        "%s: training images are %dx%dx%d but test images %dx%dx%d", o->data,
+                        f->train.channels, f->train.rows, f->train.cols, f->test.channels,
+                        f->test.rows, f->test.cols);
   }
   f->examples = f->train.count;
   return check_model_fits_images(&s->model, &f->train, o->model, err);

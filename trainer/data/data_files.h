@@ -1,8 +1,10 @@
 /* The job's data files as the trainer finds them: IDX images (--data's
- * train and t10k files, loaded into memory) or Criteo TSV (--data counted,
- * --test-data checked), and the data sources over them: this trainer's
- * share of the training set and the evaluation batches. The format is
- * --data's (trainer_settings.criteo); the model was checked to read it. */
+ * train and t10k files, loaded into memory), CIFAR-10 images (--data's
+ * data_batch_1..5.bin and test_batch.bin, loaded and normalized per
+ * channel) or Criteo TSV (--data counted, --test-data checked), and the
+ * data sources over them: this trainer's share of the training set and the
+ * evaluation batches. The format is --data's (trainer_settings.criteo,
+ * .cifar); the model was checked to read it. */
 #ifndef PSTRAIN_TRAINER_DATA_DATA_FILES_H
 #define PSTRAIN_TRAINER_DATA_DATA_FILES_H
 
@@ -14,9 +16,9 @@
 struct model;
 
 typedef struct data_files {
-  int criteo;        /* Criteo TSV; else IDX */
+  int criteo;        /* Criteo TSV; else images (IDX or CIFAR-10) */
   long examples;     /* training examples in --data (at most --train-samples) */
-  dataset train, test; /* IDX: the images */
+  dataset train, test; /* images: IDX or CIFAR-10 */
 } data_files;
 
 /* Loads (IDX) or counts (Criteo) the training data and checks the test

@@ -198,6 +198,7 @@ ps_err dataset_load(const char *dir, const char *prefix, long limit, dataset *ds
     dataset_free(ds);
     return err->code;
   }
+  ds->channels = 1;
   ds->count = limit > 0 && limit < image_count ? limit : image_count;
   return PS_ERR_OK;
 }

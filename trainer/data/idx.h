@@ -4,6 +4,7 @@
 #ifndef PSTRAIN_TRAINER_IDX_H
 #define PSTRAIN_TRAINER_IDX_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "common/error.h"
@@ -11,13 +12,24 @@
 #define IDX_IMAGES_MAGIC 0x00000803u /* unsigned byte, 3 dimensions */
 #define IDX_LABELS_MAGIC 0x00000801u /* unsigned byte, 1 dimension */
 #define DATASET_CLASSES 10
+#define DATASET_MAX_CHANNELS 3
 
 typedef struct dataset {
   long count;
+  int channels; /* 1 (IDX, grey) or 3 (CIFAR-10, RGB) */
   int rows, cols;
-  uint8_t *pixels; /* (count, rows * cols), owned */
+  uint8_t *pixels; /* (count, channels * rows * cols) in CHW order, owned */
   uint8_t *labels; /* (count), each < DATASET_CLASSES, owned */
+  /* normalized: a pixel p of channel c enters the model as
+   * (p / 255 - mean[c]) / std[c]; else as p / 255. */
+  int normalized;
+  float mean[DATASET_MAX_CHANNELS], std[DATASET_MAX_CHANNELS];
 } dataset;
+
+/* Values per image: channels * rows * cols. */
+static inline size_t dataset_image_size(const dataset *ds) {
+  return (size_t)ds->channels * (size_t)ds->rows * (size_t)ds->cols;
+}
 
 /* Reads an image file. On success *pixels is owned by the caller. */
 ps_err idx_read_images(const char *path, long *count, int *rows, int *cols, uint8_t **pixels,

@@ -9,7 +9,8 @@
 #include "trainer/data/idx.h"
 
 /* train is borrowed and must outlive the source; batches are gathered into
- * inputs (batch, rows * cols) and labels (batch). Trainer id of `trainers`. */
+ * inputs (batch, channels * rows * cols) and labels (batch). Trainer id
+ * of `trainers`. */
 ps_err idx_source_create(data_source **out, const dataset *train, uint64_t seed, int id,
                          int trainers, long batch, long epochs, long max_steps, float *inputs,
                          int32_t *labels, ps_error *err);

@@ -49,14 +49,28 @@ void sampler_start_epoch(sampler *s, long epoch) {
   for (long i = s->id; i < s->total; i += s->trainers) s->order[k++] = s->perm[i];
 }
 
+/* The one place a stored pixel becomes a model input. Unnormalized images
+ * keep the plain p * (1/255) so IDX runs stay bitwise what they were. */
+static void gather_image(const dataset *ds, const uint8_t *src, float *dst) {
+  const size_t plane = (size_t)ds->rows * (size_t)ds->cols;
+  const float scale = 1.0f / 255.0f;
+  if (!ds->normalized) {
+    for (size_t i = 0; i < plane * (size_t)ds->channels; i++) dst[i] = (float)src[i] * scale;
+    return;
+  }
+  for (int c = 0; c < ds->channels; c++) {
+    const float mean = ds->mean[c], std = ds->std[c];
+    const uint8_t *s = src + (size_t)c * plane;
+    float *d = dst + (size_t)c * plane;
+    for (size_t i = 0; i < plane; i++) d[i] = ((float)s[i] * scale - mean) / std;
+  }
+}
+
 void sampler_gather(const dataset *ds, const long *indices, int count, float *images,
                     int32_t *labels) {
-  const size_t pixels = (size_t)ds->rows * (size_t)ds->cols;
-  const float scale = 1.0f / 255.0f;
+  const size_t size = dataset_image_size(ds);
   for (int b = 0; b < count; b++) {
-    const uint8_t *src = ds->pixels + (size_t)indices[b] * pixels;
-    float *dst = images + (size_t)b * pixels;
-    for (size_t i = 0; i < pixels; i++) dst[i] = (float)src[i] * scale;
+    gather_image(ds, ds->pixels + (size_t)indices[b] * size, images + (size_t)b * size);
     labels[b] = ds->labels[indices[b]];
   }
 }

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The trainer on a small CIFAR-10 folder this test writes (20 records in
+# each of data_batch_1..5.bin and test_batch.bin): --data finds the format
+# by itself, an MLP 3072 wide trains a few steps and exits 0, and the log
+# gives the training set's channel statistics, the ones computed here. A
+# model 784 wide is refused naming the 3x32x32 shape; a missing batch file
+# and --data-format idx on the folder are refused naming the file.
+. "$(dirname "$0")/lib.sh"
+T="$BIN/trainer"
+D="$SCRATCH/cifar"
+mkdir -p "$D"
+
+"$PY" - "$D" >"$SCRATCH/want" <<'PY' || { fail "writing the CIFAR-10 folder"; finish; }
+import math, random, sys
+r = random.Random(7)
+d = sys.argv[1]
+sums, squares, n = [0] * 3, [0] * 3, 0
+for name in [f"data_batch_{i}.bin" for i in range(1, 6)] + ["test_batch.bin"]:
+    with open(f"{d}/{name}", "wb") as f:
+        for _ in range(20):
+            # Channels on different scales, so the statistics differ per channel.
+            pixels = [r.randrange(0, 256 >> c) for c in range(3) for _ in range(1024)]
+            f.write(bytes([r.randrange(10)] + pixels))
+            if name != "test_batch.bin":
+                n += 1024
+                for c in range(3):
+                    plane = pixels[c * 1024:(c + 1) * 1024]
+                    sums[c] += sum(plane)
+                    squares[c] += sum(p * p for p in plane)
+mean = [s / n / 255 for s in sums]
+std = [math.sqrt(q / n / 255 ** 2 - m * m) for q, m in zip(squares, mean)]
+print("channel mean " + " ".join(f"{m:.4f}" for m in mean) + ", std " +
+      " ".join(f"{s:.4f}" for s in std))
+PY
+
+"$T" --model mlp:3072,32,10 --data "$D" --epochs 1 --max-steps 5 2>"$SCRATCH/log" ||
+  fail "trainer exited $?: $(tail -5 "$SCRATCH/log")"
+grep -q "cifar $D: 100 training images 3x32x32, 20 test" "$SCRATCH/log" ||
+  fail "no CIFAR-10 line in the log: $(head -5 "$SCRATCH/log")"
+grep -qF "$(cat "$SCRATCH/want")" "$SCRATCH/log" ||
+  fail "log lacks '$(cat "$SCRATCH/want")': $(grep cifar "$SCRATCH/log")"
+grep -q "epoch 1/1 done" "$SCRATCH/log" || fail "no epoch summary line: $(tail -3 "$SCRATCH/log")"
+
+# --train-samples and --test-samples limit as for IDX.
+"$T" --model mlp:3072,32,10 --data "$D" --data-format cifar --epochs 1 --max-steps 2 \
+  --train-samples 30 --test-samples 5 2>"$SCRATCH/log2" ||
+  fail "trainer with limits exited $?: $(tail -5 "$SCRATCH/log2")"
+grep -q "30 training images 3x32x32, 5 test" "$SCRATCH/log2" ||
+  fail "limits not applied: $(grep cifar "$SCRATCH/log2")"
+
+expect_exit 2 "first layer takes 784 inputs but the images are 3x32x32" -- \
+  "$T" --model mlp:784,32,10 --data "$D"
+expect_exit 2 "train-images-idx3-ubyte" -- "$T" --model mlp:3072,10 --data "$D" --data-format idx
+rm "$D/data_batch_3.bin"
+expect_exit 2 "data_batch_3.bin" -- "$T" --model mlp:3072,10 --data "$D" --data-format cifar
+finish
