@@ -1,8 +1,9 @@
 /* The CUDA backend: parameters, gradients and activations in device memory,
  * GEMMs through cuBLAS (column-major, the same gemm_call the CPU backend
- * runs), layer kernels in cuda_kernels.cu, host buffers pinned. Every CUDA
- * and cuBLAS call is checked; a failure names file:line, the call and the
- * library's own message. */
+ * runs), layer kernels in cuda_kernels.cu, convolution, max pooling and
+ * batch norm through cuDNN (cuda_layers.c; without cuDNN those ops fail with
+ * PS_ERR_UNSUPPORTED), host buffers pinned. Every CUDA and cuBLAS call is
+ * checked; a failure names file:line, the call and the library's own message. */
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 
 #include "trainer/backend/backend.h"
 #include "trainer/backend/cuda_kernels.h"
+#include "trainer/backend/cuda_layers.h"
 
 typedef struct cuda_backend {
   backend base;
@@ -22,6 +24,7 @@ typedef struct cuda_backend {
   float *host_loss;      /* (scratch_rows) pinned */
   int *host_correct;     /* (scratch_rows) pinned */
   int scratch_rows;
+  cuda_layers *layers;   /* cuDNN's handle and workspace, made on first use */
 } cuda_backend;
 
 #define CUDA_TRY(err, expr)                                                                      \
@@ -44,8 +47,13 @@ typedef struct cuda_backend {
 
 static cuda_backend *cb(backend *b) { return (cuda_backend *)b; }
 
+cuda_layers **cuda_backend_layers(backend *b) { return &cb(b)->layers; }
+
 static void cuda_destroy(backend *b) {
   cuda_backend *c = cb(b);
+#ifdef PSTRAIN_HAVE_CUDNN
+  cuda_layers_destroy(c->layers);
+#endif
   /* Teardown errors have no caller to go to; the process is ending its use. */
   cudaFree(c->row_loss);
   cudaFree(c->row_correct);
@@ -183,6 +191,95 @@ static ps_err cuda_optimizer_step_op(backend *b, const optimizer_config *cfg, lo
   return PS_ERR_OK;
 }
 
+#ifndef PSTRAIN_HAVE_CUDNN
+/* Built without cuDNN: the ops that need it say so. */
+static ps_err no_cudnn(const char *op, ps_error *err) {
+  return ps_error_set(err, PS_ERR_UNSUPPORTED,
+                      "this build has no cuDNN: the CUDA backend's %s needs it (CMake found no "
+                      "libcudnn and cudnn.h beside the CUDA toolkit; install cuDNN and rebuild, "
+                      "or run on --device cpu)",
+                      op);
+}
+
+ps_err cuda_conv_forward(backend *b, const conv_shape *s, const float *x, const float *w,
+                         const float *bias, float *y, ps_error *err) {
+  (void)b, (void)s, (void)x, (void)w, (void)bias, (void)y;
+  return no_cudnn("conv_forward", err);
+}
+ps_err cuda_conv_backward(backend *b, const conv_shape *s, const float *x, const float *w,
+                          const float *dy, float *dx, float *dw, float *dbias, ps_error *err) {
+  (void)b, (void)s, (void)x, (void)w, (void)dy, (void)dx, (void)dw, (void)dbias;
+  return no_cudnn("conv_backward", err);
+}
+ps_err cuda_maxpool_forward(backend *b, const pool_shape *s, const float *x, float *y,
+                            ps_error *err) {
+  (void)b, (void)s, (void)x, (void)y;
+  return no_cudnn("maxpool_forward", err);
+}
+ps_err cuda_maxpool_backward(backend *b, const pool_shape *s, const float *x, const float *y,
+                             const float *dy, float *dx, ps_error *err) {
+  (void)b, (void)s, (void)x, (void)y, (void)dy, (void)dx;
+  return no_cudnn("maxpool_backward", err);
+}
+ps_err cuda_bn_forward_train(backend *b, const bn_shape *s, const float *x, const float *gamma,
+                             const float *beta, float *y, float *save_mean, float *save_invstd,
+                             float *running_mean, float *running_var, float momentum,
+                             ps_error *err) {
+  (void)b, (void)s, (void)x, (void)gamma, (void)beta, (void)y, (void)save_mean;
+  (void)save_invstd, (void)running_mean, (void)running_var, (void)momentum;
+  return no_cudnn("bn_forward_train", err);
+}
+ps_err cuda_bn_forward_infer(backend *b, const bn_shape *s, const float *x, const float *gamma,
+                             const float *beta, const float *mean, const float *var, float *y,
+                             ps_error *err) {
+  (void)b, (void)s, (void)x, (void)gamma, (void)beta, (void)mean, (void)var, (void)y;
+  return no_cudnn("bn_forward_infer", err);
+}
+ps_err cuda_bn_backward(backend *b, const bn_shape *s, const float *x, const float *dy,
+                        const float *gamma, const float *save_mean, const float *save_invstd,
+                        float *dx, float *dgamma, float *dbeta, int accumulate, ps_error *err) {
+  (void)b, (void)s, (void)x, (void)dy, (void)gamma, (void)save_mean, (void)save_invstd;
+  (void)dx, (void)dgamma, (void)dbeta, (void)accumulate;
+  return no_cudnn("bn_backward", err);
+}
+#endif
+
+static ps_err cuda_avgpool_forward_op(backend *b, int n, int c, int hw, const float *x, float *y,
+                                      ps_error *err) {
+  CUDA_TRY(err, cuda_avgpool_forward(x, y, (size_t)n * c, hw, cb(b)->stream));
+  return PS_ERR_OK;
+}
+
+static ps_err cuda_avgpool_backward_op(backend *b, int n, int c, int hw, const float *dy,
+                                       float *dx, ps_error *err) {
+  CUDA_TRY(err, cuda_avgpool_backward(dy, dx, (size_t)n * c, hw, cb(b)->stream));
+  return PS_ERR_OK;
+}
+
+static ps_err cuda_relu_forward_op(backend *b, float *y, const float *x, size_t n, ps_error *err) {
+  CUDA_TRY(err, cuda_relu_forward(y, x, n, cb(b)->stream));
+  return PS_ERR_OK;
+}
+
+static ps_err cuda_relu_backward_op(backend *b, float *dx, const float *dy, const float *y,
+                                    size_t n, ps_error *err) {
+  CUDA_TRY(err, cuda_relu_backward(dx, dy, y, n, cb(b)->stream));
+  return PS_ERR_OK;
+}
+
+static ps_err cuda_add_op(backend *b, float *y, const float *a, const float *x, float scale,
+                          size_t n, ps_error *err) {
+  CUDA_TRY(err, cuda_add(y, a, x, scale, n, cb(b)->stream));
+  return PS_ERR_OK;
+}
+
+static ps_err cuda_copy_op(backend *b, float *dst, const float *src, size_t n, ps_error *err) {
+  if (n == 0 || dst == src) return PS_ERR_OK;
+  CUDA_TRY(err, cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice,
+                                cb(b)->stream));
+  return PS_ERR_OK;
+}
+
 static const backend_ops cuda_ops = {
     .destroy = cuda_destroy,
     .alloc = cuda_alloc,
@@ -196,6 +293,19 @@ static const backend_ops cuda_ops = {
     .act_bias_backward = cuda_act_bias_backward_op,
     .softmax_xent = cuda_softmax_xent_op,
     .optimizer_step = cuda_optimizer_step_op,
+    .conv_forward = cuda_conv_forward,
+    .conv_backward = cuda_conv_backward,
+    .maxpool_forward = cuda_maxpool_forward,
+    .maxpool_backward = cuda_maxpool_backward,
+    .avgpool_forward = cuda_avgpool_forward_op,
+    .avgpool_backward = cuda_avgpool_backward_op,
+    .bn_forward_train = cuda_bn_forward_train,
+    .bn_forward_infer = cuda_bn_forward_infer,
+    .bn_backward = cuda_bn_backward,
+    .relu_forward = cuda_relu_forward_op,
+    .relu_backward = cuda_relu_backward_op,
+    .add = cuda_add_op,
+    .copy = cuda_copy_op,
 };
 
 int backend_cuda_device_count(char *why, size_t why_len) {

@@ -62,7 +62,69 @@ __global__ void optimizer_kernel(int kind, optimizer_scalars s, float *params, c
   }
 }
 
+__global__ void relu_forward_kernel(float *y, const float *x, size_t n) {
+  size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  if (i < n) y[i] = kernel_relu(x[i]);
+}
+
+__global__ void relu_backward_kernel(float *dx, const float *dy, const float *y, size_t n) {
+  size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  if (i < n) dx[i] = kernel_relu_grad(dy[i], y[i]);
+}
+
+__global__ void add_kernel(float *y, const float *a, const float *x, float scale, size_t n) {
+  size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  if (i < n) y[i] = kernel_add_scaled(a[i], x[i], scale);
+}
+
+// One thread per channel row: the CPU's summation order, so the means agree.
+__global__ void avgpool_forward_kernel(const float *x, float *y, size_t rows, int hw) {
+  size_t r = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  if (r < rows) y[r] = kernel_channel_mean(x + r * hw, hw);
+}
+
+__global__ void avgpool_backward_kernel(const float *dy, float *dx, size_t rows, int hw) {
+  size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  if (i < rows * hw) dx[i] = kernel_channel_mean_grad(dy[i / hw], hw);
+}
+
 }  // namespace
+
+extern "C" cudaError_t cuda_relu_forward(float *y, const float *x, size_t n,
+                                         cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  relu_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(y, x, n);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t cuda_relu_backward(float *dx, const float *dy, const float *y, size_t n,
+                                          cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  relu_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(dx, dy, y, n);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t cuda_add(float *y, const float *a, const float *x, float scale, size_t n,
+                                cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  add_kernel<<<blocks_for(n), kThreads, 0, stream>>>(y, a, x, scale, n);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t cuda_avgpool_forward(const float *x, float *y, size_t rows, int hw,
+                                            cudaStream_t stream) {
+  if (rows == 0 || hw <= 0) return cudaSuccess;
+  avgpool_forward_kernel<<<blocks_for(rows), kThreads, 0, stream>>>(x, y, rows, hw);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t cuda_avgpool_backward(const float *dy, float *dx, size_t rows, int hw,
+                                             cudaStream_t stream) {
+  size_t n = rows * static_cast<size_t>(hw > 0 ? hw : 0);
+  if (n == 0) return cudaSuccess;
+  avgpool_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(dy, dx, rows, hw);
+  return cudaGetLastError();
+}
 
 extern "C" cudaError_t cuda_bias_act(float *y, const float *bias, int rows, int cols, int relu,
                                      cudaStream_t stream) {

@@ -35,6 +35,24 @@ cudaError_t cuda_optimizer_step(int kind, optimizer_scalars scalars, float *para
                                 const float *grads, float *state1, float *state2, size_t n,
                                 cudaStream_t stream);
 
+/* y = max(x, 0) over n elements; y may be x. */
+cudaError_t cuda_relu_forward(float *y, const float *x, size_t n, cudaStream_t stream);
+
+/* dx = dy where y > 0, else 0; dx may be dy. */
+cudaError_t cuda_relu_backward(float *dx, const float *dy, const float *y, size_t n,
+                               cudaStream_t stream);
+
+/* y = a + scale * x; y may be a or x. */
+cudaError_t cuda_add(float *y, const float *a, const float *x, float scale, size_t n,
+                     cudaStream_t stream);
+
+/* Global average pooling: y (rows) = mean of each row of x (rows, hw), and
+ * its backward dx (rows, hw) = dy (rows) / hw. rows is n * c. */
+cudaError_t cuda_avgpool_forward(const float *x, float *y, size_t rows, int hw,
+                                 cudaStream_t stream);
+cudaError_t cuda_avgpool_backward(const float *dy, float *dx, size_t rows, int hw,
+                                  cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -17,6 +17,24 @@ static inline PS_HOST_DEVICE float kernel_relu_grad(float dy, float y) {
   return y > 0.0f ? dy : 0.0f;
 }
 
+/* y = a + scale * x, one element (the backend's add op). */
+static inline PS_HOST_DEVICE float kernel_add_scaled(float a, float x, float scale) {
+  return a + scale * x;
+}
+
+/* Global average pooling of one channel's hw values: their sum, in index
+ * order, divided by hw. */
+static inline PS_HOST_DEVICE float kernel_channel_mean(const float *x, int hw) {
+  float sum = 0.0f;
+  for (int i = 0; i < hw; i++) sum += x[i];
+  return sum / (float)hw;
+}
+
+/* Its gradient at each of the hw positions. */
+static inline PS_HOST_DEVICE float kernel_channel_mean_grad(float dy, int hw) {
+  return dy / (float)hw;
+}
+
 /* Softmax cross-entropy of one row of logits against `label`. Returns the
  * row's loss, sets *correct to 1 when the arg-max is the label, and, when
  * dlogits is not NULL, writes scale * (softmax - onehot) there. Subtracting
