@@ -17,8 +17,23 @@
 
 /* Refuses a job whose shard or push would be larger than this pserver's
  * limits, from the job alone (before allocating anything). */
+/* A network's parameters and blocks, from its layout (bounded by net.h's
+ * limits, so cheap to build before anything else). */
+static ps_err net_size(const job_config *job, double *params, double *blocks, ps_error *err) {
+  tensor_layout layout;
+  tensor_layout_init(&layout);
+  ps_err rc = model_build_layout(&job->model, &layout, err);
+  for (int t = 0; rc == PS_ERR_OK && t < layout.count; t++) {
+    *params += (double)layout.tensors[t].count;
+    *blocks += ceil((double)layout.tensors[t].count / (double)job->block_size);
+  }
+  tensor_layout_free(&layout);
+  return rc;
+}
+
 static ps_err check_job_size(const pserver *ps, const job_config *job, int slots, ps_error *err) {
-  double params = 0;
+  double params = 0, all_blocks = 0;
+  if (job->model.kind == MODEL_NET) PS_TRY(net_size(job, &params, &all_blocks, err));
   for (int l = 1; l <= job->model.num_layers; l++) {
     params += ((double)job->model.sizes[l - 1] + 1) * job->model.sizes[l];
   }
@@ -31,7 +46,6 @@ static ps_err check_job_size(const pserver *ps, const job_config *job, int slots
   /* Every pserver builds the whole map and a push carries all of its blocks:
    * bound both before allocating, then this pserver's exact count. */
   long max_blocks = ps->cfg.max_blocks_per_request;
-  double all_blocks = 0;
   for (int l = 1; l <= job->model.num_layers; l++) {
     double w = (double)job->model.sizes[l - 1] * job->model.sizes[l], b = job->model.sizes[l];
     all_blocks += ceil(w / (double)job->block_size) + ceil(b / (double)job->block_size);

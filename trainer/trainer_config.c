@@ -114,8 +114,15 @@ static const option_def trainer_option_table[] = {
     {"model", NULL, OPT_STRING, OFF(model), "mlp:784,256,128,10",
      "model: mlp:INPUTS,HIDDEN...,CLASSES (ReLU hidden layers); ctr:DIM:H1,H2,... (Wide&Deep on "
      "Criteo data: DIM-wide embeddings, ReLU layers H1, H2, ...); deepfm:DIM:H1,H2,... (DeepFM: "
-     "Wide&Deep plus a factorization machine over the embeddings); lr (logistic regression)", NULL,
-     ANY},
+     "Wide&Deep plus a factorization machine over the embeddings); lr (logistic regression); "
+     "lenet, resnet18, resnet20 (convolutional networks over the images)", NULL, ANY},
+    {"model-file", NULL, OPT_STRING, OFF(model_file), "",
+     "a convolutional network described in a file, one layer a line (README: Convolutional "
+     "networks); instead of --model", NULL, ANY},
+    {"bn-group", NULL, OPT_INT, OFF(bn_group), "0",
+     "networks: batch-norm statistics per group of N examples of the batch (\"ghost batch "
+     "norm\"; --batch N*G in local mode normalizes as G sync trainers of --batch N do; 0: the "
+     "whole batch)", NULL, NUM(0, 65536)},
     {"sparse-optimizer", NULL, OPT_CHOICE, OFF(sparse_optimizer), "adagrad",
      "ctr and lr: update rule of the sparse tables (adagrad: one accumulator per row)",
      SPARSE_OPTIMIZER_CHOICES, ANY},
@@ -188,6 +195,18 @@ static const option_def trainer_option_table[] = {
 
 #define TRAINER_OPTION_COUNT (sizeof trainer_option_table / sizeof trainer_option_table[0])
 
+/* --model, or the network of --model-file. */
+static ps_err model_load(trainer_settings *s, ps_error *err) {
+  const trainer_options *o = &s->opt;
+  if (o->model_file[0] == '\0') return model_parse(o->model, &s->model, err);
+  if (strcmp(o->model, "mlp:784,256,128,10") != 0) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                        "--model %s and --model-file %s: give one of them", o->model,
+                        o->model_file);
+  }
+  return model_read_file(o->model_file, &s->model, err);
+}
+
 /* The data format, the defaults that depend on the model and the sparse
  * tables' settings. */
 static ps_err ctr_settings_load(trainer_settings *s, ps_error *err) {
@@ -224,8 +243,14 @@ static ps_err ctr_settings_load(trainer_settings *s, ps_error *err) {
                         "--test-data and --eval-every are for --model ctr and lr (mlp tests on "
                         "the t10k files or test_batch.bin of --data)");
   }
-  if (o->epochs == 0) o->epochs = ctr ? 1 : 12;
+  if (o->epochs == 0) o->epochs = ctr ? 1 : s->model.kind == MODEL_NET ? 10 : 12;
   if (o->batch == 0) o->batch = ctr ? 512 : 64;
+  if (o->bn_group > 0 && (s->model.kind != MODEL_NET || o->batch % o->bn_group != 0)) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                        "--bn-group %ld is for the networks (--model lenet, resnet18, resnet20 or "
+                        "--model-file) and must divide --batch %ld",
+                        o->bn_group, o->batch);
+  }
   sparse_optimizer_config *c = &s->sparse_opt;
   if (sparse_optimizer_parse(o->sparse_optimizer, &c->kind, err) != PS_ERR_OK) return err->code;
   c->lr = o->sparse_lr;
@@ -340,7 +365,7 @@ static ps_err mode_flags_check(trainer_settings *s, ps_error *err) {
                         "rank holds a replica (here: --mode %s, --model %s)",
                         o->mode, o->model);
   }
-  if (o->overlap && (!s->pserver_mode || s->update != UPDATE_SYNC || model_is_ctr(&s->model))) {
+  if (o->overlap && (!s->pserver_mode || s->update != UPDATE_SYNC || s->model.kind != MODEL_MLP)) {
     return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
                         "--overlap is for the MLP in pserver mode with --update sync (here: "
                         "--mode %s, --update %s, --model %s)",
@@ -435,8 +460,7 @@ options_result trainer_settings_load(trainer_settings *s, int argc, char **argv,
   /* This order is the order in which a bad command line hears of its
    * mistakes: the first failing check's message is the one reported. */
   if (slurm_ids_load(&s->opt, err) != PS_ERR_OK ||
-      model_parse(s->opt.model, &s->model, err) != PS_ERR_OK ||
-      ctr_settings_load(s, err) != PS_ERR_OK || mode_load(s, err) != PS_ERR_OK ||
+      model_load(s, err) != PS_ERR_OK || ctr_settings_load(s, err) != PS_ERR_OK || mode_load(s, err) != PS_ERR_OK ||
       mode_flags_check(s, err) != PS_ERR_OK ||
       (s->pserver_mode && pserver_settings_load(s, err) != PS_ERR_OK) ||
       checkpoint_flags_check(s, err) != PS_ERR_OK ||

@@ -56,6 +56,8 @@ typedef struct trainer_options {
   long admit_after;
   long evict_after;
   const char *model;
+  const char *model_file; /* a network's text; "" when --model names the model */
+  long bn_group;
   long epochs;
   long batch;
   const char *optimizer;

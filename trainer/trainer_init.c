@@ -48,6 +48,8 @@ static ps_err build_model(trainer *t, ps_error *err) {
   PS_TRY(backend_open(&t->be, o->device, (int)o->threads, (int)o->gpu, err));
   int max_batch = o->batch > TRAINER_EVAL_BATCH ? (int)o->batch : TRAINER_EVAL_BATCH;
   PS_TRY(model_create(&t->model, &t->settings.model, t->be, max_batch, (uint64_t)o->seed, err));
+  t->model->bn_group = (int)o->bn_group;
+  t->model->stats_owner = t->id == 0;
   PS_TRY(tables_create(t, err));
   size_t keys = (size_t)max_batch * CRITEO_CAT_FIELDS;
   for (int i = 0; i < t->model->tables; i++) {
@@ -102,6 +104,11 @@ static ps_err init_steps(trainer *t, ps_error *err) {
   /* The way replicas stay in step decides this trainer's share of the data. */
   PS_TRY(replica_create(t, &t->rep, err));
   PS_TRY(data_files_load(&t->files, &t->settings, err));
+  if (t->settings.model.kind == MODEL_NET && !t->settings.criteo) {
+    /* A built-in network takes the images' shape (a file's was checked). */
+    const dataset *d = &t->files.train;
+    PS_TRY(model_set_input(&t->settings.model, d->channels, d->rows, d->cols, err));
+  }
   PS_TRY(open_outputs(t, err));
   PS_TRY(build_model(t, err));
   PS_TRY(open_data(t, err));

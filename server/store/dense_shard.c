@@ -117,6 +117,17 @@ static void apply_trainable(dense_shard *t, const optimizer_config *opt,
   }
 }
 
+/* Non-trainable floats (batch norm's running statistics): the pushes carry
+ * changes, from one trainer, zeros from the rest; their sum is added as it
+ * is, neither scaled nor stepped. */
+static void apply_frozen(dense_shard *t, const int *slots, int count, size_t offset, size_t n) {
+  for (size_t i = offset; i < offset + n; i++) {
+    float sum = dense_shard_slot(t, slots[0])[i];
+    for (int k = 1; k < count; k++) sum += dense_shard_slot(t, slots[k])[i];
+    t->params[i] += sum;
+  }
+}
+
 /* The math is per element, so cutting the range around the frozen ones
  * gives the trainable floats the same bits as one pass. */
 void dense_shard_apply_range(dense_shard *t, const optimizer_config *opt, const int *slots,
@@ -128,6 +139,8 @@ void dense_shard_apply_range(dense_shard *t, const optimizer_config *opt, const 
     if (r->offset + r->count <= at) continue;
     if (r->offset >= end) break;
     if (r->offset > at) apply_trainable(t, opt, &s, slots, count, scale, at, r->offset - at);
+    size_t lo = r->offset > at ? r->offset : at, hi = r->offset + r->count < end ? r->offset + r->count : end;
+    apply_frozen(t, slots, count, lo, hi - lo);
     at = r->offset + r->count;
   }
   if (at < end) apply_trainable(t, opt, &s, slots, count, scale, at, end - at);

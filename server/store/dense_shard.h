@@ -28,7 +28,8 @@ typedef struct dense_shard {
   float *params, *state1, *state2;
   float *grads; /* (slots, n) */
   int slots;
-  /* The shard's floats of non-trainable tensors, which the optimizer skips:
+  /* The shard's floats of non-trainable tensors, which the optimizer skips
+   * (they take the pushes' sum as a change):
    * ascending, adjacent ones merged; NULL when every tensor trains. */
   dense_range *frozen;
   size_t frozen_count;
@@ -59,8 +60,9 @@ static inline float *dense_shard_slot(dense_shard *t, int slot) {
 /* Sums the gradient slots listed in `slots` (count of them, in that order),
  * scales by `scale` (when not 1), and applies the optimizer at zero-based
  * step `step`, in one pass of DENSE_SHARD_CHUNK-float pieces. The slots are only
- * read. Non-trainable tensors' floats (t->frozen) and their optimizer state
- * are left as they are. */
+ * read. Non-trainable tensors' floats (t->frozen) take the slots' sum as a
+ * change, unscaled and without the optimizer (model.h: batch norm's running
+ * statistics); their optimizer state stays zero. */
 void dense_shard_apply_sum(dense_shard *t, const optimizer_config *opt, const int *slots,
                            int count, float scale, long step);
 

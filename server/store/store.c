@@ -114,14 +114,16 @@ ps_err store_add_changes(pserver *ps, const rpc_message *msg, const wire_blocks_
   if (ps->store.rows != NULL && store_rows_add(ps, scale, step, rows, err) != PS_ERR_OK) {
     return err->code;
   }
-  /* weights += change * scale, block by block (decoded in the gradient slot). */
+  /* weights += change * scale, block by block (decoded in the gradient slot);
+   * a non-trainable tensor's change (one trainer's) is added whole. */
   dense_shard *d = &ps->store.dense;
   float *slot = dense_shard_slot(d, 0);
   for (size_t i = 0; i < m->block_count; i++) {
     const shard_block *b = &d->map.blocks[m->blocks[i].id];
     float *g = slot + b->shard_offset, *w = d->params + b->shard_offset;
+    float s = d->layout.tensors[b->tensor].trainable ? scale : 1.0f;
     wire_decode_block(msg, &m->blocks[i], ps->job.wire_dtype, g);
-    for (size_t k = 0; k < b->count; k++) w[k] += g[k] * scale;
+    for (size_t k = 0; k < b->count; k++) w[k] += g[k] * s;
   }
   return PS_ERR_OK;
 }

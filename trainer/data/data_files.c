@@ -12,9 +12,26 @@
 #include "trainer/data/idx_source.h"
 #include "trainer/model/model.h"
 
+/* A network names its input shape (a built-in takes the data's later). */
+static ps_err check_net_fits_images(const model_desc *m, const dataset *ds, ps_error *err) {
+  const net_desc *net = &m->net;
+  if (net->c != 0 && (net->c != ds->channels || net->h != ds->rows || net->w != ds->cols)) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                        "network %s takes %dx%dx%d inputs but the images are %dx%dx%d", net->name,
+                        net->c, net->h, net->w, ds->channels, ds->rows, ds->cols);
+  }
+  if (net_classes(net) != DATASET_CLASSES) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                        "network %s: its last layer has %d outputs but the data has %d classes",
+                        net->name, net_classes(net), DATASET_CLASSES);
+  }
+  return PS_ERR_OK;
+}
+
 static ps_err check_model_fits_images(const model_desc *m, const dataset *ds,
                                       const char *model_text, ps_error *err) {
   int values = (int)dataset_image_size(ds);
+  if (m->kind == MODEL_NET) return check_net_fits_images(m, ds, err);
   if (m->sizes[0] != values && ds->channels == 1) {
     return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
                         "--model %s: first layer takes %d inputs but the images have %d x %d = %d "

@@ -218,7 +218,8 @@ ps_err mlp_backward_from_direct(mlp *m, int batch, const float *host_dlogits,
 static ps_err ensure_state(mlp *m, ps_error *err);
 
 /* One optimizer call per run of consecutive trainable tensors (a single
- * call over everything when all train), skipping the non-trainable ones. */
+ * call over everything when all train); a non-trainable run takes its
+ * gradient as a change (model.h). */
 ps_err mlp_apply_optimizer(mlp *m, const optimizer_config *cfg, long step, ps_error *err) {
   const tensor_layout *lay = &m->layout;
   size_t n = lay->total;
@@ -228,7 +229,9 @@ ps_err mlp_apply_optimizer(mlp *m, const optimizer_config *cfg, long step, ps_er
   float *s2 = states >= 2 ? m->opt_state + n : NULL;
   for (int t = 0; t < lay->count;) {
     if (!lay->tensors[t].trainable) {
-      t++;
+      const tensor_info *info = &lay->tensors[t++];
+      PS_TRY(m->be->ops->add(m->be, m->params + info->offset, m->params + info->offset,
+                             m->grads + info->offset, 1.0f, info->count, err));
       continue;
     }
     size_t at = lay->tensors[t].offset, len = 0;

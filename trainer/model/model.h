@@ -11,8 +11,9 @@
  * distinct key's row gradient per table, and the loss. The tables, their
  * row widths and optimizer are the job's (common/ctr_tables.h).
  *
- * The implementations: the MLP over images (a classifier, no tables) and the
- * models over Criteo examples (Wide&Deep, LR, DeepFM). One thread at a time. */
+ * The implementations: the MLP over images (a classifier, no tables), the
+ * convolutional networks (net_model.c) and the models over Criteo examples
+ * (Wide&Deep, LR, DeepFM). One thread at a time. */
 #ifndef PSTRAIN_TRAINER_MODEL_MODEL_H
 #define PSTRAIN_TRAINER_MODEL_MODEL_H
 
@@ -110,6 +111,15 @@ struct model {
    * backends; models that can tell). An error stops the backward pass. */
   ps_err (*grads_ready)(void *ctx, int first, int last, ps_error *err);
   void *grads_ready_ctx;
+  /* Batch norm (networks), set by the trainer after create: statistics per
+   * group of bn_group examples (0: the batch; groups are the batch's
+   * examples r, r + G, r + 2G, ... of G groups, as trainer r of a sync job
+   * of G trainers reads them), and whether this replica's running
+   * statistics are the model's (trainer 0; 1 by default). Non-trainable
+   * tensors' "gradients" are then changes to add: the owner's, zeros from
+   * the others. */
+  int bn_group;
+  int stats_owner;
 };
 
 /* The implementation registry.c names for desc->name, or NULL. */

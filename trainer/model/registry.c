@@ -9,6 +9,7 @@
   X(model_wide_deep) \
   X(model_lr)        \
   X(model_deepfm)    \
+  X(model_net)       \
   /* one line per model above */
 
 #define DECLARE(ops) extern const model_ops ops;

@@ -129,7 +129,8 @@ ps_err collective_check_agreement(collective *c, const char *config, ps_error *e
                       "fields)");
 }
 
-ps_err collective_allreduce_mean(collective *c, float *grads, size_t n, ps_error *err) {
+ps_err collective_allreduce_mean(collective *c, float *grads, size_t n,
+                                 const tensor_layout *layout, ps_error *err) {
   /* MPI counts are ints: large models go in pieces. */
   const size_t chunk = (size_t)1 << 30;
   for (size_t at = 0; at < n; at += chunk) {
@@ -137,7 +138,15 @@ ps_err collective_allreduce_mean(collective *c, float *grads, size_t n, ps_error
     MPI_TRY(err, MPI_Allreduce(MPI_IN_PLACE, grads + at, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
   }
   float scale = 1.0f / (float)c->size;
-  for (size_t i = 0; i < n; i++) grads[i] *= scale;
+  if (layout == NULL) {
+    for (size_t i = 0; i < n; i++) grads[i] *= scale;
+    return PS_ERR_OK;
+  }
+  for (int t = 0; t < layout->count; t++) {
+    const tensor_info *info = &layout->tensors[t];
+    if (!info->trainable) continue; /* one rank's change, the rest zeros: the sum is it */
+    for (size_t i = info->offset; i < info->offset + info->count; i++) grads[i] *= scale;
+  }
   return PS_ERR_OK;
 }
 
@@ -168,9 +177,50 @@ ps_err collective_use_nccl(collective *c, int device, void *stream, ps_error *er
   return PS_ERR_OK;
 }
 
-ps_err collective_allreduce_mean_device(collective *c, float *grads, size_t n, ps_error *err) {
+#define CUDA_TRY(err, what, expr)                                                              \
+  do {                                                                                         \
+    cudaError_t cuda_rc_ = (expr);                                                             \
+    if (cuda_rc_ != cudaSuccess) {                                                             \
+      return ps_error_set((err), PS_ERR_BACKEND, "%s: %s", (what), cudaGetErrorString(cuda_rc_)); \
+    }                                                                                          \
+  } while (0)
+
+/* The non-trainable floats' sums, out of place into c->frozen_sums, before
+ * the average overwrites them; put back after. */
+static ps_err frozen_sums(collective *c, float *grads, const tensor_layout *layout, int restore,
+                          ps_error *err) {
+  size_t at = 0;
+  for (int t = 0; layout != NULL && t < layout->count; t++) {
+    const tensor_info *info = &layout->tensors[t];
+    if (info->trainable) continue;
+    if (!restore && at + info->count > c->frozen_len) {
+      if (c->frozen_sums != NULL) CUDA_TRY(err, "freeing the NCCL sums", cudaFree(c->frozen_sums));
+      c->frozen_sums = NULL;
+      c->frozen_len = 0;
+      size_t want = layout->total; /* an upper bound: grown once */
+      CUDA_TRY(err, "allocating the NCCL sums", cudaMalloc((void **)&c->frozen_sums, want * sizeof(float)));
+      c->frozen_len = want;
+    }
+    float *side = c->frozen_sums + at, *own = grads + info->offset;
+    if (restore) {
+      CUDA_TRY(err, "copying the NCCL sums back",
+               cudaMemcpyAsync(own, side, info->count * sizeof(float), cudaMemcpyDeviceToDevice,
+                               (cudaStream_t)c->stream));
+    } else {
+      NCCL_TRY(err, ncclAllReduce(own, side, info->count, ncclFloat, ncclSum, (ncclComm_t)c->nccl,
+                                  (cudaStream_t)c->stream));
+    }
+    at += info->count;
+  }
+  return PS_ERR_OK;
+}
+
+ps_err collective_allreduce_mean_device(collective *c, float *grads, size_t n,
+                                        const tensor_layout *layout, ps_error *err) {
+  PS_TRY(frozen_sums(c, grads, layout, 0, err));
   NCCL_TRY(err, ncclAllReduce(grads, grads, n, ncclFloat, ncclAvg, (ncclComm_t)c->nccl,
                               (cudaStream_t)c->stream));
+  PS_TRY(frozen_sums(c, grads, layout, 1, err));
   cudaError_t crc = cudaStreamSynchronize((cudaStream_t)c->stream);
   if (crc != cudaSuccess) {
     return ps_error_set(err, PS_ERR_BACKEND, "waiting for ncclAllReduce: %s",
@@ -182,6 +232,10 @@ ps_err collective_allreduce_mean_device(collective *c, float *grads, size_t n, p
 
 void collective_finalize(collective *c) {
 #ifdef PSTRAIN_HAVE_NCCL
+  if (c->frozen_sums != NULL && cudaFree(c->frozen_sums) != cudaSuccess) {
+    LOG_WARN("freeing the NCCL sums failed");
+  }
+  c->frozen_sums = NULL;
   if (c->nccl != NULL) {
     ncclResult_t rc = ncclCommDestroy((ncclComm_t)c->nccl);
     if (rc != ncclSuccess) LOG_WARN("ncclCommDestroy: %s", ncclGetErrorString(rc));

@@ -9,12 +9,15 @@
 #include <stddef.h>
 
 #include "common/error.h"
+#include "common/tensor.h"
 
 typedef struct collective {
   int rank, size;
   int initialized; /* MPI_Init was called here */
   void *nccl;      /* the NCCL communicator once collective_use_nccl succeeded */
   void *stream;    /* the CUDA stream NCCL runs on */
+  float *frozen_sums; /* device: non-trainable tensors' sums (NCCL), NULL until needed */
+  size_t frozen_len;
 } collective;
 
 /* Initializes MPI, reads rank and size, and checks them against
@@ -26,8 +29,11 @@ ps_err collective_init(collective *c, ps_error *err);
  * rank 0's, the message naming the rank and the fields. */
 ps_err collective_check_agreement(collective *c, const char *config, ps_error *err);
 
-/* Replaces grads (n floats, host memory) by their mean over all ranks. */
-ps_err collective_allreduce_mean(collective *c, float *grads, size_t n, ps_error *err);
+/* Replaces grads (n floats, host memory) by their mean over all ranks;
+ * the floats of layout's non-trainable tensors (changes one rank sends,
+ * model.h) by their sum. layout NULL: every float is a gradient. */
+ps_err collective_allreduce_mean(collective *c, float *grads, size_t n,
+                                 const tensor_layout *layout, ps_error *err);
 
 #ifdef PSTRAIN_HAVE_NCCL
 /* Sets up NCCL on GPU `device` with its unique id sent over MPI, so that
@@ -36,8 +42,10 @@ ps_err collective_allreduce_mean(collective *c, float *grads, size_t n, ps_error
  * rank must call it. */
 ps_err collective_use_nccl(collective *c, int device, void *stream, ps_error *err);
 
-/* ncclAllReduce with ncclAvg of n floats in device memory, in place. */
-ps_err collective_allreduce_mean_device(collective *c, float *grads, size_t n, ps_error *err);
+/* ncclAllReduce with ncclAvg of n floats in device memory, in place; the
+ * non-trainable tensors' floats summed, as collective_allreduce_mean. */
+ps_err collective_allreduce_mean_device(collective *c, float *grads, size_t n,
+                                        const tensor_layout *layout, ps_error *err);
 #endif
 
 /* Sends rank 0's `bytes` bytes at data to every other rank (host memory). */

@@ -157,7 +157,7 @@ static ps_err push_dense(mpi_replica *m, long step, ps_error *err) {
 #endif
   if (t->staged) PS_TRY(model_get_grads(t->model, t->host_grads, err));
   start = now_s();
-  PS_TRY(collective_allreduce_mean(&m->coll, t->host_grads, n, err));
+  PS_TRY(collective_allreduce_mean(&m->coll, t->host_grads, n, &t->model->layout, err));
   m->base.comm_seconds += now_s() - start;
   start = timeline_span(t->tl, "allreduce", step, start);
   m->base.comm_bytes += replica_ring_bytes(t->trainers, n);

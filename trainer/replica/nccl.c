@@ -13,5 +13,5 @@ ps_err replica_nccl_start(collective *coll, trainer *t, ps_error *err) {
 
 ps_err replica_nccl_mean(collective *coll, trainer *t, ps_error *err) {
   return collective_allreduce_mean_device(coll, t->model->grads_device, t->model->layout.total,
-                                          err);
+                                          &t->model->layout, err);
 }
