@@ -1,5 +1,6 @@
 /* The CPU backend: GEMMs through OpenBLAS's CBLAS, layer kernels as plain
- * loops over the shared per-element math. Memory is ordinary host memory. */
+ * loops over the shared per-element math (the convolutional layers' in
+ * conv_cpu.c and layers_cpu.c). Memory is ordinary host memory. */
 #define _POSIX_C_SOURCE 200809L
 #include <cblas.h>
 #include <stdio.h>
@@ -8,8 +9,38 @@
 
 #include "trainer/backend/backend.h"
 #include "trainer/backend/kernel_math.h"
+#include "trainer/backend/layers_cpu.h"
 
-static void cpu_destroy(backend *b) { free(b); }
+/* The backend with the convolutions' scratch (im2col columns), grown on
+ * demand and kept: a training step asks for the same sizes every time. */
+typedef struct cpu_backend {
+  backend base;
+  float *scratch;
+  size_t scratch_len; /* floats */
+} cpu_backend;
+
+static void cpu_destroy(backend *b) {
+  cpu_backend *cb = (cpu_backend *)b;
+  free(cb->scratch);
+  free(cb);
+}
+
+float *backend_cpu_scratch(backend *b, size_t floats, ps_error *err) {
+  cpu_backend *cb = (cpu_backend *)b;
+  if (floats <= cb->scratch_len && cb->scratch != NULL) return cb->scratch;
+  void *ptr = NULL;
+  size_t bytes = (floats > 0 ? floats : 1) * sizeof(float);
+  int rc = posix_memalign(&ptr, 64, (bytes + 63) / 64 * 64);
+  if (rc != 0) {
+    ps_error_set(err, PS_ERR_NO_MEMORY, "cpu backend: growing the scratch to %zu bytes: %s",
+                 bytes, strerror(rc));
+    return NULL;
+  }
+  free(cb->scratch);
+  cb->scratch = ptr;
+  cb->scratch_len = floats;
+  return cb->scratch;
+}
 
 static void *cpu_alloc(backend *b, size_t bytes, ps_error *err) {
   (void)b;
@@ -125,11 +156,25 @@ static const backend_ops cpu_ops = {
     .act_bias_backward = cpu_act_bias_backward,
     .softmax_xent = cpu_softmax_xent,
     .optimizer_step = cpu_optimizer_step,
+    .conv_forward = cpu_conv_forward,
+    .conv_backward = cpu_conv_backward,
+    .maxpool_forward = cpu_maxpool_forward,
+    .maxpool_backward = cpu_maxpool_backward,
+    .avgpool_forward = cpu_avgpool_forward,
+    .avgpool_backward = cpu_avgpool_backward,
+    .bn_forward_train = cpu_bn_forward_train,
+    .bn_forward_infer = cpu_bn_forward_infer,
+    .bn_backward = cpu_bn_backward,
+    .relu_forward = cpu_relu_forward,
+    .relu_backward = cpu_relu_backward,
+    .add = cpu_add,
+    .copy = cpu_layer_copy,
 };
 
 ps_err backend_cpu_create(backend **out, int threads, ps_error *err) {
-  backend *b = calloc(1, sizeof *b);
-  if (b == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "creating the cpu backend: out of memory");
+  cpu_backend *cb = calloc(1, sizeof *cb);
+  if (cb == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "creating the cpu backend: out of memory");
+  backend *b = &cb->base;
   b->ops = &cpu_ops;
   b->name = "cpu";
   b->host_memory = 1;

@@ -1,0 +1,230 @@
+/* The CPU backend's pooling, batch-norm and element-wise ops: the
+ * reference's arithmetic (layers_ref.c) with the window bounds hoisted out
+ * of the inner loops and the sums in eight float lanes, which vectorize and
+ * stay deterministic (no threads, a fixed order). */
+#include <math.h>
+#include <string.h>
+
+#include "trainer/backend/kernel_math.h"
+#include "trainer/backend/layers_cpu.h"
+
+#define LANES 8
+
+double cpu_sum(const float *x, size_t n) {
+  float lane[LANES] = {0};
+  size_t i = 0;
+  for (; i + LANES <= n; i += LANES)
+    for (int l = 0; l < LANES; l++) lane[l] += x[i + l];
+  double acc = 0.0;
+  for (int l = 0; l < LANES; l++) acc += lane[l];
+  for (; i < n; i++) acc += x[i];
+  return acc;
+}
+
+/* Sum of (a - mean) * (b - mean_b) where b is a when b == NULL. */
+static double dot_centered(const float *a, float mean, const float *b, size_t n) {
+  float lane[LANES] = {0};
+  const float *other = b != NULL ? b : a;
+  float mean_b = b != NULL ? 0.0f : mean;
+  size_t i = 0;
+  for (; i + LANES <= n; i += LANES)
+    for (int l = 0; l < LANES; l++) lane[l] += (a[i + l] - mean) * (other[i + l] - mean_b);
+  double acc = 0.0;
+  for (int l = 0; l < LANES; l++) acc += lane[l];
+  for (; i < n; i++) acc += (double)(a[i] - mean) * (other[i] - mean_b);
+  return acc;
+}
+
+/* The input rows or columns [lo, hi) that output o's window covers. */
+static void window(int o, int stride, int pad, int k, int in, int *lo, int *hi) {
+  int start = o * stride - pad;
+  *lo = start < 0 ? 0 : start;
+  *hi = start + k > in ? in : start + k;
+}
+
+ps_err cpu_maxpool_forward(backend *b, const pool_shape *s, const float *x, float *y,
+                           ps_error *err) {
+  (void)b;
+  (void)err;
+  size_t hw = (size_t)s->h * s->w;
+  for (size_t p = 0; p < (size_t)s->n * s->c; p++) {
+    const float *plane = x + p * hw;
+    for (int oy = 0; oy < s->oh; oy++) {
+      int y0, y1;
+      window(oy, s->stride, s->pad, s->kh, s->h, &y0, &y1);
+      for (int ox = 0; ox < s->ow; ox++) {
+        int x0, x1;
+        window(ox, s->stride, s->pad, s->kw, s->w, &x0, &x1);
+        float m = 0.0f; /* an empty window (pad >= kernel): 0, as the reference */
+        if (y0 < y1 && x0 < x1) m = plane[(size_t)y0 * s->w + x0];
+        for (int iy = y0; iy < y1; iy++)
+          for (int ix = x0; ix < x1; ix++) {
+            float v = plane[(size_t)iy * s->w + ix];
+            m = v > m ? v : m;
+          }
+        *y++ = m;
+      }
+    }
+  }
+  return PS_ERR_OK;
+}
+
+/* Adds g at the first position of the window [y0, y1) x [x0, x1) equal to m. */
+static void route_to_max(const pool_shape *s, const float *plane, float *dplane, int y0, int y1,
+                         int x0, int x1, float m, float g) {
+  for (int iy = y0; iy < y1; iy++)
+    for (int ix = x0; ix < x1; ix++) {
+      size_t at = (size_t)iy * s->w + ix;
+      if (plane[at] == m) {
+        dplane[at] += g;
+        return;
+      }
+    }
+}
+
+ps_err cpu_maxpool_backward(backend *b, const pool_shape *s, const float *x, const float *y,
+                            const float *dy, float *dx, ps_error *err) {
+  (void)b;
+  (void)err;
+  size_t hw = (size_t)s->h * s->w;
+  memset(dx, 0, (size_t)s->n * s->c * hw * sizeof *dx);
+  for (size_t p = 0; p < (size_t)s->n * s->c; p++) {
+    for (int oy = 0; oy < s->oh; oy++) {
+      int y0, y1;
+      window(oy, s->stride, s->pad, s->kh, s->h, &y0, &y1);
+      for (int ox = 0; ox < s->ow; ox++) {
+        int x0, x1;
+        window(ox, s->stride, s->pad, s->kw, s->w, &x0, &x1);
+        route_to_max(s, x + p * hw, dx + p * hw, y0, y1, x0, x1, *y++, *dy++);
+      }
+    }
+  }
+  return PS_ERR_OK;
+}
+
+ps_err cpu_avgpool_forward(backend *b, int n, int c, int hw, const float *x, float *y,
+                           ps_error *err) {
+  (void)b;
+  (void)err;
+  for (size_t p = 0; p < (size_t)n * c; p++) y[p] = (float)(cpu_sum(x + p * hw, hw) / hw);
+  return PS_ERR_OK;
+}
+
+ps_err cpu_avgpool_backward(backend *b, int n, int c, int hw, const float *dy, float *dx,
+                            ps_error *err) {
+  (void)b;
+  (void)err;
+  for (size_t p = 0; p < (size_t)n * c; p++) {
+    float g = dy[p] / (float)hw;
+    for (int j = 0; j < hw; j++) dx[p * hw + j] = g;
+  }
+  return PS_ERR_OK;
+}
+
+ps_err cpu_bn_forward_train(backend *b, const bn_shape *s, const float *x, const float *gamma,
+                            const float *beta, float *y, float *save_mean, float *save_invstd,
+                            float *running_mean, float *running_var, float momentum,
+                            ps_error *err) {
+  (void)b;
+  (void)err;
+  double m = (double)s->n * s->hw;
+  size_t stride = (size_t)s->c * s->hw;
+  for (int ch = 0; ch < s->c; ch++) {
+    const float *xc = x + (size_t)ch * s->hw;
+    double sum = 0.0, sq = 0.0;
+    for (int i = 0; i < s->n; i++) sum += cpu_sum(xc + i * stride, s->hw);
+    float mean = (float)(sum / m);
+    /* Two passes, around the mean: no cancellation in the variance. */
+    for (int i = 0; i < s->n; i++) sq += dot_centered(xc + i * stride, mean, NULL, s->hw);
+    double var = sq / m;
+    float invstd = 1.0f / sqrtf((float)var + s->eps);
+    save_mean[ch] = mean;
+    save_invstd[ch] = invstd;
+    if (running_mean != NULL) {
+      float unbiased = (float)(m > 1.0 ? var * m / (m - 1.0) : var);
+      running_mean[ch] = (1.0f - momentum) * running_mean[ch] + momentum * mean;
+      running_var[ch] = (1.0f - momentum) * running_var[ch] + momentum * unbiased;
+    }
+    float g = gamma[ch], bt = beta[ch];
+    for (int i = 0; i < s->n; i++) {
+      const float *in = xc + i * stride;
+      float *out = y + (size_t)ch * s->hw + i * stride;
+      for (int j = 0; j < s->hw; j++) out[j] = g * (in[j] - mean) * invstd + bt;
+    }
+  }
+  return PS_ERR_OK;
+}
+
+ps_err cpu_bn_forward_infer(backend *b, const bn_shape *s, const float *x, const float *gamma,
+                            const float *beta, const float *mean, const float *var, float *y,
+                            ps_error *err) {
+  (void)b;
+  (void)err;
+  for (int ch = 0; ch < s->c; ch++) {
+    float invstd = 1.0f / sqrtf(var[ch] + s->eps), g = gamma[ch], bt = beta[ch], mu = mean[ch];
+    for (int i = 0; i < s->n; i++) {
+      size_t off = ((size_t)i * s->c + ch) * s->hw;
+      for (int j = 0; j < s->hw; j++) y[off + j] = g * (x[off + j] - mu) * invstd + bt;
+    }
+  }
+  return PS_ERR_OK;
+}
+
+ps_err cpu_bn_backward(backend *b, const bn_shape *s, const float *x, const float *dy,
+                       const float *gamma, const float *save_mean, const float *save_invstd,
+                       float *dx, float *dgamma, float *dbeta, int accumulate, ps_error *err) {
+  (void)b;
+  (void)err;
+  double m = (double)s->n * s->hw;
+  size_t stride = (size_t)s->c * s->hw;
+  for (int ch = 0; ch < s->c; ch++) {
+    float mean = save_mean[ch], invstd = save_invstd[ch];
+    size_t base = (size_t)ch * s->hw;
+    double sum_dy = 0.0, sum_dy_xc = 0.0;
+    for (int i = 0; i < s->n; i++) {
+      sum_dy += cpu_sum(dy + base + i * stride, s->hw);
+      sum_dy_xc += dot_centered(x + base + i * stride, mean, dy + base + i * stride, s->hw);
+    }
+    double sum_dy_xhat = sum_dy_xc * invstd;
+    dgamma[ch] = (float)sum_dy_xhat + (accumulate ? dgamma[ch] : 0.0f);
+    dbeta[ch] = (float)sum_dy + (accumulate ? dbeta[ch] : 0.0f);
+    float k = (float)(gamma[ch] * invstd / m), fm = (float)m;
+    float sdy = (float)sum_dy, sdyx = (float)sum_dy_xhat;
+    for (int i = 0; i < s->n; i++) {
+      const float *in = x + base + i * stride, *g = dy + base + i * stride;
+      float *out = dx + base + i * stride;
+      for (int j = 0; j < s->hw; j++) out[j] = k * (fm * g[j] - sdy - (in[j] - mean) * invstd * sdyx);
+    }
+  }
+  return PS_ERR_OK;
+}
+
+ps_err cpu_relu_forward(backend *b, float *y, const float *x, size_t n, ps_error *err) {
+  (void)b;
+  (void)err;
+  for (size_t i = 0; i < n; i++) y[i] = kernel_relu(x[i]);
+  return PS_ERR_OK;
+}
+
+ps_err cpu_relu_backward(backend *b, float *dx, const float *dy, const float *y, size_t n,
+                         ps_error *err) {
+  (void)b;
+  (void)err;
+  for (size_t i = 0; i < n; i++) dx[i] = kernel_relu_grad(dy[i], y[i]);
+  return PS_ERR_OK;
+}
+
+ps_err cpu_add(backend *b, float *y, const float *a, const float *x, float scale, size_t n,
+               ps_error *err) {
+  (void)b;
+  (void)err;
+  for (size_t i = 0; i < n; i++) y[i] = a[i] + scale * x[i];
+  return PS_ERR_OK;
+}
+
+ps_err cpu_layer_copy(backend *b, float *dst, const float *src, size_t n, ps_error *err) {
+  (void)b;
+  (void)err;
+  if (dst != src) memmove(dst, src, n * sizeof *dst);
+  return PS_ERR_OK;
+}
