@@ -71,7 +71,7 @@ static void test_gradients(backend *be) {
     if (!info->trainable) continue;
     for (size_t k = 0; k < info->count; k += 1 + info->count / 4) {
       size_t i = info->offset + k;
-      const float eps = 1e-2f, keep = p[i];
+      const float eps = 5e-4f, keep = p[i]; /* larger steps cross ReLU and max-pool kinks */
       p[i] = keep + eps;
       REQUIRE(model_set_params(m, p, &err) == PS_ERR_OK);
       double up = loss(m, x, y, n);
