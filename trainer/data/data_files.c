@@ -20,7 +20,7 @@ static ps_err check_net_fits_images(const model_desc *m, const dataset *ds, ps_e
                         "network %s takes %dx%dx%d inputs but the images are %dx%dx%d", net->name,
                         net->c, net->h, net->w, ds->channels, ds->rows, ds->cols);
   }
-  if (net_classes(net) != DATASET_CLASSES) {
+  if (net->c != 0 && net_classes(net) != DATASET_CLASSES) {
     return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
                         "network %s: its last layer has %d outputs but the data has %d classes",
                         net->name, net_classes(net), DATASET_CLASSES);

@@ -3,8 +3,9 @@
  * softmax cross-entropy on the logits, no sparse tables.
  *
  * Memory, all in the backend's: the parameters and gradients (layout
- * order), the optimizer state, each activation and its gradient for
- * max_batch examples, batch norm's saved statistics, a scratch buffer.
+ * order), the optimizer state, each activation and its gradient for a
+ * training batch (evaluation goes through in chunks of it), batch norm's
+ * saved statistics, a scratch buffer.
  *
  * Batch norm's running statistics are non-trainable parameters. A training
  * forward pass of the statistics' owner writes their change into the
@@ -32,8 +33,13 @@ typedef struct net_model {
   int32_t *labels_dev;
   float *grouped;                   /* host: a batch reordered into its bn groups */
   int32_t *grouped_labels;
-  int batch; /* of the last forward */
+  int batch;    /* of the last forward */
+  int capacity; /* examples the activations hold (0: none yet) */
 } net_model;
+
+/* An evaluation batch larger than the activations goes through in chunks of
+ * them; the activations grow to a training batch. */
+#define NET_EVAL_CHUNK 256
 
 #define OPS(nm) ((nm)->base.be->ops)
 #define BE(nm) ((nm)->base.be)
@@ -136,25 +142,33 @@ static ps_err node_forward(net_model *nm, const net_node *node, int n, int train
   return PS_ERR_OK;
 }
 
-/* The batch's images and labels into the backend (the input activation is
- * the host buffer itself on host-memory backends). */
-static ps_err load_batch(net_model *nm, const model_batch *b, int groups, ps_error *err) {
-  model *m = &nm->base;
-  const float *inputs = b->inputs;
-  const int32_t *labels = b->labels;
-  if (groups > 1) {
-    group_batch(nm, inputs, labels, b->size, groups);
-    inputs = nm->grouped;
-    labels = nm->grouped_labels;
+static ps_err ensure_capacity(net_model *nm, int n, ps_error *err);
+
+/* Examples [first, first + n) of the batch into the backend: the input
+ * activation is the host buffer itself on host-memory backends. */
+static ps_err load_chunk(net_model *nm, const float *inputs, const int32_t *labels, int first,
+                         int n, ps_error *err) {
+  const size_t width = nm->g.act_size[0];
+  inputs += (size_t)first * width;
+  labels += first;
+  if (BE(nm)->host_memory) {
+    nm->acts[0] = (float *)inputs;
+    nm->labels_dev = (int32_t *)labels;
+    return PS_ERR_OK;
   }
-  size_t in_bytes = (size_t)b->size * nm->g.act_size[0] * sizeof(float);
-  if (inputs != nm->acts[0]) PS_TRY(OPS(nm)->upload(BE(nm), nm->acts[0], inputs, in_bytes, err));
-  if (labels != nm->labels_dev) {
-    PS_TRY(OPS(nm)->upload(BE(nm), nm->labels_dev, labels, (size_t)b->size * sizeof(int32_t),
-                           err));
+  PS_TRY(OPS(nm)->upload(BE(nm), nm->acts[0], inputs, (size_t)n * width * sizeof(float), err));
+  return OPS(nm)->upload(BE(nm), nm->labels_dev, labels, (size_t)n * sizeof(int32_t), err);
+}
+
+static ps_err run_chunk(net_model *nm, int n, int train, int groups, model_outputs *out,
+                        ps_error *err) {
+  for (int i = 0; i < nm->g.node_count; i++) {
+    PS_TRY(node_forward(nm, &nm->g.nodes[i], n, train, groups, err));
   }
-  (void)m;
-  return PS_ERR_OK;
+  int logits = nm->g.nodes[nm->g.node_count - 1].out;
+  return OPS(nm)->softmax_xent(BE(nm), nm->acts[logits], nm->labels_dev, n, nm->g.classes,
+                               1.0f / (float)n, train ? nm->dacts[logits] : NULL,
+                               &out->loss_sum, &out->correct, err);
 }
 
 static ps_err net_forward(model *m, const model_batch *b, int want_grad, model_outputs *out,
@@ -168,16 +182,31 @@ static ps_err net_forward(model *m, const model_batch *b, int want_grad, model_o
     return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "network %s: batch without %s",
                         m->desc.net.name, b->inputs == NULL ? "inputs" : "labels");
   }
-  int n = b->size, groups = want_grad ? bn_groups(nm, n) : 1;
-  PS_TRY(load_batch(nm, b, groups, err));
-  for (int i = 0; i < nm->g.node_count; i++) {
-    PS_TRY(node_forward(nm, &nm->g.nodes[i], n, want_grad, groups, err));
+  int n = b->size;
+  nm->batch = 0;
+  if (!want_grad) {
+    int chunk = nm->capacity > 0 ? nm->capacity : n < NET_EVAL_CHUNK ? n : NET_EVAL_CHUNK;
+    PS_TRY(ensure_capacity(nm, chunk, err));
+    for (int first = 0; first < n; first += nm->capacity) {
+      int len = n - first < nm->capacity ? n - first : nm->capacity;
+      PS_TRY(load_chunk(nm, b->inputs, b->labels, first, len, err));
+      PS_TRY(run_chunk(nm, len, 0, 1, out, err));
+    }
+    return PS_ERR_OK;
   }
-  int logits = nm->g.nodes[nm->g.node_count - 1].out;
+  PS_TRY(ensure_capacity(nm, n, err));
+  int groups = bn_groups(nm, n);
+  const float *inputs = b->inputs;
+  const int32_t *labels = b->labels;
+  if (groups > 1) {
+    group_batch(nm, inputs, labels, n, groups);
+    inputs = nm->grouped;
+    labels = nm->grouped_labels;
+  }
+  PS_TRY(load_chunk(nm, inputs, labels, 0, n, err));
+  PS_TRY(run_chunk(nm, n, 1, groups, out, err));
   nm->batch = n;
-  return OPS(nm)->softmax_xent(BE(nm), nm->acts[logits], nm->labels_dev, n, nm->g.classes,
-                               1.0f / (float)n, want_grad ? nm->dacts[logits] : NULL,
-                               &out->loss_sum, &out->correct, err);
+  return PS_ERR_OK;
 }
 
 /* --- backward --------------------------------------------------------------- */
@@ -370,18 +399,32 @@ static ps_err net_set_state(model *m, const float *host, ps_error *err) {
 
 /* --- create, destroy -------------------------------------------------------- */
 
-static void net_destroy(model *m) {
-  net_model *nm = (net_model *)m;
+/* The buffers whose size follows the capacity. */
+static void free_activations(net_model *nm) {
+  model *m = &nm->base;
   const backend_ops *ops = m->be->ops;
   for (int i = 0; i < nm->g.act_count; i++) {
     if (i > 0 || !m->be->host_memory) ops->free(m->be, nm->acts[i]);
     ops->free(m->be, nm->dacts[i]);
+    nm->acts[i] = nm->dacts[i] = NULL;
   }
-  for (int i = 0; nm->save != NULL && i < nm->g.bn_count; i++) ops->free(m->be, nm->save[i]);
-  free(nm->save);
-  float *owned[] = {nm->params, nm->grads, nm->opt_state, nm->scratch, nm->zeros};
-  for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++) ops->free(m->be, owned[i]);
+  for (int i = 0; nm->save != NULL && i < nm->g.bn_count; i++) {
+    ops->free(m->be, nm->save[i]);
+    nm->save[i] = NULL;
+  }
+  ops->free(m->be, nm->scratch);
+  nm->scratch = NULL;
   if (!m->be->host_memory) ops->free(m->be, nm->labels_dev);
+  nm->labels_dev = NULL;
+  nm->capacity = 0;
+}
+
+static void net_destroy(model *m) {
+  net_model *nm = (net_model *)m;
+  free_activations(nm);
+  free(nm->save);
+  float *owned[] = {nm->params, nm->grads, nm->opt_state, nm->zeros};
+  for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++) m->be->ops->free(m->be, owned[i]);
   free(m->inputs);
   free(m->labels);
   free(nm->grouped);
@@ -394,10 +437,42 @@ static float *alloc_floats(net_model *nm, size_t n, ps_error *err) {
   return OPS(nm)->alloc(BE(nm), (n > 0 ? n : 1) * sizeof(float), err);
 }
 
+/* Activations, their gradients, batch norm's saved statistics and the
+ * scratch buffer for n examples (grown, never shrunk). */
+static ps_err ensure_capacity(net_model *nm, int n, ps_error *err) {
+  if (n <= nm->capacity) return PS_ERR_OK;
+  model *m = &nm->base;
+  free_activations(nm);
+  const size_t batch = (size_t)n;
+  size_t largest = 0;
+  for (int i = 0; i < nm->g.act_count; i++) {
+    size_t count = batch * nm->g.act_size[i];
+    if (count > largest) largest = count;
+    if (i > 0 || !m->be->host_memory) {
+      if ((nm->acts[i] = alloc_floats(nm, count, err)) == NULL) return err->code;
+    }
+    if ((nm->dacts[i] = alloc_floats(nm, count, err)) == NULL) return err->code;
+  }
+  for (int i = 0; i < nm->g.node_count; i++) {
+    const net_node *node = &nm->g.nodes[i];
+    if (node->kind != NODE_BN) continue;
+    nm->save[node->bn_slot] = alloc_floats(nm, 2 * batch * (size_t)node->c, err);
+    if (nm->save[node->bn_slot] == NULL) return err->code;
+  }
+  if (!m->be->host_memory &&
+      (nm->labels_dev = OPS(nm)->alloc(BE(nm), batch * sizeof(int32_t), err)) == NULL) {
+    return err->code;
+  }
+  if ((nm->scratch = alloc_floats(nm, largest, err)) == NULL) return err->code;
+  nm->capacity = n;
+  return PS_ERR_OK;
+}
+
+/* What does not depend on the batch: host buffers, parameters, gradients. */
 static ps_err alloc_buffers(net_model *nm, ps_error *err) {
   model *m = &nm->base;
   const size_t batch = (size_t)m->max_batch;
-  size_t largest = 0, widest_bn = 1;
+  size_t widest_bn = 1;
   m->inputs = calloc(batch * nm->g.act_size[0], sizeof(float));
   m->labels = calloc(batch, sizeof(int32_t));
   nm->grouped = calloc(batch * nm->g.act_size[0], sizeof(float));
@@ -407,23 +482,12 @@ static ps_err alloc_buffers(net_model *nm, ps_error *err) {
       nm->grouped_labels == NULL || nm->save == NULL) {
     return ps_error_set(err, PS_ERR_NO_MEMORY, "network %s: out of memory", m->desc.net.name);
   }
-  for (int i = 0; i < nm->g.act_count; i++) {
-    size_t n = batch * nm->g.act_size[i];
-    if (n > largest) largest = n;
-    nm->acts[i] = i == 0 && m->be->host_memory ? m->inputs : alloc_floats(nm, n, err);
-    if (nm->acts[i] == NULL || (nm->dacts[i] = alloc_floats(nm, n, err)) == NULL) return err->code;
-  }
   for (int i = 0; i < nm->g.node_count; i++) {
-    const net_node *node = &nm->g.nodes[i];
-    if (node->kind != NODE_BN) continue;
-    if ((size_t)node->c > widest_bn) widest_bn = (size_t)node->c;
-    nm->save[node->bn_slot] = alloc_floats(nm, 2 * batch * (size_t)node->c, err);
-    if (nm->save[node->bn_slot] == NULL) return err->code;
+    if (nm->g.nodes[i].kind == NODE_BN && (size_t)nm->g.nodes[i].c > widest_bn) {
+      widest_bn = (size_t)nm->g.nodes[i].c;
+    }
   }
-  nm->labels_dev = m->be->host_memory ? m->labels
-                                      : OPS(nm)->alloc(BE(nm), batch * sizeof(int32_t), err);
-  if (nm->labels_dev == NULL || (nm->scratch = alloc_floats(nm, largest, err)) == NULL ||
-      (nm->zeros = alloc_floats(nm, 2 * widest_bn, err)) == NULL ||
+  if ((nm->zeros = alloc_floats(nm, 2 * widest_bn, err)) == NULL ||
       (nm->params = alloc_floats(nm, m->layout.total, err)) == NULL ||
       (nm->grads = alloc_floats(nm, m->layout.total, err)) == NULL) {
     return err->code;
