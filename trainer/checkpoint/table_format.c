@@ -203,7 +203,9 @@ ps_err trainer_checkpoint_export(trainer *t, const char *path, ps_error *err) {
   for (int i = 0; i < layout->count; i++) {
     const tensor_info *info = &layout->tensors[i];
     parts[count] = safetensors_tensor_of("", info->name, SAFETENSORS_F32, (size_t)info->shape[0],
-                        info->rank == 2 ? info->shape[1] : 0, dense + info->offset);
+                        0, dense + info->offset);
+    parts[count].rank = info->rank; /* a convolution's weights are 4-D */
+    memcpy(parts[count].shape, info->shape, sizeof info->shape);
     count++;
   }
   sparse_table *const *tables = t->tables;
