@@ -200,6 +200,32 @@ static void append(diff_out *o, const char *field, const char *a, const char *b)
   if (n > 0) o->used += (size_t)n;
 }
 
+/* Two networks' texts are long: say their names when those differ, else
+ * the first line (layer) that does. Each buffer holds VALUE_MAX bytes. */
+static void shorten_networks(char *x, char *y) {
+  if (strncmp(x, "net:", 4) != 0 || strncmp(y, "net:", 4) != 0 || strcmp(x, y) == 0) return;
+  const char *px = x + 4, *py = y + 4;
+  int line = 1;
+  while (*px != '\0' && *px == *py) {
+    if (*px == '|') line++;
+    px++, py++;
+  }
+  while (px > x + 4 && px[-1] != '|') px--, py--; /* back to the line's start */
+  size_t lx = strcspn(px, "|"), ly = strcspn(py, "|");
+  char fx[160], fy[160];
+  snprintf(fx, sizeof fx, "%.*s", (int)(lx < 100 ? lx : 100), px);
+  snprintf(fy, sizeof fy, "%.*s", (int)(ly < 100 ? ly : 100), py);
+  if (line == 1) { /* "name A" vs "name B" */
+    snprintf(x, VALUE_MAX, "network %s", fx + 5);
+    snprintf(y, VALUE_MAX, "network %s", fy + 5);
+    return;
+  }
+  char name[64];
+  snprintf(name, sizeof name, "%.*s", (int)strcspn(x + 9, "|"), x + 9);
+  snprintf(x, VALUE_MAX, "network %s line %d '%s'", name, line, fx);
+  snprintf(y, VALUE_MAX, "'%s'", fy);
+}
+
 static void diff(const job_config *a, const job_config *b, diff_out *o) {
   char x[VALUE_MAX], y[VALUE_MAX];
   if (o->len == 0) return;
@@ -216,6 +242,7 @@ static void diff(const job_config *a, const job_config *b, diff_out *o) {
     } else {
       job_field_format(a, (job_field)f, x, sizeof x);
       job_field_format(b, (job_field)f, y, sizeof y);
+      if (f == JOB_FIELD_model) shorten_networks(x, y);
       append(o, fields[f].name, x, y);
     }
     group = fields[f].group;

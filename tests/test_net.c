@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/job.h"
 #include "common/model.h"
 #include "tests/check.h"
 
@@ -197,6 +198,25 @@ static void test_layout_rules(void) {
   tensor_layout_free(&layout);
 }
 
+/* Pservers and collective ranks refuse another network by its name, or by
+ * the first line that differs. */
+static void test_job_diff(void) {
+  job_config a, b;
+  memset(&a, 0, sizeof a);
+  memset(&b, 0, sizeof b);
+  builtin("lenet", 1, 28, 28, &a.model);
+  builtin("resnet20", 1, 28, 28, &b.model);
+  char diff[1024];
+  job_config_diff(&a, &b, diff, sizeof diff);
+  CHECK_EQ_STR(diff, "model network lenet vs network resnet20");
+  b = a;
+  b.model.net.layers[3].out = 32; /* the second conv */
+  job_config_diff(&a, &b, diff, sizeof diff);
+  CHECK_EQ_STR(diff, "model network lenet line 6 'conv 20 5x5 stride 1 pad 2' vs "
+                     "'conv 32 5x5 stride 1 pad 2'");
+  CHECK(job_config_hash(&a) != job_config_hash(&b));
+}
+
 int main(void) {
   snprintf(scratch, sizeof scratch, "/tmp/pstrain-test-net.XXXXXX");
   REQUIRE(mkdtemp(scratch) != NULL);
@@ -205,6 +225,7 @@ int main(void) {
   test_documented_files();
   test_bad_files();
   test_layout_rules();
+  test_job_diff();
   char path[128];
   snprintf(path, sizeof path, "%s/bad.net", scratch);
   unlink(path);
