@@ -94,8 +94,10 @@ static int from_hex(const char *text, uint8_t *out, size_t cap, size_t *len) {
   return 1;
 }
 
-/* The packed job, in hex, fits one metadata value (1024 characters). */
-#define PACKED_JOB_MAX 500
+/* The packed job (a network's text the most of it), in hex, fits one
+ * metadata value. */
+#define PACKED_JOB_MAX (MODEL_TEXT_MAX + 1024)
+_Static_assert(2 * PACKED_JOB_MAX < SAFETENSORS_META_VALUE_MAX, "a job fits a metadata value");
 
 ps_err checkpoint_write(const char *dir, const char *prefix, const char *format, long step,
                         const job_config *job, const char *const *extra,
@@ -113,7 +115,7 @@ ps_err checkpoint_write_tensors(const char *dir, const char *prefix, const char 
                                 safetensors_tensor *tensors, int count, ps_error *err) {
   Pstrain__JobConfig jc;
   wire_job_parts oc;
-  char model[256], path[4096], step_text[32], hash[32], job_hex[2 * PACKED_JOB_MAX + 1];
+  char model[MODEL_TEXT_MAX], path[4096], step_text[32], hash[32], job_hex[2 * PACKED_JOB_MAX + 1];
   wire_job_to_proto(job, &jc, &oc, model, sizeof model);
   uint8_t packed[PACKED_JOB_MAX];
   size_t packed_len = protobuf_c_message_get_packed_size(&jc.base);

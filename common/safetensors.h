@@ -11,6 +11,8 @@
 #include "common/tensor.h"
 
 #define SAFETENSORS_MAX_META 16
+/* A value's longest text: a checkpoint's job, a network's text in hex. */
+#define SAFETENSORS_META_VALUE_MAX 20480
 #define SAFETENSORS_MAX_TENSORS 256
 
 /* Element types pstrain writes: parameters, and sparse tables' keys and row
@@ -48,7 +50,7 @@ ps_err safetensors_write(const char *path, const tensor_layout *layout, const fl
 typedef struct safetensors_meta {
   int count;
   char keys[SAFETENSORS_MAX_META][64];
-  char values[SAFETENSORS_MAX_META][1024];
+  char values[SAFETENSORS_MAX_META][SAFETENSORS_META_VALUE_MAX];
 } safetensors_meta;
 
 /* The layout's tensors as F32 safetensors_tensor entries over data (malloc'd

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# The convolutional networks through every mode (label "process"):
+#  - lenet learns: local training over 6,400 images reaches 0.70;
+#  - the documented model file is the built-in name: same job hash (the
+#    pserver takes both) and bitwise the same export;
+#  - numpy's forward pass of the export (tests/net_forward.py) gives the
+#    trainer's test accuracy, batch norm's running statistics included;
+#  - sync pserver mode (2 trainers x 16) against local training of 32 with
+#    --bn-group 16: within 1e-6 after one step (float sums in another
+#    order; batch norm amplifies such differences step by step: two local
+#    runs with 1 and 2 BLAS threads differ as much);
+#  - collective mode against sync pserver mode: bitwise, running statistics
+#    included (rank 0's, as trainer 0's);
+#  - async, SSP and GEO run; --resume continues bitwise;
+#  - a malformed model file and a different network are refused by name.
+. "$(dirname "$0")/lib.sh"
+require_data
+LAUNCH="$(dirname "$0")/../scripts/launch"
+DOCS="$(dirname "$0")/../docs/models"
+FORWARD() { PYTHONPATH="$(dirname "$0")" "$PY" "$(dirname "$0")/net_forward.py" "$@"; }
+COMMON=(--train-samples 6400 --test-samples 500 --optimizer sgd --lr 0.05 --lr-schedule constant
+        --seed 3 --progress-interval 0)
+
+accuracy() { grep -o " done: [0-9]* epochs.*test accuracy [0-9.]*" "$1" | grep -o "[0-9.]*$"; }
+
+# 1. lenet learns, the file is the name, numpy agrees.
+"$BIN/trainer" "${COMMON[@]}" --model lenet --epochs 1 --batch 64 --optimizer adam --lr 0.002 \
+  --test-samples 1000 --export "$SCRATCH/lenet.safetensors" 2>"$SCRATCH/lenet.log" ||
+  fail "lenet: $(tail -3 "$SCRATCH/lenet.log")"
+acc=$(accuracy "$SCRATCH/lenet.log")
+echo "lenet, 100 steps of 64: test accuracy $acc" >&2
+"$PY" -c "import sys; sys.exit(0 if float('$acc') >= 0.70 else 1)" || fail "lenet reached $acc < 0.70"
+"$BIN/trainer" "${COMMON[@]}" --model-file "$DOCS/lenet.net" --epochs 1 --batch 64 --optimizer adam \
+  --lr 0.002 --test-samples 1000 --export "$SCRATCH/lenet-file.safetensors" 2>"$SCRATCH/lenet-file.log" ||
+  fail "lenet from its file: $(tail -3 "$SCRATCH/lenet-file.log")"
+cmp -s "$SCRATCH/lenet.safetensors" "$SCRATCH/lenet-file.safetensors" ||
+  fail "docs/models/lenet.net trained other parameters than --model lenet"
+np_acc=$(FORWARD "$DOCS/lenet.net" "$SCRATCH/lenet.safetensors" "$DATA" 1000) || fail "numpy forward"
+[ "$np_acc" = "$acc" ] || fail "numpy's forward of the lenet export: $np_acc, the trainer's: $acc"
+
+# 2. resnet20: sync vs local --bn-group after one step, collective vs sync after four.
+R20=("${COMMON[@]}" --model resnet20)
+timeout 300 "$LAUNCH" --bin "$BIN" --pservers 2 --trainers 2 --quiet --log-dir "$SCRATCH/sync1" -- \
+  "${R20[@]}" --max-steps 1 --batch 16 --export "$SCRATCH/sync1.safetensors" >"$SCRATCH/sync1.log" 2>&1 ||
+  fail "sync, 1 step: $(tail -3 "$SCRATCH/sync1.log")"
+"$BIN/trainer" "${R20[@]}" --max-steps 1 --batch 32 --bn-group 16 \
+  --export "$SCRATCH/local1.safetensors" 2>"$SCRATCH/local1.log" || fail "local --bn-group: $(tail -3 "$SCRATCH/local1.log")"
+PYTHONPATH="$(dirname "$0")" "$PY" - "$SCRATCH/local1.safetensors" "$SCRATCH/sync1.safetensors" <<'PY' || fail "sync vs local --bn-group"
+import sys
+from safetensors_read import load, max_difference
+local, sync = load(sys.argv[1]), load(sys.argv[2])
+d = max_difference(local, sync)
+print(f"resnet20, one step: sync 2x16 vs local 32 --bn-group 16: largest difference {d:.3g}")
+assert d <= 1e-6, d
+# the running statistics are trainer 0's, that is group 0's: the same sums, bitwise
+for k in local:
+    if "running" in k:
+        assert local[k].tobytes() == sync[k].tobytes(), k
+PY
+timeout 300 "$LAUNCH" --bin "$BIN" --pservers 2 --trainers 2 --quiet --log-dir "$SCRATCH/sync4" -- \
+  "${R20[@]}" --max-steps 4 --batch 16 --export "$SCRATCH/sync4.safetensors" >"$SCRATCH/sync4.log" 2>&1 ||
+  fail "sync, 4 steps: $(tail -3 "$SCRATCH/sync4.log")"
+if command -v mpirun >/dev/null; then
+  timeout 300 "$LAUNCH" --bin "$BIN" --mode collective --trainers 2 --quiet --log-dir "$SCRATCH/coll" -- \
+    "${R20[@]}" --max-steps 4 --batch 16 --export "$SCRATCH/coll4.safetensors" >"$SCRATCH/coll.log" 2>&1 ||
+    fail "collective: $(tail -3 "$SCRATCH/coll.log")"
+  cmp -s "$SCRATCH/sync4.safetensors" "$SCRATCH/coll4.safetensors" ||
+    fail "collective mode's resnet20 differs from sync pserver mode's"
+fi
+np_acc=$(FORWARD "$DOCS/resnet20.net" "$SCRATCH/sync4.safetensors" "$DATA" 500) || fail "numpy forward"
+acc=$(accuracy "$SCRATCH/sync4/trainer0.log")
+[ "$np_acc" = "$acc" ] || fail "numpy's forward of the resnet20 export: $np_acc, the trainer's: $acc"
+
+# 3. The other update modes run; resume is bitwise.
+for update in "async" "ssp --staleness 2" "geo --geo-steps 3"; do
+  # shellcheck disable=SC2086
+  timeout 300 "$LAUNCH" --bin "$BIN" --pservers 2 --trainers 2 --quiet --log-dir "$SCRATCH/u" -- \
+    "${R20[@]}" --max-steps 4 --batch 16 --update $update >"$SCRATCH/u.log" 2>&1 ||
+    fail "--update $update: $(tail -3 "$SCRATCH/u.log")"
+  grep -q "done: 1 epochs (4 steps)" "$SCRATCH/u/trainer0.log" || fail "--update $update did not finish"
+  rm -rf "$SCRATCH/u"
+done
+CK="$SCRATCH/ck"
+"$BIN/trainer" "${R20[@]}" --max-steps 6 --batch 16 --checkpoint-dir "$CK" --checkpoint-every 3 \
+  --export "$SCRATCH/whole.safetensors" 2>"$SCRATCH/whole.log" || fail "checkpointed run: $(tail -3 "$SCRATCH/whole.log")"
+"$BIN/trainer" "${R20[@]}" --max-steps 6 --batch 16 --checkpoint-dir "$CK" --checkpoint-every 3 \
+  --resume --resume-step 3 --export "$SCRATCH/resumed.safetensors" 2>"$SCRATCH/resumed.log" ||
+  fail "resume: $(tail -3 "$SCRATCH/resumed.log")"
+grep -q "resuming .* at step 3" "$SCRATCH/resumed.log" || fail "did not resume at step 3"
+cmp -s "$SCRATCH/whole.safetensors" "$SCRATCH/resumed.safetensors" ||
+  fail "the resumed resnet20 differs from the uninterrupted one"
+
+# 4. Refusals.
+printf 'name bad\ninput 1x28x28\nconv 8 3x3 pad 1\nwobble\nfc 10\n' >"$SCRATCH/bad.net"
+expect_exit 2 "model file $SCRATCH/bad.net line 4: unknown layer 'wobble'" -- \
+  "$BIN/trainer" --model-file "$SCRATCH/bad.net" --check-config
+printf 'name wide\ninput 1x32x32\nconv 8 3x3 pad 1\nflatten\nfc 10\n' >"$SCRATCH/wide.net"
+expect_exit 2 "network wide takes 1x32x32 inputs but the images are 1x28x28" -- \
+  "$BIN/trainer" "${COMMON[@]}" --model-file "$SCRATCH/wide.net" --max-steps 1
+expect_exit 2 "--bn-group 5 is for the networks" -- "$BIN/trainer" --model resnet20 --bn-group 5 \
+  --batch 32 --check-config
+# A pserver whose job is lenet's refuses a resnet20 trainer, naming both.
+start_pservers refuse 1 --trainers 2
+start refuse-t0 "$BIN/trainer" "${COMMON[@]}" --mode pserver --pservers "$PS" --trainers 2 --id 0 \
+  --model lenet --max-steps 2
+wait_log "$SCRATCH/refuse-t0.log" "training lenet" "$LAST_PID" 60 || fail "lenet trainer did not start"
+expect_exit 2 "trainer 1's job differs from trainer 0's in: model" -- "$BIN/trainer" "${COMMON[@]}" \
+  --mode pserver --pservers "$PS" --trainers 2 --id 1 --model resnet20 --max-steps 2 --connect-timeout 20
+grep -q "model network resnet20 vs network lenet" "$SCRATCH/refuse-s0.log" ||
+  fail "the pserver's log does not name the two networks: $(grep -i differ "$SCRATCH/refuse-s0.log")"
+finish
