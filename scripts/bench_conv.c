@@ -128,7 +128,8 @@ static void bench_pool(backend *be, const char *name, pool_shape s, int iters, i
       double dt = now_s() - t0;
       best = dt < best ? dt : best;
     }
-    if (n > 0) printf("%-34s %-14s fwd+bwd %9.2f ms\n", name, ref ? "reference" : "fast", best * 1e3);
+    if (n > 0)
+      printf("%-34s %-14s fwd+bwd %9.2f ms\n", name, ref ? "reference" : "fast", best * 1e3);
   }
   free(x), free(y), free(dy), free(dx);
 }
@@ -149,13 +150,20 @@ int main(int argc, char **argv) {
   }
   printf("OpenBLAS core %s, %d thread(s); best of %d (reference: %d)\nbackend: %s\n",
          openblas_get_corename(), openblas_get_num_threads(), iters, ref_iters, be->description);
-  bench_conv(be, "lenet conv1 1->20 5x5 p2 28x28 n64", (conv_shape){64, 1, 28, 28, 20, 5, 5, 1, 2, 0, 0}, iters, ref_iters);
-  bench_pool(be, "lenet pool1 2x2 s2 20x28x28 n64", (pool_shape){64, 20, 28, 28, 2, 2, 2, 0, 0, 0}, iters, ref_iters);
-  bench_conv(be, "lenet conv2 20->20 5x5 p2 14x14", (conv_shape){64, 20, 14, 14, 20, 5, 5, 1, 2, 0, 0}, iters, ref_iters);
-  bench_pool(be, "lenet pool2 2x2 s2 20x14x14 n64", (pool_shape){64, 20, 14, 14, 2, 2, 2, 0, 0, 0}, iters, ref_iters);
-  bench_conv(be, "resnet20 first 3->16 3x3 p1 32x32", (conv_shape){64, 3, 32, 32, 16, 3, 3, 1, 1, 0, 0}, iters, ref_iters);
-  bench_conv(be, "resnet20 16->16 3x3 p1 32x32 n64", (conv_shape){64, 16, 32, 32, 16, 3, 3, 1, 1, 0, 0}, iters, ref_iters);
-  bench_conv(be, "resnet18 64->64 3x3 p1 32x32 n64", (conv_shape){64, 64, 32, 32, 64, 3, 3, 1, 1, 0, 0}, iters, ref_iters);
+  bench_conv(be, "lenet conv1 1->20 5x5 p2 28x28 n64",
+             (conv_shape){64, 1, 28, 28, 20, 5, 5, 1, 2, 0, 0}, iters, ref_iters);
+  bench_pool(be, "lenet pool1 2x2 s2 20x28x28 n64",
+             (pool_shape){64, 20, 28, 28, 2, 2, 2, 0, 0, 0}, iters, ref_iters);
+  bench_conv(be, "lenet conv2 20->20 5x5 p2 14x14",
+             (conv_shape){64, 20, 14, 14, 20, 5, 5, 1, 2, 0, 0}, iters, ref_iters);
+  bench_pool(be, "lenet pool2 2x2 s2 20x14x14 n64",
+             (pool_shape){64, 20, 14, 14, 2, 2, 2, 0, 0, 0}, iters, ref_iters);
+  bench_conv(be, "resnet20 first 3->16 3x3 p1 32x32",
+             (conv_shape){64, 3, 32, 32, 16, 3, 3, 1, 1, 0, 0}, iters, ref_iters);
+  bench_conv(be, "resnet20 16->16 3x3 p1 32x32 n64",
+             (conv_shape){64, 16, 32, 32, 16, 3, 3, 1, 1, 0, 0}, iters, ref_iters);
+  bench_conv(be, "resnet18 64->64 3x3 p1 32x32 n64",
+             (conv_shape){64, 64, 32, 32, 64, 3, 3, 1, 1, 0, 0}, iters, ref_iters);
   backend_destroy(be);
   return 0;
 }

@@ -254,7 +254,8 @@ static void compare(const char *what, const float *fast, const float *ref, size_
     worst = d > worst || d != d ? d : worst;
   }
   int ok = tol == 0.0 ? memcmp(fast, ref, n * sizeof *fast) == 0 : worst <= tol * scale;
-  if (!ok) fprintf(stderr, "%s: max |fast - ref| %.3g, scale %.3g, tol %.3g\n", what, worst, scale, tol);
+  if (!ok)
+    fprintf(stderr, "%s: max |fast - ref| %.3g, scale %.3g, tol %.3g\n", what, worst, scale, tol);
   CHECK(ok);
 }
 
@@ -400,7 +401,9 @@ static void fast_bn_case(int n, int c, int hw) {
   REQUIRE(be->ops->bn_forward_train(be, &s, t.x, t.gamma, t.beta, fy, rmean[1], rinv[1], NULL,
                                     NULL, 0.1f, &err) == PS_ERR_OK);
   CHECK(memcmp(fy, ry, t.nx * sizeof *fy) == 0); /* deterministic */
-  for (int k = 0; k < 2; k++) free(rm[k]), free(rv[k]), free(rmean[k]), free(rinv[k]), free(dg[k]), free(db[k]);
+  for (int k = 0; k < 2; k++) {
+    free(rm[k]), free(rv[k]), free(rmean[k]), free(rinv[k]), free(dg[k]), free(db[k]);
+  }
   free(ry), free(fy), free(rdx), free(fdx), free(rm0), free(rv0);
   flat_free(&t);
 }

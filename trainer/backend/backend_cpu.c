@@ -179,7 +179,8 @@ static const backend_ops cpu_ops = {
 
 ps_err backend_cpu_create(backend **out, int threads, ps_error *err) {
   cpu_backend *cb = calloc(1, sizeof *cb);
-  if (cb == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "creating the cpu backend: out of memory");
+  if (cb == NULL)
+    return ps_error_set(err, PS_ERR_NO_MEMORY, "creating the cpu backend: out of memory");
   backend *b = &cb->base;
   b->ops = &cpu_ops;
   b->name = "cpu";

@@ -201,7 +201,8 @@ int conv_cpu_uses_dnnl(backend *b, const conv_shape *s) {
 
 ps_err cpu_conv_forward(backend *b, const conv_shape *s, const float *x, const float *w,
                         const float *bias, float *y, ps_error *err) {
-  if (conv_cpu_uses_dnnl(b, s)) return conv_dnnl_forward(backend_cpu_dnnl(b), s, x, w, bias, y, err);
+  if (conv_cpu_uses_dnnl(b, s))
+    return conv_dnnl_forward(backend_cpu_dnnl(b), s, x, w, bias, y, err);
   return cpu_conv_forward_group(b, s, x, w, bias, y, 0, err);
 }
 
