@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "trainer/backend/backend.h"
+#include "common/log.h"
+#include "trainer/backend/conv_dnnl.h"
 #include "trainer/backend/kernel_math.h"
 #include "trainer/backend/layers_cpu.h"
 
@@ -17,13 +19,17 @@ typedef struct cpu_backend {
   backend base;
   float *scratch;
   size_t scratch_len; /* floats */
+  conv_dnnl *dnnl;    /* oneDNN's convolutions; NULL in a build without it */
 } cpu_backend;
 
 static void cpu_destroy(backend *b) {
   cpu_backend *cb = (cpu_backend *)b;
+  conv_dnnl_destroy(cb->dnnl);
   free(cb->scratch);
   free(cb);
 }
+
+conv_dnnl *backend_cpu_dnnl(backend *b) { return ((cpu_backend *)b)->dnnl; }
 
 float *backend_cpu_scratch(backend *b, size_t floats, ps_error *err) {
   cpu_backend *cb = (cpu_backend *)b;
@@ -173,15 +179,22 @@ static const backend_ops cpu_ops = {
 
 ps_err backend_cpu_create(backend **out, int threads, ps_error *err) {
   cpu_backend *cb = calloc(1, sizeof *cb);
-  if (cb == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "creating the cpu backend: out of memory");
+  if (cb == NULL)
+    return ps_error_set(err, PS_ERR_NO_MEMORY, "creating the cpu backend: out of memory");
   backend *b = &cb->base;
   b->ops = &cpu_ops;
   b->name = "cpu";
   b->host_memory = 1;
   /* Denormals: flushed by main() for the whole process (common/fp_env.h). */
   if (threads > 0) openblas_set_num_threads(threads);
-  snprintf(b->description, sizeof b->description, "%s; kernel core %s; %d thread(s)",
-           openblas_get_config(), openblas_get_corename(), openblas_get_num_threads());
+  ps_error dnnl_err;
+  if (conv_dnnl_create(&cb->dnnl, threads, &dnnl_err) != PS_ERR_OK) {
+    LOG_WARN("cpu backend: convolutions through im2col + BLAS: %s", dnnl_err.msg);
+    cb->dnnl = NULL;
+  }
+  snprintf(b->description, sizeof b->description, "%s; kernel core %s; %d thread(s)%s",
+           openblas_get_config(), openblas_get_corename(), openblas_get_num_threads(),
+           cb->dnnl != NULL ? "; oneDNN convolutions" : "");
   *out = b;
   return PS_ERR_OK;
 }

@@ -192,12 +192,23 @@ ps_err cpu_conv_backward_group(backend *b, const conv_shape *s, const float *x, 
   return PS_ERR_OK;
 }
 
+/* oneDNN where the build has it, except for a single input channel
+ * (LeNet's first layer), where scripts/bench_conv measured im2col + SGEMM
+ * faster. */
+int conv_cpu_uses_dnnl(backend *b, const conv_shape *s) {
+  return backend_cpu_dnnl(b) != NULL && s->c > 1;
+}
+
 ps_err cpu_conv_forward(backend *b, const conv_shape *s, const float *x, const float *w,
                         const float *bias, float *y, ps_error *err) {
+  if (conv_cpu_uses_dnnl(b, s))
+    return conv_dnnl_forward(backend_cpu_dnnl(b), s, x, w, bias, y, err);
   return cpu_conv_forward_group(b, s, x, w, bias, y, 0, err);
 }
 
 ps_err cpu_conv_backward(backend *b, const conv_shape *s, const float *x, const float *w,
                          const float *dy, float *dx, float *dw, float *dbias, ps_error *err) {
+  if (conv_cpu_uses_dnnl(b, s))
+    return conv_dnnl_backward(backend_cpu_dnnl(b), s, x, w, dy, dx, dw, dbias, err);
   return cpu_conv_backward_group(b, s, x, w, dy, dx, dw, dbias, 0, err);
 }

@@ -193,7 +193,8 @@ ps_err cpu_bn_backward(backend *b, const bn_shape *s, const float *x, const floa
     for (int i = 0; i < s->n; i++) {
       const float *in = x + base + i * stride, *g = dy + base + i * stride;
       float *out = dx + base + i * stride;
-      for (int j = 0; j < s->hw; j++) out[j] = k * (fm * g[j] - sdy - (in[j] - mean) * invstd * sdyx);
+      for (int j = 0; j < s->hw; j++)
+        out[j] = k * (fm * g[j] - sdy - (in[j] - mean) * invstd * sdyx);
     }
   }
   return PS_ERR_OK;

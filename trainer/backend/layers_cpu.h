@@ -6,17 +6,24 @@
 #include <stddef.h>
 
 #include "trainer/backend/backend.h"
+#include "trainer/backend/conv_dnnl.h"
 
 /* The CPU backend's scratch memory: at least `floats` floats, valid until
  * the next call; NULL with err set when it cannot grow. */
 float *backend_cpu_scratch(backend *b, size_t floats, ps_error *err);
+
+/* The CPU backend's oneDNN convolutions; NULL in a build without oneDNN. */
+conv_dnnl *backend_cpu_dnnl(backend *b);
 
 /* Sums of n floats in a fixed order (eight float lanes, then double), so
  * results do not depend on threads and the loop vectorizes. */
 double cpu_sum(const float *x, size_t n);
 
 /* Convolution (conv_cpu.c): im2col + SGEMM over groups of up to `group`
- * images per GEMM (0: the default, chosen by scripts/bench_conv). */
+ * images per GEMM (0: the default, chosen by scripts/bench_conv). The ops
+ * cpu_conv_forward and cpu_conv_backward use oneDNN instead where the build
+ * has it and conv_cpu_uses_dnnl says so. */
+int conv_cpu_uses_dnnl(backend *b, const conv_shape *s);
 ps_err cpu_conv_forward_group(backend *b, const conv_shape *s, const float *x, const float *w,
                               const float *bias, float *y, int group, ps_error *err);
 ps_err cpu_conv_backward_group(backend *b, const conv_shape *s, const float *x, const float *w,
