@@ -48,6 +48,14 @@ grep -q "epoch 1/1 done" "$SCRATCH/log" || fail "no epoch summary line: $(tail -
 grep -q "30 training images 3x32x32, 5 test" "$SCRATCH/log2" ||
   fail "limits not applied: $(grep cifar "$SCRATCH/log2")"
 
+# The networks take the images' 3x32x32 shape: resnet20's stem reads three channels.
+"$T" --model resnet20 --data "$D" --epochs 1 --max-steps 3 --batch 16 2>"$SCRATCH/log3" ||
+  fail "resnet20 on CIFAR-10 exited $?: $(tail -5 "$SCRATCH/log3")"
+grep -q "done: 1 epochs (3 steps)" "$SCRATCH/log3" || fail "resnet20 did not train: $(tail -3 "$SCRATCH/log3")"
+grep -q "model=resnet20" "$SCRATCH/log3" || fail "no model in the log"
+expect_exit 2 "network lenet takes 1x28x28 inputs but the images are 3x32x32" -- \
+  "$T" --model-file "$(dirname "$0")/../docs/models/lenet.net" --data "$D"
+
 expect_exit 2 "first layer takes 784 inputs but the images are 3x32x32" -- \
   "$T" --model mlp:784,32,10 --data "$D"
 expect_exit 2 "train-images-idx3-ubyte" -- "$T" --model mlp:3072,10 --data "$D" --data-format idx
