@@ -474,8 +474,9 @@ options_result trainer_settings_load(trainer_settings *s, int argc, char **argv,
 void trainer_print_help(FILE *out) {
   options_print_help(out,
                      "Usage: trainer [--mode local] [--OPTION VALUE]...\n"
-                     "Trains a model on Fashion-MNIST/MNIST IDX data (mlp) and reports test accuracy,\n"
-                     "or a click-through-rate model on Criteo TSV data (ctr, lr) and reports AUC.",
+                     "Trains an image classifier (mlp, or a convolutional network: lenet, resnet18,\n"
+                     "resnet20, --model-file) on IDX or CIFAR-10 data and reports test accuracy, or a\n"
+                     "click-through-rate model on Criteo TSV data (ctr, deepfm, lr) and reports AUC.",
                      trainer_option_table, TRAINER_OPTION_COUNT);
 }
 
