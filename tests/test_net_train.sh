@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# The convolutional networks through every mode (label "process"):
+# The convolutional networks through every mode (label "train"):
 #  - lenet learns: local training over 6,400 images reaches 0.70;
-#  - the documented model file is the built-in name: same job hash (the
-#    pserver takes both) and bitwise the same export;
+#  - the documented model file is the built-in name: bitwise the same
+#    export (test_net checks the hash);
 #  - numpy's forward pass of the export (tests/net_forward.py) gives the
 #    trainer's test accuracy, batch norm's running statistics included;
-#  - sync pserver mode (2 trainers x 16) against local training of 32 with
-#    --bn-group 16: within 1e-6 after one step (float sums in another
-#    order; batch norm amplifies such differences step by step: two local
-#    runs with 1 and 2 BLAS threads differ as much);
+#  - sync pserver mode against local training: lenet (2 x 32 vs 64) within
+#    1e-6 after 20 steps; resnet20 (2 x 16 vs 32 with --bn-group 16) within
+#    1e-6 after one step (float sums in another order; batch norm amplifies
+#    such differences step by step: two local runs with 1 and 2 BLAS threads
+#    differ as much);
 #  - collective mode against sync pserver mode: bitwise, running statistics
 #    included (rank 0's, as trainer 0's);
 #  - async, SSP and GEO run; --resume continues bitwise;
@@ -38,7 +39,29 @@ cmp -s "$SCRATCH/lenet.safetensors" "$SCRATCH/lenet-file.safetensors" ||
 np_acc=$(FORWARD "$DOCS/lenet.net" "$SCRATCH/lenet.safetensors" "$DATA" 1000) || fail "numpy forward"
 [ "$np_acc" = "$acc" ] || fail "numpy's forward of the lenet export: $np_acc, the trainer's: $acc"
 
-# 2. resnet20: sync vs local --bn-group after one step, collective vs sync after four.
+# 2. lenet (no batch norm): sync 2x32 vs local 64 after 20 steps, collective vs sync.
+LN=("${COMMON[@]}" --model lenet --max-steps 20)
+"$BIN/trainer" "${LN[@]}" --batch 64 --export "$SCRATCH/ln-local.safetensors" 2>"$SCRATCH/ln-local.log" ||
+  fail "lenet local: $(tail -3 "$SCRATCH/ln-local.log")"
+timeout 300 "$LAUNCH" --bin "$BIN" --pservers 2 --trainers 2 --quiet --log-dir "$SCRATCH/ln-sync" -- \
+  "${LN[@]}" --batch 32 --export "$SCRATCH/ln-sync.safetensors" >"$SCRATCH/ln-sync.log" 2>&1 ||
+  fail "lenet sync: $(tail -3 "$SCRATCH/ln-sync.log")"
+PYTHONPATH="$(dirname "$0")" "$PY" - "$SCRATCH/ln-local.safetensors" "$SCRATCH/ln-sync.safetensors" <<'PY' || fail "lenet: sync vs local"
+import sys
+from safetensors_read import load, max_difference
+d = max_difference(load(sys.argv[1]), load(sys.argv[2]))
+print(f"lenet, 20 steps: sync 2x32 vs local 64: largest difference {d:.3g}")
+assert d <= 1e-6, d
+PY
+if command -v mpirun >/dev/null; then
+  timeout 300 "$LAUNCH" --bin "$BIN" --mode collective --trainers 2 --quiet --log-dir "$SCRATCH/ln-coll" -- \
+    "${LN[@]}" --batch 32 --export "$SCRATCH/ln-coll.safetensors" >"$SCRATCH/ln-coll.log" 2>&1 ||
+    fail "lenet collective: $(tail -3 "$SCRATCH/ln-coll.log")"
+  cmp -s "$SCRATCH/ln-sync.safetensors" "$SCRATCH/ln-coll.safetensors" ||
+    fail "collective mode's lenet differs from sync pserver mode's"
+fi
+
+# 3. resnet20: sync vs local --bn-group after one step, collective vs sync after four.
 R20=("${COMMON[@]}" --model resnet20)
 timeout 300 "$LAUNCH" --bin "$BIN" --pservers 2 --trainers 2 --quiet --log-dir "$SCRATCH/sync1" -- \
   "${R20[@]}" --max-steps 1 --batch 16 --export "$SCRATCH/sync1.safetensors" >"$SCRATCH/sync1.log" 2>&1 ||
@@ -71,7 +94,7 @@ np_acc=$(FORWARD "$DOCS/resnet20.net" "$SCRATCH/sync4.safetensors" "$DATA" 500) 
 acc=$(accuracy "$SCRATCH/sync4/trainer0.log")
 [ "$np_acc" = "$acc" ] || fail "numpy's forward of the resnet20 export: $np_acc, the trainer's: $acc"
 
-# 3. The other update modes run; resume is bitwise.
+# 4. The other update modes run; resume is bitwise.
 for update in "async" "ssp --staleness 2" "geo --geo-steps 3"; do
   # shellcheck disable=SC2086
   timeout 300 "$LAUNCH" --bin "$BIN" --pservers 2 --trainers 2 --quiet --log-dir "$SCRATCH/u" -- \
@@ -90,7 +113,7 @@ grep -q "resuming .* at step 3" "$SCRATCH/resumed.log" || fail "did not resume a
 cmp -s "$SCRATCH/whole.safetensors" "$SCRATCH/resumed.safetensors" ||
   fail "the resumed resnet20 differs from the uninterrupted one"
 
-# 4. Refusals.
+# 5. Refusals.
 printf 'name bad\ninput 1x28x28\nconv 8 3x3 pad 1\nwobble\nfc 10\n' >"$SCRATCH/bad.net"
 expect_exit 2 "model file $SCRATCH/bad.net line 4: unknown layer 'wobble'" -- \
   "$BIN/trainer" --model-file "$SCRATCH/bad.net" --check-config
