@@ -12,7 +12,8 @@
 #    differ as much);
 #  - collective mode against sync pserver mode: bitwise, running statistics
 #    included (rank 0's, as trainer 0's);
-#  - async, SSP and GEO run; --resume continues bitwise;
+#  - async, SSP and GEO run; --resume continues bitwise, and so does a sync
+#    job re-sharded from 2 pservers onto 3;
 #  - a malformed model file and a different network are refused by name.
 . "$(dirname "$0")/lib.sh"
 require_data
@@ -112,6 +113,27 @@ CK="$SCRATCH/ck"
 grep -q "resuming .* at step 3" "$SCRATCH/resumed.log" || fail "did not resume at step 3"
 cmp -s "$SCRATCH/whole.safetensors" "$SCRATCH/resumed.safetensors" ||
   fail "the resumed resnet20 differs from the uninterrupted one"
+
+# Re-sharding: a 2-pserver checkpoint resumed on 3 pservers ends bitwise as
+# the uninterrupted run (running statistics included).
+timeout 300 "$LAUNCH" --bin "$BIN" --pservers 2 --trainers 2 --quiet --log-dir "$SCRATCH/rs" \
+  --pserver-args "--checkpoint-dir $SCRATCH/ck-ps --checkpoint-every 2" -- "${R20[@]}" --max-steps 4 \
+  --batch 16 --export "$SCRATCH/rs-whole.safetensors" >"$SCRATCH/rs.log" 2>&1 ||
+  fail "checkpointed sync run: $(tail -3 "$SCRATCH/rs.log")"
+start_pservers rs3 3 --trainers 2 --checkpoint-dir "$SCRATCH/ck-ps" --resume --resume-step 2
+R3=("${SPIDS[@]}")
+start rs3-t0 "$BIN/trainer" --mode pserver --pservers "$PS" --trainers 2 --id 0 "${R20[@]}" \
+  --max-steps 4 --batch 16 --export "$SCRATCH/rs-resharded.safetensors"; T0=$LAST_PID
+start rs3-t1 "$BIN/trainer" --mode pserver --pservers "$PS" --trainers 2 --id 1 "${R20[@]}" \
+  --max-steps 4 --batch 16; T1=$LAST_PID
+for pid in "$T0" "$T1" "${R3[@]}"; do
+  status=0; wait_for "$pid" 240 || status=$?
+  [ "$status" -eq 0 ] || fail "re-sharded job: process $pid exited $status"
+done
+grep -q "re-sharded step 2 from the 2 files of 2 pservers onto pserver 2 of 3" "$SCRATCH/rs3-s2.log" ||
+  fail "pserver 2 of 3 did not re-shard: $(grep -m1 ERROR "$SCRATCH/rs3-s2.log")"
+cmp -s "$SCRATCH/rs-whole.safetensors" "$SCRATCH/rs-resharded.safetensors" ||
+  fail "the re-sharded resnet20 differs from the uninterrupted one"
 
 # 5. Refusals.
 printf 'name bad\ninput 1x28x28\nconv 8 3x3 pad 1\nwobble\nfc 10\n' >"$SCRATCH/bad.net"
