@@ -3,7 +3,10 @@
 # with 1 and 2 trainers writes its table, and the bytes each host moved per
 # step are within 10% of the theory (pserver mode: the model each way per
 # trainer, trainers x model / pservers per pserver; ring: 2(n-1)/n x model),
-# the pserver rows once more with --wire-dtype bf16 at half those bytes.
+# the pserver rows once more with --wire-dtype bf16 at half those bytes;
+# each row's link floor is the busiest host's theory bytes over the rate.
+# Then --model lenet briefly (2 trainers, 1 and 2 pservers and collective):
+# its parameter count (20,350) comes from the network's text.
 source "$(dirname "$0")/lib.sh"
 require_data
 [ "$(id -u)" -eq 0 ] && ip netns list >/dev/null 2>&1 || { echo "SKIP: test hosts need root" >&2; exit 77; }
@@ -16,30 +19,66 @@ if [ "$status" -ne 0 ]; then
   fail "bench --hosts exited $status: $(tail -8 "$SCRATCH/bench.log")"
   finish
 fi
-"$PY" - "$OUT/hosts-table.md" <<'PY' || fail "table check"
+# The checks every table gets (imported): argv[1] the table, argv[2] the least samples/s.
+cat >"$SCRATCH/rows.py" <<'PY'
 import re, sys
 rows = [l for l in open(sys.argv[1]) if l.startswith("| ") and not l.startswith("| mode")]
-seen = set()
+seen, cells = set(), {}
 for r in rows:
-    cells = [c.strip() for c in r.split("|")[1:-1]]
-    mode, trainers = cells[0], int(cells[1])
+    c = [x.strip() for x in r.split("|")[1:-1]]
+    mode, trainers, gbit, rate = c[0], int(c[1]), float(c[2]), float(c[3].replace(",", ""))
     seen.add((mode, trainers))
-    assert float(cells[2].replace(",", "")) > 100, r
-    assert 0 < float(cells[3]) <= 1.5, r
-    for cell in cells[4:6]:
+    cells[(mode, trainers)] = c
+    assert rate > float(sys.argv[2]), r
+    assert 0 < float(c[4]) <= 1.5, r
+    theories = []
+    for cell in c[5:7]:
         if cell == "-":
             continue
         got, theory = map(float, re.match(r"([\d.]+) \(([\d.]+)\)", cell).groups())
         assert abs(got - theory) <= 0.1 * theory + 0.02, f"{cell}: not within 10% of theory: {r}"
+        theories.append(theory)
+    # The floor: the busiest host's MB each way over gbit x 125 MB/s.
+    floor_ms = float(c[7])
+    assert abs(floor_ms - max(theories) * 8 / gbit) <= 0.06 + 0.01 * floor_ms, f"floor: {r}"
+    if floor_ms > 0:
+        ratio = rate / float(c[8].replace(",", ""))
+        assert abs(ratio - float(c[9])) <= 0.01 + 0.01 * ratio, f"measured/floor: {r}"
+PY
+"$PY" - "$SCRATCH" "$OUT/hosts-table.md" <<'PY' || fail "table check"
+import re, sys
+sys.path.insert(0, sys.argv[1])
+sys.argv[1:] = [sys.argv[2], "100"]
+from rows import rows, seen, cells
 want = {(m, t) for m in ("pserver sync, 1 pserver", "pserver sync, 2 pservers", "collective (MPI, TCP)",
                          "pserver sync, 1 pserver, bf16", "pserver sync, 2 pservers, bf16")
         for t in (1, 2)}
 assert want <= seen, f"missing rows: {want - seen}"
 # bf16's theory (which the bytes counted met) is half of f32's.
-cells = {(c[0], int(c[1])): c for c in ([x.strip() for x in r.split("|")[1:-1]] for r in rows)}
-theory = lambda mode: float(re.search(r"\(([\d.]+)\)", cells[(mode, 2)][4]).group(1))
+theory = lambda mode: float(re.search(r"\(([\d.]+)\)", cells[(mode, 2)][5]).group(1))
 f32, bf16 = theory("pserver sync, 2 pservers"), theory("pserver sync, 2 pservers, bf16")
 assert abs(bf16 - f32 / 2) <= 0.01, f"bf16 theory {bf16} MB, f32 {f32} MB"
 print(f"{len(rows)} rows checked")
+PY
+
+# LeNet: 20,350 float32 parameters, 0.08 MB each way per trainer.
+status=0
+timeout 300 "$PY" "$(dirname "$0")/../scripts/bench" --hosts --model lenet --gbit 1 --steps 10 \
+  --trainers 2 --test-samples 200 --bin "$BIN" --out "$OUT/lenet" >"$SCRATCH/lenet.log" 2>&1 || status=$?
+if [ "$status" -ne 0 ]; then
+  fail "bench --hosts --model lenet exited $status: $(tail -8 "$SCRATCH/lenet.log")"
+  finish
+fi
+"$PY" - "$SCRATCH" "$OUT/lenet/hosts-table.md" <<'PY' || fail "lenet table check"
+import sys
+sys.path.insert(0, sys.argv[1])
+table = sys.argv[2]
+sys.argv[1:] = [table, "10"]
+from rows import rows, seen, cells
+assert "lenet (20,350 parameters" in open(table).read(), "lenet's parameter count"
+want = {("pserver sync, 1 pserver", 2), ("pserver sync, 2 pservers", 2), ("collective (MPI, TCP)", 2)}
+assert want <= seen, f"missing rows: {want - seen}"
+assert cells[("pserver sync, 1 pserver", 2)][5].endswith("(0.08)"), cells[("pserver sync, 1 pserver", 2)]
+print(f"lenet: {len(rows)} rows checked")
 PY
 finish
