@@ -16,52 +16,71 @@ static void tap_range(int t, int stride, int pad, int in, int out, int *lo, int 
   if (*hi < *lo) *hi = *lo;
 }
 
+/* Zeroes n floats: an inline loop, as the spans here are a few dozen floats
+ * and a memset call per span cost more than the stores. */
+static inline void zero_span(float *restrict p, size_t n) {
+  for (size_t i = 0; i < n; i++) p[i] = 0.0f;
+}
+
+/* One tap's row of columns: out[oy ow + ox] = input (oy, ox) of the tap, or
+ * 0 in the padding. Stride 1 is its own loop (contiguous, vectorized). */
+static void im2col_tap(const conv_shape *s, const float *restrict plane, float *restrict row,
+                       int ki, int kj) {
+  int y0, y1, x0, x1;
+  tap_range(ki, s->stride, s->pad, s->h, s->oh, &y0, &y1);
+  tap_range(kj, s->stride, s->pad, s->w, s->ow, &x0, &x1);
+  zero_span(row, (size_t)y0 * s->ow);
+  for (int oy = y0; oy < y1; oy++) {
+    float *restrict out = row + (size_t)oy * s->ow;
+    const float *restrict in = plane + (size_t)(oy * s->stride - s->pad + ki) * s->w;
+    zero_span(out, (size_t)x0);
+    if (s->stride == 1) {
+      int off = kj - s->pad; /* ox + off >= 0 for ox >= x0 */
+      for (int ox = x0; ox < x1; ox++) out[ox] = in[ox + off];
+    } else {
+      for (int ox = x0; ox < x1; ox++) out[ox] = in[ox * s->stride - s->pad + kj];
+    }
+    zero_span(out + x1, (size_t)(s->ow - x1));
+  }
+  zero_span(row + (size_t)y1 * s->ow, (size_t)(s->oh - y1) * s->ow);
+}
+
 /* One image's columns: row (ci, ki, kj), column oy ow + ox of a matrix with
  * row length ld; zero where the tap reads padding. */
 static void im2col(const conv_shape *s, const float *x, float *cols, size_t ld) {
   for (int ci = 0; ci < s->c; ci++)
     for (int ki = 0; ki < s->kh; ki++)
-      for (int kj = 0; kj < s->kw; kj++) {
-        const float *plane = x + (size_t)ci * s->h * s->w;
-        float *row = cols + ((size_t)(ci * s->kh + ki) * s->kw + kj) * ld;
-        int y0, y1, x0, x1;
-        tap_range(ki, s->stride, s->pad, s->h, s->oh, &y0, &y1);
-        tap_range(kj, s->stride, s->pad, s->w, s->ow, &x0, &x1);
-        memset(row, 0, (size_t)y0 * s->ow * sizeof *row);
-        for (int oy = y0; oy < y1; oy++) {
-          float *out = row + (size_t)oy * s->ow;
-          const float *in = plane + (size_t)(oy * s->stride - s->pad + ki) * s->w
-                            + (x0 * s->stride - s->pad + kj);
-          memset(out, 0, (size_t)x0 * sizeof *out);
-          if (s->stride == 1) {
-            memcpy(out + x0, in, (size_t)(x1 - x0) * sizeof *out);
-          } else {
-            for (int ox = x0; ox < x1; ox++) out[ox] = in[(size_t)(ox - x0) * s->stride];
-          }
-          memset(out + x1, 0, (size_t)(s->ow - x1) * sizeof *out);
-        }
-        memset(row + (size_t)y1 * s->ow, 0, (size_t)(s->oh - y1) * s->ow * sizeof *row);
-      }
+      for (int kj = 0; kj < s->kw; kj++)
+        im2col_tap(s, x + (size_t)ci * s->h * s->w,
+                   cols + ((size_t)(ci * s->kh + ki) * s->kw + kj) * ld, ki, kj);
+}
+
+/* One tap's row added back onto the input plane it read. */
+static void col2im_tap(const conv_shape *s, const float *restrict row, float *restrict plane,
+                       int ki, int kj) {
+  int y0, y1, x0, x1;
+  tap_range(ki, s->stride, s->pad, s->h, s->oh, &y0, &y1);
+  tap_range(kj, s->stride, s->pad, s->w, s->ow, &x0, &x1);
+  for (int oy = y0; oy < y1; oy++) {
+    const float *restrict in = row + (size_t)oy * s->ow;
+    float *restrict out = plane + (size_t)(oy * s->stride - s->pad + ki) * s->w;
+    if (s->stride == 1) {
+      int off = kj - s->pad;
+      for (int ox = x0; ox < x1; ox++) out[ox + off] += in[ox];
+    } else {
+      for (int ox = x0; ox < x1; ox++) out[ox * s->stride - s->pad + kj] += in[ox];
+    }
+  }
 }
 
 /* im2col's adjoint: adds each column entry back onto the input it read. */
 static void col2im(const conv_shape *s, const float *cols, size_t ld, float *dx) {
-  memset(dx, 0, (size_t)s->c * s->h * s->w * sizeof *dx);
+  zero_span(dx, (size_t)s->c * s->h * s->w);
   for (int ci = 0; ci < s->c; ci++)
     for (int ki = 0; ki < s->kh; ki++)
-      for (int kj = 0; kj < s->kw; kj++) {
-        float *plane = dx + (size_t)ci * s->h * s->w;
-        const float *row = cols + ((size_t)(ci * s->kh + ki) * s->kw + kj) * ld;
-        int y0, y1, x0, x1;
-        tap_range(ki, s->stride, s->pad, s->h, s->oh, &y0, &y1);
-        tap_range(kj, s->stride, s->pad, s->w, s->ow, &x0, &x1);
-        for (int oy = y0; oy < y1; oy++) {
-          const float *in = row + (size_t)oy * s->ow;
-          float *out = plane + (size_t)(oy * s->stride - s->pad + ki) * s->w
-                       + (x0 * s->stride - s->pad + kj);
-          for (int ox = x0; ox < x1; ox++) out[(size_t)(ox - x0) * s->stride] += in[ox];
-        }
-      }
+      for (int kj = 0; kj < s->kw; kj++)
+        col2im_tap(s, cols + ((size_t)(ci * s->kh + ki) * s->kw + kj) * ld,
+                   dx + (size_t)ci * s->h * s->w, ki, kj);
 }
 
 static int conv_is_pointwise(const conv_shape *s) {
