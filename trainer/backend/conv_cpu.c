@@ -3,6 +3,8 @@
  * columns), so one GEMM covers the group. A 1x1, stride-1,
  * unpadded convolution of one image needs no unrolling: x is its columns.
  * The default group is one image (see conv_group). */
+#include <cblas.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "trainer/backend/layers_cpu.h"
@@ -113,16 +115,19 @@ static const float *group_columns(const conv_shape *s, const float *x, int i0, i
   return cols;
 }
 
-ps_err cpu_conv_forward_group(backend *b, const conv_shape *s, const float *x, const float *w,
-                              const float *bias, float *y, int group, ps_error *err) {
+/* Floats of scratch a group of g images needs: columns, and the packed
+ * output or dy of a group of more than one. */
+static size_t group_scratch(const conv_shape *s, int g) {
+  size_t ckk = (size_t)s->c * s->kh * s->kw, ohw = (size_t)s->oh * s->ow;
+  if (conv_is_pointwise(s) && g == 1) return 0;
+  return (ckk + (g > 1 ? (size_t)s->k : 0)) * g * ohw;
+}
+
+/* The forward of s->n images in groups of g, columns in `scratch`. */
+static ps_err forward_images(backend *b, const conv_shape *s, const float *x, const float *w,
+                             const float *bias, float *y, int g, float *scratch, ps_error *err) {
   size_t ckk = (size_t)s->c * s->kh * s->kw, ohw = (size_t)s->oh * s->ow;
   size_t out_size = (size_t)s->k * ohw;
-  int g = conv_group(s, group);
-  float *scratch = NULL;
-  if (!(conv_is_pointwise(s) && g == 1)) {
-    scratch = backend_cpu_scratch(b, (ckk + (g > 1 ? (size_t)s->k : 0)) * g * ohw, err);
-    if (scratch == NULL) return err->code;
-  }
   for (int i0 = 0; i0 < s->n; i0 += g) {
     int cnt = s->n - i0 < g ? s->n - i0 : g;
     size_t ld = cnt * ohw;
@@ -149,6 +154,17 @@ ps_err cpu_conv_forward_group(backend *b, const conv_shape *s, const float *x, c
       }
   }
   return PS_ERR_OK;
+}
+
+ps_err cpu_conv_forward_group(backend *b, const conv_shape *s, const float *x, const float *w,
+                              const float *bias, float *y, int group, ps_error *err) {
+  int g = conv_group(s, group);
+  float *scratch = NULL;
+  if (group_scratch(s, g) > 0) {
+    scratch = backend_cpu_scratch(b, group_scratch(s, g), err);
+    if (scratch == NULL) return err->code;
+  }
+  return forward_images(b, s, x, w, bias, y, g, scratch, err);
 }
 
 /* dy of images [i0, i0 + cnt) as one (k, cnt oh ow) matrix, or dy itself. */
@@ -178,24 +194,22 @@ static ps_err group_dx(backend *b, const conv_shape *s, const float *w, const fl
   return PS_ERR_OK;
 }
 
-ps_err cpu_conv_backward_group(backend *b, const conv_shape *s, const float *x, const float *w,
-                               const float *dy, float *dx, float *dw, float *dbias, int group,
-                               ps_error *err) {
+/* dbias: dy summed over images and positions, in a fixed order. */
+static void conv_dbias(const conv_shape *s, const float *dy, float *dbias) {
+  size_t ohw = (size_t)s->oh * s->ow;
+  for (int kk = 0; kk < s->k; kk++) {
+    double acc = 0.0;
+    for (int i = 0; i < s->n; i++) acc += cpu_sum(dy + ((size_t)i * s->k + kk) * ohw, ohw);
+    dbias[kk] = (float)acc;
+  }
+}
+
+/* dw (overwritten) and dx of s->n images in groups of g; no dbias. */
+static ps_err backward_images(backend *b, const conv_shape *s, const float *x, const float *w,
+                              const float *dy, float *dx, float *dw, int g, float *scratch,
+                              ps_error *err) {
   size_t ckk = (size_t)s->c * s->kh * s->kw, ohw = (size_t)s->oh * s->ow;
-  int g = conv_group(s, group);
-  if (dbias != NULL) {
-    for (int kk = 0; kk < s->k; kk++) {
-      double acc = 0.0;
-      for (int i = 0; i < s->n; i++) acc += cpu_sum(dy + ((size_t)i * s->k + kk) * ohw, ohw);
-      dbias[kk] = (float)acc;
-    }
-  }
   if (s->n == 0) memset(dw, 0, (size_t)s->k * ckk * sizeof *dw);
-  float *scratch = NULL;
-  if (!(conv_is_pointwise(s) && g == 1)) {
-    scratch = backend_cpu_scratch(b, (ckk + (g > 1 ? (size_t)s->k : 0)) * g * ohw, err);
-    if (scratch == NULL) return err->code;
-  }
   for (int i0 = 0; i0 < s->n; i0 += g) {
     int cnt = s->n - i0 < g ? s->n - i0 : g;
     size_t ld = cnt * ohw;
@@ -211,6 +225,129 @@ ps_err cpu_conv_backward_group(backend *b, const conv_shape *s, const float *x, 
   return PS_ERR_OK;
 }
 
+ps_err cpu_conv_backward_group(backend *b, const conv_shape *s, const float *x, const float *w,
+                               const float *dy, float *dx, float *dw, float *dbias, int group,
+                               ps_error *err) {
+  int g = conv_group(s, group);
+  if (dbias != NULL) conv_dbias(s, dy, dbias);
+  float *scratch = NULL;
+  if (group_scratch(s, g) > 0) {
+    scratch = backend_cpu_scratch(b, group_scratch(s, g), err);
+    if (scratch == NULL) return err->code;
+  }
+  return backward_images(b, s, x, w, dy, dx, dw, g, scratch, err);
+}
+
+/* --- images across threads -------------------------------------------------
+ * With --threads T > 1, T parts of the batch run side by side, each its own
+ * images' im2col and single-threaded GEMMs (OpenBLAS set to one thread for
+ * the call): per-image GEMMs are too small for OpenBLAS's threads to pay,
+ * and im2col/col2im run in parallel too. Part t > 0 sums its dw privately;
+ * the parts' dw are added in part order, so the bits depend on T only. */
+
+#define CONV_MAX_PARTS 64
+
+typedef struct conv_part {
+  backend *b;
+  conv_shape s; /* n: this part's images */
+  const float *x, *w, *bias, *dy;
+  float *y, *dx, *dw, *scratch;
+  int backward;
+  ps_err rc;
+  ps_error err;
+} conv_part;
+
+static void *conv_part_run(void *arg) {
+  conv_part *p = arg;
+  p->rc = p->backward ? backward_images(p->b, &p->s, p->x, p->w, p->dy, p->dx, p->dw, 1,
+                                        p->scratch, &p->err)
+                      : forward_images(p->b, &p->s, p->x, p->w, p->bias, p->y, 1, p->scratch,
+                                       &p->err);
+  return NULL;
+}
+
+/* Parts to split s->n images into: the backend's threads, at most one per
+ * image (0 or 1: the single-threaded path). */
+static int conv_parts(backend *b, const conv_shape *s) {
+  int t = backend_cpu_threads(b);
+  if (t > CONV_MAX_PARTS) t = CONV_MAX_PARTS;
+  return t < s->n ? t : s->n;
+}
+
+static size_t round16(size_t n) { return (n + 15) / 16 * 16; }
+
+/* Splits the images over `count` parts with their scratch (columns, and a
+ * private dw after the first part's). */
+static ps_err parts_init(backend *b, const conv_shape *s, const conv_part *proto, conv_part *parts,
+                         int count, ps_error *err) {
+  size_t cols = round16(group_scratch(s, 1)), dwn = round16((size_t)s->k * s->c * s->kh * s->kw);
+  size_t in_size = (size_t)s->c * s->h * s->w, out_size = (size_t)s->k * s->oh * s->ow;
+  float *scratch = backend_cpu_scratch(b, count * cols + (count - 1) * dwn + 1, err);
+  if (scratch == NULL) return err->code;
+  for (int t = 0, i0 = 0; t < count; t++) {
+    int cnt = s->n / count + (t < s->n % count);
+    conv_part *p = &parts[t];
+    *p = *proto;
+    p->s.n = cnt;
+    p->x = proto->x + i0 * in_size;
+    p->dy = proto->dy != NULL ? proto->dy + i0 * out_size : NULL;
+    p->y = proto->y != NULL ? proto->y + i0 * out_size : NULL;
+    p->dx = proto->dx != NULL ? proto->dx + i0 * in_size : NULL;
+    p->scratch = cols > 0 ? scratch + t * cols : NULL;
+    p->dw = t == 0 ? proto->dw : scratch + count * cols + (t - 1) * dwn;
+    i0 += cnt;
+  }
+  return PS_ERR_OK;
+}
+
+/* Runs the parts: part 0 on this thread, the others on their own (on this
+ * one, in turn, where a thread cannot start: the same results). */
+static ps_err parts_run(backend *b, conv_part *parts, int count, ps_error *err) {
+  pthread_t tid[CONV_MAX_PARTS];
+  int started[CONV_MAX_PARTS] = {0};
+  openblas_set_num_threads(1);
+  for (int t = 1; t < count; t++)
+    started[t] = pthread_create(&tid[t], NULL, conv_part_run, &parts[t]) == 0;
+  conv_part_run(&parts[0]);
+  for (int t = 1; t < count; t++) {
+    if (started[t]) {
+      pthread_join(tid[t], NULL);
+    } else {
+      conv_part_run(&parts[t]);
+    }
+  }
+  openblas_set_num_threads(backend_cpu_threads(b));
+  for (int t = 0; t < count; t++)
+    if (parts[t].rc != PS_ERR_OK) {
+      *err = parts[t].err;
+      return parts[t].rc;
+    }
+  return PS_ERR_OK;
+}
+
+static ps_err conv_forward_parts(backend *b, const conv_shape *s, const float *x, const float *w,
+                                 const float *bias, float *y, int count, ps_error *err) {
+  conv_part parts[CONV_MAX_PARTS];
+  conv_part proto = {.b = b, .s = *s, .x = x, .w = w, .bias = bias, .y = y};
+  PS_TRY(parts_init(b, s, &proto, parts, count, err));
+  return parts_run(b, parts, count, err);
+}
+
+static ps_err conv_backward_parts(backend *b, const conv_shape *s, const float *x, const float *w,
+                                  const float *dy, float *dx, float *dw, float *dbias, int count,
+                                  ps_error *err) {
+  conv_part parts[CONV_MAX_PARTS];
+  conv_part proto = {.b = b, .s = *s, .x = x, .w = w, .dy = dy, .dx = dx, .dw = dw,
+                     .backward = 1};
+  if (dbias != NULL) conv_dbias(s, dy, dbias);
+  PS_TRY(parts_init(b, s, &proto, parts, count, err));
+  PS_TRY(parts_run(b, parts, count, err));
+  size_t dwn = (size_t)s->k * s->c * s->kh * s->kw;
+  for (int t = 1; t < count; t++)
+    for (size_t j = 0; j < dwn; j++) dw[j] += parts[t].dw[j];
+  return PS_ERR_OK;
+}
+
 /* oneDNN where the build has it, except for a single input channel
  * (LeNet's first layer), where scripts/bench_conv measured im2col + SGEMM
  * faster. */
@@ -222,6 +359,8 @@ ps_err cpu_conv_forward(backend *b, const conv_shape *s, const float *x, const f
                         const float *bias, float *y, ps_error *err) {
   if (conv_cpu_uses_dnnl(b, s))
     return conv_dnnl_forward(backend_cpu_dnnl(b), s, x, w, bias, y, err);
+  int parts = conv_parts(b, s);
+  if (parts > 1) return conv_forward_parts(b, s, x, w, bias, y, parts, err);
   return cpu_conv_forward_group(b, s, x, w, bias, y, 0, err);
 }
 
@@ -229,5 +368,7 @@ ps_err cpu_conv_backward(backend *b, const conv_shape *s, const float *x, const 
                          const float *dy, float *dx, float *dw, float *dbias, ps_error *err) {
   if (conv_cpu_uses_dnnl(b, s))
     return conv_dnnl_backward(backend_cpu_dnnl(b), s, x, w, dy, dx, dw, dbias, err);
+  int parts = conv_parts(b, s);
+  if (parts > 1) return conv_backward_parts(b, s, x, w, dy, dx, dw, dbias, parts, err);
   return cpu_conv_backward_group(b, s, x, w, dy, dx, dw, dbias, 0, err);
 }
