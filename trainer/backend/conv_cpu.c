@@ -115,12 +115,19 @@ static const float *group_columns(const conv_shape *s, const float *x, int i0, i
   return cols;
 }
 
+/* Scratch areas start on 64-byte lines. */
+static size_t round16(size_t n) { return (n + 15) / 16 * 16; }
+
+static size_t conv_weights(const conv_shape *s) { return (size_t)s->k * s->c * s->kh * s->kw; }
+
 /* Floats of scratch a group of g images needs: columns, and the packed
  * output or dy of a group of more than one. */
 static size_t group_scratch(const conv_shape *s, int g) {
   size_t ckk = (size_t)s->c * s->kh * s->kw, ohw = (size_t)s->oh * s->ow;
   if (conv_is_pointwise(s) && g == 1) return 0;
-  return (ckk + (g > 1 ? (size_t)s->k : 0)) * g * ohw;
+  size_t need = (ckk + (g > 1 ? (size_t)s->k : 0)) * g * ohw;
+  size_t dy_cols = (size_t)s->k * s->kh * s->kw * s->h * s->w; /* dx_flipped's */
+  return g == 1 && dy_cols > need ? dy_cols : need;
 }
 
 /* The forward of s->n images in groups of g, columns in `scratch`. */
@@ -178,12 +185,43 @@ static const float *group_dy(const conv_shape *s, const float *dy, int i0, int c
   return packed;
 }
 
+/* For stride 1 and a square kernel, dx is itself a stride-1 convolution:
+ * of dy (k channels) with the flipped, transposed weights and padding
+ * kh - 1 - pad. Its im2col and GEMM write dx directly, where Wᵀ dy into
+ * columns would cost a zeroed (c kh kw, oh ow) product and col2im's
+ * scatter-adds. */
+static int dx_flipped(const conv_shape *s) {
+  return s->stride == 1 && s->kh == s->kw && s->pad < s->kh && !conv_is_pointwise(s);
+}
+
+static conv_shape flipped_shape(const conv_shape *s) {
+  conv_shape f = {.n = 1, .c = s->k, .h = s->oh, .w = s->ow, .k = s->c, .kh = s->kh,
+                  .kw = s->kw, .stride = 1, .pad = s->kh - 1 - s->pad, .oh = s->h, .ow = s->w};
+  return f;
+}
+
+/* wt (c, k, kh, kw)[ci][kk][i][j] = w (k, c, kh, kw)[kk][ci][kh-1-i][kw-1-j]. */
+static void flip_weights(const conv_shape *s, const float *w, float *wt) {
+  size_t taps = (size_t)s->kh * s->kw;
+  for (int ci = 0; ci < s->c; ci++)
+    for (int kk = 0; kk < s->k; kk++)
+      for (size_t t = 0; t < taps; t++)
+        wt[((size_t)ci * s->k + kk) * taps + t] = w[((size_t)kk * s->c + ci) * taps + taps - 1 - t];
+}
+
 /* dx of one group: Wᵀ dy, straight into dx for a pointwise image, else into
- * the (now free) column buffer and folded back by col2im. */
-static ps_err group_dx(backend *b, const conv_shape *s, const float *w, const float *dyp, int i0,
-                       int cnt, float *cols, float *dx, ps_error *err) {
+ * the (now free) column buffer and folded back by col2im; or, given the
+ * flipped weights wt, one image's dx as dx_flipped's convolution. */
+static ps_err group_dx(backend *b, const conv_shape *s, const float *w, const float *wt,
+                       const float *dyp, int i0, int cnt, float *cols, float *dx, ps_error *err) {
   size_t ckk = (size_t)s->c * s->kh * s->kw, ohw = (size_t)s->oh * s->ow;
   size_t in_size = (size_t)s->c * s->h * s->w, ld = cnt * ohw;
+  if (wt != NULL && cnt == 1) {
+    conv_shape f = flipped_shape(s);
+    int fkk = f.c * f.kh * f.kw, hw = s->h * s->w;
+    im2col(&f, dyp, cols, (size_t)hw);
+    return gemm_rm(b, 0, 0, s->c, hw, fkk, wt, fkk, cols, hw, 0.0f, dx + i0 * in_size, hw, err);
+  }
   int direct = conv_is_pointwise(s) && cnt == 1;
   float *out = direct ? dx + i0 * in_size : cols;
   if (gemm_rm(b, 1, 0, (int)ckk, (int)ld, s->k, w, (int)ckk, dyp, (int)ld, 0.0f, out, (int)ld,
@@ -206,8 +244,8 @@ static void conv_dbias(const conv_shape *s, const float *dy, float *dbias) {
 
 /* dw (overwritten) and dx of s->n images in groups of g; no dbias. */
 static ps_err backward_images(backend *b, const conv_shape *s, const float *x, const float *w,
-                              const float *dy, float *dx, float *dw, int g, float *scratch,
-                              ps_error *err) {
+                              const float *wt, const float *dy, float *dx, float *dw, int g,
+                              float *scratch, ps_error *err) {
   size_t ckk = (size_t)s->c * s->kh * s->kw, ohw = (size_t)s->oh * s->ow;
   if (s->n == 0) memset(dw, 0, (size_t)s->k * ckk * sizeof *dw);
   for (int i0 = 0; i0 < s->n; i0 += g) {
@@ -219,7 +257,7 @@ static ps_err backward_images(backend *b, const conv_shape *s, const float *x, c
     if (gemm_rm(b, 0, 1, s->k, (int)ckk, (int)ld, dyp, (int)ld, cols, (int)ld,
                 i0 == 0 ? 0.0f : 1.0f, dw, (int)ckk, err) != PS_ERR_OK)
       return err->code;
-    if (dx != NULL && group_dx(b, s, w, dyp, i0, cnt, scratch, dx, err) != PS_ERR_OK)
+    if (dx != NULL && group_dx(b, s, w, wt, dyp, i0, cnt, scratch, dx, err) != PS_ERR_OK)
       return err->code;
   }
   return PS_ERR_OK;
@@ -230,12 +268,13 @@ ps_err cpu_conv_backward_group(backend *b, const conv_shape *s, const float *x, 
                                ps_error *err) {
   int g = conv_group(s, group);
   if (dbias != NULL) conv_dbias(s, dy, dbias);
-  float *scratch = NULL;
-  if (group_scratch(s, g) > 0) {
-    scratch = backend_cpu_scratch(b, group_scratch(s, g), err);
-    if (scratch == NULL) return err->code;
-  }
-  return backward_images(b, s, x, w, dy, dx, dw, g, scratch, err);
+  size_t cols = round16(group_scratch(s, g));
+  int flip = g == 1 && dx != NULL && dx_flipped(s);
+  float *scratch = backend_cpu_scratch(b, cols + (flip ? conv_weights(s) : 1), err);
+  if (scratch == NULL) return err->code;
+  float *wt = flip ? scratch + cols : NULL;
+  if (flip) flip_weights(s, w, wt);
+  return backward_images(b, s, x, w, wt, dy, dx, dw, g, cols > 0 ? scratch : NULL, err);
 }
 
 /* --- images across threads -------------------------------------------------
@@ -250,7 +289,7 @@ ps_err cpu_conv_backward_group(backend *b, const conv_shape *s, const float *x, 
 typedef struct conv_part {
   backend *b;
   conv_shape s; /* n: this part's images */
-  const float *x, *w, *bias, *dy;
+  const float *x, *w, *wt, *bias, *dy; /* wt: dx_flipped's weights, or NULL */
   float *y, *dx, *dw, *scratch;
   int backward;
   ps_err rc;
@@ -259,8 +298,8 @@ typedef struct conv_part {
 
 static void *conv_part_run(void *arg) {
   conv_part *p = arg;
-  p->rc = p->backward ? backward_images(p->b, &p->s, p->x, p->w, p->dy, p->dx, p->dw, 1,
-                                        p->scratch, &p->err)
+  p->rc = p->backward ? backward_images(p->b, &p->s, p->x, p->w, p->wt, p->dy, p->dx, p->dw,
+                                        1, p->scratch, &p->err)
                       : forward_images(p->b, &p->s, p->x, p->w, p->bias, p->y, 1, p->scratch,
                                        &p->err);
   return NULL;
@@ -274,16 +313,20 @@ static int conv_parts(backend *b, const conv_shape *s) {
   return t < s->n ? t : s->n;
 }
 
-static size_t round16(size_t n) { return (n + 15) / 16 * 16; }
-
 /* Splits the images over `count` parts with their scratch (columns, and a
- * private dw after the first part's). */
-static ps_err parts_init(backend *b, const conv_shape *s, const conv_part *proto, conv_part *parts,
+ * private dw after the first part's), and flips the weights for dx_flipped
+ * once for all parts. */
+static ps_err parts_init(backend *b, const conv_shape *s, conv_part *proto, conv_part *parts,
                          int count, ps_error *err) {
-  size_t cols = round16(group_scratch(s, 1)), dwn = round16((size_t)s->k * s->c * s->kh * s->kw);
+  size_t cols = round16(group_scratch(s, 1)), dwn = round16(conv_weights(s));
   size_t in_size = (size_t)s->c * s->h * s->w, out_size = (size_t)s->k * s->oh * s->ow;
-  float *scratch = backend_cpu_scratch(b, count * cols + (count - 1) * dwn + 1, err);
+  int flip = proto->backward && proto->dx != NULL && dx_flipped(s);
+  float *scratch = backend_cpu_scratch(b, count * cols + count * dwn, err);
   if (scratch == NULL) return err->code;
+  if (flip) {
+    proto->wt = scratch + count * cols + (count - 1) * dwn;
+    flip_weights(s, proto->w, (float *)proto->wt);
+  }
   for (int t = 0, i0 = 0; t < count; t++) {
     int cnt = s->n / count + (t < s->n % count);
     conv_part *p = &parts[t];
