@@ -5,6 +5,7 @@
  * The default group is one image (see conv_group). */
 #include <cblas.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "trainer/backend/layers_cpu.h"
@@ -24,6 +25,31 @@ static inline void zero_span(float *restrict p, size_t n) {
   for (size_t i = 0; i < n; i++) p[i] = 0.0f;
 }
 
+/* A stride-1 convolution whose output is the input's size ("same"
+ * padding: ResNet's 3x3 pad 1, LeNet's 5x5 pad 2): a tap's row is the
+ * plane shifted by one offset, so it is one long copy, then the columns the
+ * shift wrapped across row ends set to 0 (rows of 4 to 28 floats cost more
+ * in loop overhead than in data). */
+static int conv_is_same(const conv_shape *s) {
+  return s->stride == 1 && s->oh == s->h && s->ow == s->w;
+}
+
+static void im2col_tap_same(const conv_shape *s, const float *restrict plane,
+                            float *restrict row, int ki, int kj, int y0, int y1, int x0, int x1) {
+  ptrdiff_t shift = (ptrdiff_t)(ki - s->pad) * s->w + (kj - s->pad);
+  ptrdiff_t n = (ptrdiff_t)s->h * s->w, lo = (ptrdiff_t)y0 * s->w, hi = (ptrdiff_t)y1 * s->w;
+  if (lo < -shift) lo = -shift; /* the copy reads inside the plane only */
+  if (hi > n - shift) hi = n - shift;
+  if (hi < lo) hi = lo;
+  zero_span(row, (size_t)lo);
+  for (ptrdiff_t p = lo; p < hi; p++) row[p] = plane[p + shift];
+  zero_span(row + hi, (size_t)(n - hi));
+  for (int oy = y0; oy < y1; oy++) {
+    zero_span(row + (size_t)oy * s->w, (size_t)x0);
+    zero_span(row + (size_t)oy * s->w + x1, (size_t)(s->w - x1));
+  }
+}
+
 /* One tap's row of columns: out[oy ow + ox] = input (oy, ox) of the tap, or
  * 0 in the padding. Stride 1 is its own loop (contiguous, vectorized). */
 static void im2col_tap(const conv_shape *s, const float *restrict plane, float *restrict row,
@@ -31,6 +57,10 @@ static void im2col_tap(const conv_shape *s, const float *restrict plane, float *
   int y0, y1, x0, x1;
   tap_range(ki, s->stride, s->pad, s->h, s->oh, &y0, &y1);
   tap_range(kj, s->stride, s->pad, s->w, s->ow, &x0, &x1);
+  if (conv_is_same(s)) {
+    im2col_tap_same(s, plane, row, ki, kj, y0, y1, x0, x1);
+    return;
+  }
   zero_span(row, (size_t)y0 * s->ow);
   for (int oy = y0; oy < y1; oy++) {
     float *restrict out = row + (size_t)oy * s->ow;
