@@ -2,7 +2,8 @@
  * unrolled side by side into one column matrix (c kh kw rows, g oh ow
  * columns), so one GEMM covers the group. A 1x1, stride-1,
  * unpadded convolution of one image needs no unrolling: x is its columns.
- * The default group is one image (see conv_group). */
+ * The default group is one image for outputs of 256 or more positions
+ * (see conv_group). */
 #include <cblas.h>
 #include <pthread.h>
 #include <stddef.h>
@@ -119,12 +120,17 @@ static int conv_is_pointwise(const conv_shape *s) {
   return s->kh == 1 && s->kw == 1 && s->stride == 1 && s->pad == 0;
 }
 
-/* Images per GEMM. The default is one: scripts/bench_conv measured
- * per-image GEMMs as fast as or faster than groups of 4, 16 and 64 on every
- * LeNet and ResNet shape (OpenBLAS Zen, 1 and 2 threads): packing dy and
- * scattering y cost more than the bigger GEMMs save. */
+#define GROUP_COLUMNS 256
+
+/* Images per GEMM. The default: enough images for GEMMs of GROUP_COLUMNS
+ * columns (one image from 16x16 outputs up). On ResNet-18's 8x8 and 4x4
+ * stages a per-image GEMM repacks the (k, c kh kw) weights for 64 or 16
+ * columns of work: groups measured 10% faster steps (bench_net resnet18, 1
+ * thread; 1024 columns no better), while on larger outputs packing dy and
+ * scattering y cost more than bigger GEMMs save (scripts/bench_conv). */
 static int conv_group(const conv_shape *s, int group) {
-  if (group <= 0) group = 1;
+  int ohw = s->oh * s->ow;
+  if (group <= 0) group = ohw >= GROUP_COLUMNS ? 1 : (GROUP_COLUMNS + ohw - 1) / ohw;
   return group > s->n && s->n > 0 ? s->n : group;
 }
 
@@ -321,7 +327,7 @@ typedef struct conv_part {
   conv_shape s; /* n: this part's images */
   const float *x, *w, *wt, *bias, *dy; /* wt: dx_flipped's weights, or NULL */
   float *y, *dx, *dw, *scratch;
-  int backward;
+  int backward, group; /* group: images per GEMM */
   ps_err rc;
   ps_error err;
 } conv_part;
@@ -329,8 +335,8 @@ typedef struct conv_part {
 static void *conv_part_run(void *arg) {
   conv_part *p = arg;
   p->rc = p->backward ? backward_images(p->b, &p->s, p->x, p->w, p->wt, p->dy, p->dx, p->dw,
-                                        1, p->scratch, &p->err)
-                      : forward_images(p->b, &p->s, p->x, p->w, p->bias, p->y, 1, p->scratch,
+                                        p->group, p->scratch, &p->err)
+                      : forward_images(p->b, &p->s, p->x, p->w, p->bias, p->y, p->group, p->scratch,
                                        &p->err);
   return NULL;
 }
@@ -349,6 +355,8 @@ static int conv_parts(backend *b, const conv_shape *s) {
 static ps_err parts_init(backend *b, const conv_shape *s, conv_part *proto, conv_part *parts,
                          int count, ps_error *err) {
   size_t cols = round16(group_scratch(s, 1)), dwn = round16(conv_weights(s));
+  size_t grouped = round16(group_scratch(s, conv_group(s, 0)));
+  if (grouped > cols) cols = grouped; /* a part's group is at most the whole's */
   size_t in_size = (size_t)s->c * s->h * s->w, out_size = (size_t)s->k * s->oh * s->ow;
   int flip = proto->backward && proto->dx != NULL && dx_flipped(s);
   float *scratch = backend_cpu_scratch(b, count * cols + count * dwn, err);
@@ -362,6 +370,7 @@ static ps_err parts_init(backend *b, const conv_shape *s, conv_part *proto, conv
     conv_part *p = &parts[t];
     *p = *proto;
     p->s.n = cnt;
+    p->group = conv_group(&p->s, 0);
     p->x = proto->x + i0 * in_size;
     p->dy = proto->dy != NULL ? proto->dy + i0 * out_size : NULL;
     p->y = proto->y != NULL ? proto->y + i0 * out_size : NULL;
