@@ -370,7 +370,7 @@ static ps_err parts_init(backend *b, const conv_shape *s, conv_part *proto, conv
     conv_part *p = &parts[t];
     *p = *proto;
     p->s.n = cnt;
-    p->group = conv_group(&p->s, 0);
+    p->group = proto->backward ? conv_group(&p->s, 0) : 1; /* see cpu_conv_forward */
     p->x = proto->x + i0 * in_size;
     p->dy = proto->dy != NULL ? proto->dy + i0 * out_size : NULL;
     p->y = proto->y != NULL ? proto->y + i0 * out_size : NULL;
@@ -442,8 +442,12 @@ ps_err cpu_conv_forward(backend *b, const conv_shape *s, const float *x, const f
   if (conv_cpu_uses_dnnl(b, s))
     return conv_dnnl_forward(backend_cpu_dnnl(b), s, x, w, bias, y, err);
   int parts = conv_parts(b, s);
+  /* One image per GEMM, whatever the batch: an image's y (so batch norm's
+   * running statistics) keeps its bits when the batch is split otherwise
+   * (test_net_train: sync 2x16 vs local 32 --bn-group 16, bitwise), which
+   * GEMMs of other widths do not promise. */
   if (parts > 1) return conv_forward_parts(b, s, x, w, bias, y, parts, err);
-  return cpu_conv_forward_group(b, s, x, w, bias, y, 0, err);
+  return cpu_conv_forward_group(b, s, x, w, bias, y, 1, err);
 }
 
 ps_err cpu_conv_backward(backend *b, const conv_shape *s, const float *x, const float *w,
