@@ -11,7 +11,8 @@
  * Fast vs reference: max |fast - ref| <= tol * max(1, max |ref|) with tol
  * 1e-5 for the convolution (float SGEMM vs double sums) and batch norm
  * (float lanes vs double), 1e-6 for average pooling and add; max pooling,
- * ReLU and copy bitwise. The fast path's results must repeat bit for bit. */
+ * ReLU and copy bitwise. The fast path's results must repeat bit for bit,
+ * on one thread and on three (the convolutions split the batch). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -443,19 +444,8 @@ static void fast_elementwise_case(int n, int c, int hw) {
   flat_free(&t);
 }
 
-int main(void) {
-  ps_error err;
-  rng_seed(&r, 17, 0);
-  REQUIRE(backend_cpu_create(&be, 1, &err) == PS_ERR_OK);
-
-  for (int stride = 1; stride <= 2; stride++)
-    for (int pad = 0; pad <= 1; pad++) gradcheck_conv(stride, pad, 3, 3);
-  gradcheck_conv(2, 1, 3, 2); /* a non-square kernel: kh and kw not mixed up */
-  gradcheck_maxpool(3, 1, 1);   /* overlapping windows */
-  gradcheck_maxpool(3, 2, 1);
-  gradcheck_maxpool(2, 2, 0);
-  gradcheck_flat();
-
+/* The fast path's cases on the current backend. */
+static void fast_cases(void) {
   fast_conv_case(2, 3, 7, 7, 4, 3, 3, 1, 1);
   fast_conv_case(5, 3, 9, 11, 6, 3, 3, 2, 1);  /* batch 5, odd sizes, stride 2 */
   fast_conv_case(5, 8, 5, 7, 4, 1, 1, 1, 0);   /* pointwise: no im2col */
@@ -473,6 +463,27 @@ int main(void) {
   fast_elementwise_case(5, 3, 77);
   fast_elementwise_case(2, 4, 1);
 
+}
+
+int main(void) {
+  ps_error err;
+  rng_seed(&r, 17, 0);
+  REQUIRE(backend_cpu_create(&be, 1, &err) == PS_ERR_OK);
+
+  for (int stride = 1; stride <= 2; stride++)
+    for (int pad = 0; pad <= 1; pad++) gradcheck_conv(stride, pad, 3, 3);
+  gradcheck_conv(2, 1, 3, 2); /* a non-square kernel: kh and kw not mixed up */
+  gradcheck_maxpool(3, 1, 1);   /* overlapping windows */
+  gradcheck_maxpool(3, 2, 1);
+  gradcheck_maxpool(2, 2, 0);
+  gradcheck_flat();
+
+  fast_cases();
+  backend_destroy(be);
+  /* Three threads: the convolutions split the batch into parts (2, 2, 1
+   * images of 5), against the reference and bit for bit run after run. */
+  REQUIRE(backend_cpu_create(&be, 3, &err) == PS_ERR_OK);
+  fast_cases();
   backend_destroy(be);
   return check_report("test_layers");
 }

@@ -20,6 +20,7 @@ typedef struct cpu_backend {
   float *scratch;
   size_t scratch_len; /* floats */
   conv_dnnl *dnnl;    /* oneDNN's convolutions; NULL in a build without it */
+  int threads;        /* OpenBLAS's, restored after the convolutions' parts */
 } cpu_backend;
 
 static void cpu_destroy(backend *b) {
@@ -30,6 +31,8 @@ static void cpu_destroy(backend *b) {
 }
 
 conv_dnnl *backend_cpu_dnnl(backend *b) { return ((cpu_backend *)b)->dnnl; }
+
+int backend_cpu_threads(backend *b) { return ((cpu_backend *)b)->threads; }
 
 float *backend_cpu_scratch(backend *b, size_t floats, ps_error *err) {
   cpu_backend *cb = (cpu_backend *)b;
@@ -187,6 +190,7 @@ ps_err backend_cpu_create(backend **out, int threads, ps_error *err) {
   b->host_memory = 1;
   /* Denormals: flushed by main() for the whole process (common/fp_env.h). */
   if (threads > 0) openblas_set_num_threads(threads);
+  cb->threads = openblas_get_num_threads();
   ps_error dnnl_err;
   if (conv_dnnl_create(&cb->dnnl, threads, &dnnl_err) != PS_ERR_OK) {
     LOG_WARN("cpu backend: convolutions through im2col + BLAS: %s", dnnl_err.msg);

@@ -42,10 +42,68 @@ static void window(int o, int stride, int pad, int k, int in, int *lo, int *hi) 
   *hi = start + k > in ? in : start + k;
 }
 
+/* 2x2 windows at stride 2, unpadded (LeNet's, VGG's): they tile the input,
+ * so each output reads its four inputs without window bounds. */
+static int pool_is_2x2(const pool_shape *s) {
+  return s->kh == 2 && s->kw == 2 && s->stride == 2 && s->pad == 0 && s->oh == s->h / 2 &&
+         s->ow == s->w / 2;
+}
+
+/* The reference's order: the window's first element, then each in turn
+ * replacing the max only when greater (the same bits, NaN included). */
+static void maxpool_2x2_forward(const pool_shape *s, const float *restrict x, float *restrict y) {
+  size_t hw = (size_t)s->h * s->w;
+  for (size_t p = 0; p < (size_t)s->n * s->c; p++)
+    for (int oy = 0; oy < s->oh; oy++) {
+      const float *r0 = x + p * hw + (size_t)(2 * oy) * s->w, *r1 = r0 + s->w;
+      float *out = y + (p * s->oh + oy) * s->ow;
+      for (int ox = 0; ox < s->ow; ox++) {
+        float m = r0[2 * ox], v = r0[2 * ox + 1];
+        m = v > m ? v : m;
+        v = r1[2 * ox];
+        m = v > m ? v : m;
+        v = r1[2 * ox + 1];
+        out[ox] = v > m ? v : m;
+      }
+    }
+}
+
+/* The gradient goes to the window's first input equal to its max (0 + g,
+ * as the reference adds onto zeros); the rest, and the rows and columns no
+ * window covers, get 0. Writes every dx element: no memset first. */
+static void maxpool_2x2_backward(const pool_shape *s, const float *restrict x,
+                                 const float *restrict y, const float *restrict dy,
+                                 float *restrict dx) {
+  size_t hw = (size_t)s->h * s->w;
+  for (size_t p = 0; p < (size_t)s->n * s->c; p++) {
+    for (int oy = 0; oy < s->oh; oy++) {
+      size_t r = p * hw + (size_t)(2 * oy) * s->w, o = (p * s->oh + oy) * s->ow;
+      for (int ox = 0; ox < s->ow; ox++) {
+        size_t a = r + 2 * ox, b = a + 1, c = a + s->w, d = c + 1;
+        float m = y[o + ox], g = 0.0f + dy[o + ox];
+        /* Bitwise & and |: no branches, the loop vectorizes. */
+        int ea = x[a] == m, eb = x[b] == m, ec = x[c] == m, ed = x[d] == m;
+        int ha = ea, hb = eb & !ea, hc = ec & !(ea | eb), hd = ed & !(ea | eb | ec);
+        dx[a] = ha ? g : 0.0f;
+        dx[b] = hb ? g : 0.0f;
+        dx[c] = hc ? g : 0.0f;
+        dx[d] = hd ? g : 0.0f;
+      }
+      if (s->w % 2) dx[r + s->w - 1] = dx[r + 2 * (size_t)s->w - 1] = 0.0f;
+    }
+    if (s->h % 2)
+      for (int j = 0; j < s->w; j++) dx[p * hw + (size_t)(s->h - 1) * s->w + j] = 0.0f;
+  }
+}
+
 ps_err cpu_maxpool_forward(backend *b, const pool_shape *s, const float *x, float *y,
                            ps_error *err) {
   (void)b;
   (void)err;
+  if (pool_is_2x2(s)) {
+    maxpool_2x2_forward(s, x, y);
+    return PS_ERR_OK;
+  }
   size_t hw = (size_t)s->h * s->w;
   for (size_t p = 0; p < (size_t)s->n * s->c; p++) {
     const float *plane = x + p * hw;
@@ -86,6 +144,10 @@ ps_err cpu_maxpool_backward(backend *b, const pool_shape *s, const float *x, con
                             const float *dy, float *dx, ps_error *err) {
   (void)b;
   (void)err;
+  if (pool_is_2x2(s)) {
+    maxpool_2x2_backward(s, x, y, dy, dx);
+    return PS_ERR_OK;
+  }
   size_t hw = (size_t)s->h * s->w;
   memset(dx, 0, (size_t)s->n * s->c * hw * sizeof *dx);
   for (size_t p = 0; p < (size_t)s->n * s->c; p++) {

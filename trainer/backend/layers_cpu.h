@@ -12,6 +12,9 @@
  * the next call; NULL with err set when it cannot grow. */
 float *backend_cpu_scratch(backend *b, size_t floats, ps_error *err);
 
+/* The backend's --threads (OpenBLAS's count where it was 0). */
+int backend_cpu_threads(backend *b);
+
 /* The CPU backend's oneDNN convolutions; NULL in a build without oneDNN. */
 conv_dnnl *backend_cpu_dnnl(backend *b);
 
