@@ -6,7 +6,7 @@
 #  - numpy's forward pass of the export (tests/net_forward.py) gives the
 #    trainer's test accuracy, batch norm's running statistics included;
 #  - sync pserver mode against local training: lenet (2 x 32 vs 64) within
-#    1e-6 after 20 steps; resnet20 (2 x 8 vs 16 with --bn-group 8) within
+#    5e-5 after 20 steps; resnet20 (2 x 8 vs 16 with --bn-group 8) within
 #    1e-6 after one step (float sums in another order; batch norm amplifies
 #    such differences step by step: two local runs with 1 and 2 BLAS threads
 #    differ as much);
@@ -55,7 +55,10 @@ import sys
 from safetensors_read import load, max_difference
 d = max_difference(load(sys.argv[1]), load(sys.argv[2]))
 print(f"lenet, 20 steps: sync 2x32 vs local 64: largest difference {d:.3g}")
-assert d <= 1e-6, d
+# The weight gradients sum 64 images in GEMMs grouped otherwise than 2 x 32:
+# 1e-7 a step, grown by 20 steps of lr 0.05 (measured 7.6e-6); a wrong
+# example or order gives 1e-2.
+assert d <= 5e-5, d
 PY
 if command -v mpirun >/dev/null; then
   timeout 300 "$LAUNCH" --bin "$BIN" --mode collective --trainers 2 --quiet --log-dir "$SCRATCH/ln-coll" -- \
