@@ -452,6 +452,12 @@ static void fast_cases(void) {
   fast_conv_case(5, 8, 7, 9, 4, 1, 1, 2, 0);   /* 1x1 at stride 2 */
   fast_conv_case(3, 4, 14, 14, 5, 5, 5, 1, 2); /* LeNet-like */
   fast_conv_case(5, 3, 10, 9, 4, 3, 2, 2, 0);  /* non-square kernel */
+  /* conv_direct's shapes (with AVX2): many tiles and a partial one, dx
+   * direct too; 5x5; a padded row of 9 (7x7); dx not direct (3 channels). */
+  fast_conv_case(3, 16, 28, 28, 16, 3, 3, 1, 1);
+  fast_conv_case(2, 20, 14, 14, 20, 5, 5, 1, 2);
+  fast_conv_case(4, 8, 7, 7, 12, 3, 3, 1, 1);
+  fast_conv_case(2, 3, 9, 5, 8, 3, 3, 1, 1);
   fast_maxpool_case(5, 3, 9, 11, 3, 2, 1, 0);
   fast_maxpool_case(2, 3, 8, 8, 2, 2, 0, 0);
   fast_maxpool_case(5, 2, 7, 9, 3, 1, 1, 1); /* ties */
@@ -462,7 +468,42 @@ static void fast_cases(void) {
   fast_bn_case(64, 2, 64);
   fast_elementwise_case(5, 3, 77);
   fast_elementwise_case(2, 4, 1);
+  fast_bn_case(9, 7, 1100);          /* over the split threshold: channels across threads */
+  fast_elementwise_case(7, 5, 2000); /* the same for the element-wise ops */
 
+}
+
+/* The worker pool: every item of a run done exactly once, for each part
+ * count, many runs in a row (a lost wake-up would hang, a double run count
+ * twice). */
+typedef struct pool_count {
+  int counts[1000];
+} pool_count;
+
+static void pool_count_part(void *ctx, int part, int parts) {
+  pool_count *c = ctx;
+  size_t lo, hi;
+  cpu_pool_range(sizeof c->counts / sizeof *c->counts, part, parts, &lo, &hi);
+  for (size_t i = lo; i < hi; i++) c->counts[i]++;
+}
+
+static void pool_runs(void) {
+  cpu_pool *p = cpu_pool_create(3);
+  REQUIRE(p != NULL);
+  CHECK(cpu_pool_threads(p) == 3);
+  pool_count c = {{0}};
+  int runs = 0;
+  for (int round = 0; round < 200; round++)
+    for (int parts = 0; parts <= 4; parts++, runs++) cpu_pool_run(p, parts, pool_count_part, &c);
+  int wrong = 0;
+  for (size_t i = 0; i < sizeof c.counts / sizeof *c.counts; i++) wrong += c.counts[i] != runs;
+  CHECK(wrong == 0);
+  size_t lo, hi;
+  cpu_pool_range(10, 0, 3, &lo, &hi);
+  CHECK(lo == 0 && hi == 4);
+  cpu_pool_range(10, 2, 3, &lo, &hi);
+  CHECK(lo == 7 && hi == 10);
+  cpu_pool_destroy(p);
 }
 
 int main(void) {
@@ -477,6 +518,7 @@ int main(void) {
   gradcheck_maxpool(3, 2, 1);
   gradcheck_maxpool(2, 2, 0);
   gradcheck_flat();
+  pool_runs();
 
   fast_cases();
   backend_destroy(be);

@@ -21,11 +21,13 @@ typedef struct cpu_backend {
   size_t scratch_len; /* floats */
   conv_dnnl *dnnl;    /* oneDNN's convolutions; NULL in a build without it */
   int threads;        /* OpenBLAS's, restored after the convolutions' parts */
+  cpu_pool *pool;     /* threads - 1 workers for the layer ops */
 } cpu_backend;
 
 static void cpu_destroy(backend *b) {
   cpu_backend *cb = (cpu_backend *)b;
   conv_dnnl_destroy(cb->dnnl);
+  cpu_pool_destroy(cb->pool);
   free(cb->scratch);
   free(cb);
 }
@@ -33,6 +35,8 @@ static void cpu_destroy(backend *b) {
 conv_dnnl *backend_cpu_dnnl(backend *b) { return ((cpu_backend *)b)->dnnl; }
 
 int backend_cpu_threads(backend *b) { return ((cpu_backend *)b)->threads; }
+
+cpu_pool *backend_cpu_pool(backend *b) { return ((cpu_backend *)b)->pool; }
 
 float *backend_cpu_scratch(backend *b, size_t floats, ps_error *err) {
   cpu_backend *cb = (cpu_backend *)b;
@@ -191,6 +195,11 @@ ps_err backend_cpu_create(backend **out, int threads, ps_error *err) {
   /* Denormals: flushed by main() for the whole process (common/fp_env.h). */
   if (threads > 0) openblas_set_num_threads(threads);
   cb->threads = openblas_get_num_threads();
+  cb->pool = cpu_pool_create(cb->threads);
+  if (cb->pool == NULL) {
+    free(cb);
+    return ps_error_set(err, PS_ERR_NO_MEMORY, "creating the cpu backend's thread pool: out of memory");
+  }
   ps_error dnnl_err;
   if (conv_dnnl_create(&cb->dnnl, threads, &dnnl_err) != PS_ERR_OK) {
     LOG_WARN("cpu backend: convolutions through im2col + BLAS: %s", dnnl_err.msg);

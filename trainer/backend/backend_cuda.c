@@ -13,6 +13,7 @@
 #include "trainer/backend/backend.h"
 #include "trainer/backend/cuda_kernels.h"
 #include "trainer/backend/cuda_layers.h"
+#include "trainer/backend/cuda_try.h"
 
 typedef struct cuda_backend {
   backend base;
@@ -26,15 +27,6 @@ typedef struct cuda_backend {
   int scratch_rows;
   cuda_layers *layers;   /* cuDNN's handle and workspace, made on first use */
 } cuda_backend;
-
-#define CUDA_TRY(err, expr)                                                                      \
-  do {                                                                                           \
-    cudaError_t cuda_rc_ = (expr);                                                               \
-    if (cuda_rc_ != cudaSuccess) {                                                               \
-      return ps_error_set((err), PS_ERR_BACKEND, "%s:%d: %s failed: %s", __FILE__, __LINE__,     \
-                          #expr, cudaGetErrorString(cuda_rc_));                                  \
-    }                                                                                            \
-  } while (0)
 
 #define CUBLAS_TRY(err, expr)                                                                    \
   do {                                                                                           \

@@ -1,14 +1,15 @@
-/* The CPU backend's convolution: im2col + SGEMM. A group of g images is
- * unrolled side by side into one column matrix (c kh kw rows, g oh ow
- * columns), so one GEMM covers the group. A 1x1, stride-1,
- * unpadded convolution of one image needs no unrolling: x is its columns.
- * The default group is one image for outputs of 256 or more positions
- * (see conv_group). */
+/* The CPU backend's convolution: conv_direct.c's kernels where they fit
+ * (stride-1 "same" layers of modest width on AVX2 CPUs: forward, dx and
+ * dw), else im2col + SGEMM. A group of g images is unrolled side by side
+ * into one column matrix (c kh kw rows, g oh ow columns), so one GEMM
+ * covers the group. A 1x1, stride-1, unpadded convolution of one image
+ * needs no unrolling: x is its columns. The default group is one image for
+ * outputs of 256 or more positions (see conv_group). */
 #include <cblas.h>
-#include <pthread.h>
 #include <stddef.h>
 #include <string.h>
 
+#include "trainer/backend/conv_direct.h"
 #include "trainer/backend/layers_cpu.h"
 
 /* Outputs [lo, hi) along one axis whose tap `t` lands inside the input. */
@@ -166,11 +167,33 @@ static size_t group_scratch(const conv_shape *s, int g) {
   return g == 1 && dy_cols > need ? dy_cols : need;
 }
 
-/* The forward of s->n images in groups of g, columns in `scratch`. */
+/* For stride 1 and a square kernel, dx is itself a stride-1 convolution:
+ * of dy (k channels) with the flipped, transposed weights and padding
+ * kh - 1 - pad. Its im2col and GEMM write dx directly, where Wᵀ dy into
+ * columns would cost a zeroed (c kh kw, oh ow) product and col2im's
+ * scatter-adds. */
+static int dx_flipped(const conv_shape *s) {
+  return s->stride == 1 && s->kh == s->kw && s->pad < s->kh && !conv_is_pointwise(s);
+}
+
+static conv_shape flipped_shape(const conv_shape *s) {
+  conv_shape f = {.n = 1, .c = s->k, .h = s->oh, .w = s->ow, .k = s->c, .kh = s->kh,
+                  .kw = s->kw, .stride = 1, .pad = s->kh - 1 - s->pad, .oh = s->h, .ow = s->w};
+  return f;
+}
+
+/* The forward of s->n images: one by one by the direct convolution given
+ * its packed weights, else in groups of g with columns in `scratch`. */
 static ps_err forward_images(backend *b, const conv_shape *s, const float *x, const float *w,
-                             const float *bias, float *y, int g, float *scratch, ps_error *err) {
+                             const float *packed, const float *bias, float *y, int g,
+                             float *scratch, ps_error *err) {
   size_t ckk = (size_t)s->c * s->kh * s->kw, ohw = (size_t)s->oh * s->ow;
-  size_t out_size = (size_t)s->k * ohw;
+  size_t out_size = (size_t)s->k * ohw, in_size = (size_t)s->c * s->h * s->w;
+  if (packed != NULL) {
+    for (int i = 0; i < s->n; i++)
+      conv_direct_image(s, packed, bias, x + i * in_size, y + i * out_size, scratch);
+    return PS_ERR_OK;
+  }
   for (int i0 = 0; i0 < s->n; i0 += g) {
     int cnt = s->n - i0 < g ? s->n - i0 : g;
     size_t ld = cnt * ohw;
@@ -199,15 +222,42 @@ static ps_err forward_images(backend *b, const conv_shape *s, const float *x, co
   return PS_ERR_OK;
 }
 
+/* Whether the forward of groups of g takes conv_direct, and whether dx
+ * does (its flipped convolution, per image whatever g). */
+static int direct_forward(const conv_shape *s, int g) { return g == 1 && conv_direct_fits(s); }
+
+static int direct_dx(const conv_shape *s, const float *dx) {
+  conv_shape f = flipped_shape(s);
+  return dx != NULL && s->stride == 1 && s->kh == s->kw && conv_direct_fits(&f);
+}
+
+/* Whether the whole backward (dw, and dx where asked) is conv_direct's. */
+static int direct_backward(const conv_shape *s, const float *dx) {
+  return conv_direct_dw_fits(s) && (dx == NULL || direct_dx(s, dx));
+}
+
+/* Floats of scratch a part (or the whole) needs per its paths. */
+static size_t part_scratch(const conv_shape *s, int g, int fwd_direct, int dx_direct) {
+  size_t need = group_scratch(s, g);
+  if (fwd_direct && conv_direct_scratch_size(s) > need) need = conv_direct_scratch_size(s);
+  conv_shape f = flipped_shape(s);
+  if (dx_direct && conv_direct_scratch_size(&f) > need) need = conv_direct_scratch_size(&f);
+  return round16(need);
+}
+
 ps_err cpu_conv_forward_group(backend *b, const conv_shape *s, const float *x, const float *w,
                               const float *bias, float *y, int group, ps_error *err) {
-  int g = conv_group(s, group);
+  int g = conv_group(s, group), direct = direct_forward(s, g);
+  size_t cols = part_scratch(s, g, direct, 0);
+  size_t packed_size = direct ? conv_direct_packed_size(s) : 0;
   float *scratch = NULL;
-  if (group_scratch(s, g) > 0) {
-    scratch = backend_cpu_scratch(b, group_scratch(s, g), err);
+  if (cols + packed_size > 0) {
+    scratch = backend_cpu_scratch(b, cols + packed_size, err);
     if (scratch == NULL) return err->code;
   }
-  return forward_images(b, s, x, w, bias, y, g, scratch, err);
+  float *packed = direct ? scratch + cols : NULL;
+  if (direct) conv_direct_pack(s, w, 0, packed);
+  return forward_images(b, s, x, w, packed, bias, y, g, cols > 0 ? scratch : NULL, err);
 }
 
 /* dy of images [i0, i0 + cnt) as one (k, cnt oh ow) matrix, or dy itself. */
@@ -221,21 +271,6 @@ static const float *group_dy(const conv_shape *s, const float *dy, int i0, int c
   return packed;
 }
 
-/* For stride 1 and a square kernel, dx is itself a stride-1 convolution:
- * of dy (k channels) with the flipped, transposed weights and padding
- * kh - 1 - pad. Its im2col and GEMM write dx directly, where Wᵀ dy into
- * columns would cost a zeroed (c kh kw, oh ow) product and col2im's
- * scatter-adds. */
-static int dx_flipped(const conv_shape *s) {
-  return s->stride == 1 && s->kh == s->kw && s->pad < s->kh && !conv_is_pointwise(s);
-}
-
-static conv_shape flipped_shape(const conv_shape *s) {
-  conv_shape f = {.n = 1, .c = s->k, .h = s->oh, .w = s->ow, .k = s->c, .kh = s->kh,
-                  .kw = s->kw, .stride = 1, .pad = s->kh - 1 - s->pad, .oh = s->h, .ow = s->w};
-  return f;
-}
-
 /* wt (c, k, kh, kw)[ci][kk][i][j] = w (k, c, kh, kw)[kk][ci][kh-1-i][kw-1-j]. */
 static void flip_weights(const conv_shape *s, const float *w, float *wt) {
   size_t taps = (size_t)s->kh * s->kw;
@@ -247,11 +282,19 @@ static void flip_weights(const conv_shape *s, const float *w, float *wt) {
 
 /* dx of one group: Wᵀ dy, straight into dx for a pointwise image, else into
  * the (now free) column buffer and folded back by col2im; or, given the
- * flipped weights wt, one image's dx as dx_flipped's convolution. */
+ * flipped weights wt, one image's dx as dx_flipped's convolution; or, given
+ * them packed (packed_t), each image's by conv_direct. */
 static ps_err group_dx(backend *b, const conv_shape *s, const float *w, const float *wt,
-                       const float *dyp, int i0, int cnt, float *cols, float *dx, ps_error *err) {
+                       const float *packed_t, const float *dy, const float *dyp, int i0, int cnt,
+                       float *cols, float *dx, ps_error *err) {
   size_t ckk = (size_t)s->c * s->kh * s->kw, ohw = (size_t)s->oh * s->ow;
-  size_t in_size = (size_t)s->c * s->h * s->w, ld = cnt * ohw;
+  size_t in_size = (size_t)s->c * s->h * s->w, ld = cnt * ohw, out_size = (size_t)s->k * ohw;
+  if (packed_t != NULL) { /* conv_direct of each image's dy, columns free */
+    conv_shape f = flipped_shape(s);
+    for (int j = i0; j < i0 + cnt; j++)
+      conv_direct_image(&f, packed_t, NULL, dy + j * out_size, dx + j * in_size, cols);
+    return PS_ERR_OK;
+  }
   if (wt != NULL && cnt == 1) {
     conv_shape f = flipped_shape(s);
     int fkk = f.c * f.kh * f.kw, hw = s->h * s->w;
@@ -280,10 +323,20 @@ static void conv_dbias(const conv_shape *s, const float *dy, float *dbias) {
 
 /* dw (overwritten) and dx of s->n images in groups of g; no dbias. */
 static ps_err backward_images(backend *b, const conv_shape *s, const float *x, const float *w,
-                              const float *wt, const float *dy, float *dx, float *dw, int g,
-                              float *scratch, ps_error *err) {
+                              const float *wt, const float *packed_t, const float *dy, float *dx,
+                              float *dw, int g, float *scratch, ps_error *err) {
   size_t ckk = (size_t)s->c * s->kh * s->kw, ohw = (size_t)s->oh * s->ow;
   if (s->n == 0) memset(dw, 0, (size_t)s->k * ckk * sizeof *dw);
+  if (direct_backward(s, dx)) { /* image by image, no columns */
+    size_t in_size = (size_t)s->c * s->h * s->w, out_size = (size_t)s->k * ohw;
+    conv_shape f = flipped_shape(s);
+    for (int i = 0; i < s->n; i++) {
+      conv_direct_dw_image(s, x + i * in_size, dy + i * out_size, dw, i > 0, scratch);
+      if (dx != NULL)
+        conv_direct_image(&f, packed_t, NULL, dy + i * out_size, dx + i * in_size, scratch);
+    }
+    return PS_ERR_OK;
+  }
   for (int i0 = 0; i0 < s->n; i0 += g) {
     int cnt = s->n - i0 < g ? s->n - i0 : g;
     size_t ld = cnt * ohw;
@@ -293,7 +346,8 @@ static ps_err backward_images(backend *b, const conv_shape *s, const float *x, c
     if (gemm_rm(b, 0, 1, s->k, (int)ckk, (int)ld, dyp, (int)ld, cols, (int)ld,
                 i0 == 0 ? 0.0f : 1.0f, dw, (int)ckk, err) != PS_ERR_OK)
       return err->code;
-    if (dx != NULL && group_dx(b, s, w, wt, dyp, i0, cnt, scratch, dx, err) != PS_ERR_OK)
+    if (dx != NULL &&
+        group_dx(b, s, w, wt, packed_t, dy, dyp, i0, cnt, scratch, dx, err) != PS_ERR_OK)
       return err->code;
   }
   return PS_ERR_OK;
@@ -302,15 +356,20 @@ static ps_err backward_images(backend *b, const conv_shape *s, const float *x, c
 ps_err cpu_conv_backward_group(backend *b, const conv_shape *s, const float *x, const float *w,
                                const float *dy, float *dx, float *dw, float *dbias, int group,
                                ps_error *err) {
-  int g = conv_group(s, group);
+  int g = conv_group(s, group), direct = direct_dx(s, dx);
   if (dbias != NULL) conv_dbias(s, dy, dbias);
-  size_t cols = round16(group_scratch(s, g));
-  int flip = g == 1 && dx != NULL && dx_flipped(s);
-  float *scratch = backend_cpu_scratch(b, cols + (flip ? conv_weights(s) : 1), err);
+  size_t cols = part_scratch(s, g, direct_backward(s, dx), direct);
+  int flip = !direct && g == 1 && dx != NULL && dx_flipped(s);
+  float *scratch = backend_cpu_scratch(b, cols + (flip || direct ? conv_weights(s) : 1), err);
   if (scratch == NULL) return err->code;
-  float *wt = flip ? scratch + cols : NULL;
+  float *wt = flip ? scratch + cols : NULL, *packed_t = direct ? scratch + cols : NULL;
   if (flip) flip_weights(s, w, wt);
-  return backward_images(b, s, x, w, wt, dy, dx, dw, g, cols > 0 ? scratch : NULL, err);
+  if (direct) {
+    conv_shape f = flipped_shape(s);
+    conv_direct_pack(&f, w, 1, packed_t);
+  }
+  return backward_images(b, s, x, w, wt, packed_t, dy, dx, dw, g, cols > 0 ? scratch : NULL,
+                         err);
 }
 
 /* --- images across threads -------------------------------------------------
@@ -326,44 +385,55 @@ typedef struct conv_part {
   backend *b;
   conv_shape s; /* n: this part's images */
   const float *x, *w, *wt, *bias, *dy; /* wt: dx_flipped's weights, or NULL */
+  const float *packed; /* conv_direct's weights (the forward's, or dx's), or NULL */
   float *y, *dx, *dw, *scratch;
   int backward, group; /* group: images per GEMM */
   ps_err rc;
   ps_error err;
 } conv_part;
 
-static void *conv_part_run(void *arg) {
-  conv_part *p = arg;
-  p->rc = p->backward ? backward_images(p->b, &p->s, p->x, p->w, p->wt, p->dy, p->dx, p->dw,
-                                        p->group, p->scratch, &p->err)
-                      : forward_images(p->b, &p->s, p->x, p->w, p->bias, p->y, p->group, p->scratch,
-                                       &p->err);
-  return NULL;
+static void conv_part_run(void *ctx, int part, int parts) {
+  (void)parts;
+  conv_part *p = (conv_part *)ctx + part;
+  p->rc = p->backward ? backward_images(p->b, &p->s, p->x, p->w, p->wt, p->packed, p->dy, p->dx,
+                                        p->dw, p->group, p->scratch, &p->err)
+                      : forward_images(p->b, &p->s, p->x, p->w, p->packed, p->bias, p->y,
+                                       p->group, p->scratch, &p->err);
 }
 
 /* Parts to split s->n images into: the backend's threads, at most one per
  * image (0 or 1: the single-threaded path). */
 static int conv_parts(backend *b, const conv_shape *s) {
-  int t = backend_cpu_threads(b);
+  int t = cpu_pool_threads(backend_cpu_pool(b));
   if (t > CONV_MAX_PARTS) t = CONV_MAX_PARTS;
   return t < s->n ? t : s->n;
 }
 
 /* Splits the images over `count` parts with their scratch (columns, and a
- * private dw after the first part's), and flips the weights for dx_flipped
- * once for all parts. */
+ * private dw after the first part's), and flips or packs the weights for
+ * dx_flipped or conv_direct once for all parts. */
 static ps_err parts_init(backend *b, const conv_shape *s, conv_part *proto, conv_part *parts,
                          int count, ps_error *err) {
-  size_t cols = round16(group_scratch(s, 1)), dwn = round16(conv_weights(s));
+  int fwd_direct = !proto->backward && direct_forward(s, 1);
+  int dx_direct = proto->backward && direct_dx(s, proto->dx);
+  int on_s = fwd_direct || (proto->backward && direct_backward(s, proto->dx));
+  size_t cols = part_scratch(s, 1, on_s, dx_direct), dwn = round16(conv_weights(s));
   size_t grouped = round16(group_scratch(s, conv_group(s, 0)));
   if (grouped > cols) cols = grouped; /* a part's group is at most the whole's */
   size_t in_size = (size_t)s->c * s->h * s->w, out_size = (size_t)s->k * s->oh * s->ow;
-  int flip = proto->backward && proto->dx != NULL && dx_flipped(s);
+  int flip = !dx_direct && proto->backward && proto->dx != NULL && dx_flipped(s);
   float *scratch = backend_cpu_scratch(b, count * cols + count * dwn, err);
   if (scratch == NULL) return err->code;
+  /* The last part's dw slot is free (part 0 writes dw itself). */
+  float *shared = scratch + count * cols + (count - 1) * dwn;
   if (flip) {
-    proto->wt = scratch + count * cols + (count - 1) * dwn;
-    flip_weights(s, proto->w, (float *)proto->wt);
+    proto->wt = shared;
+    flip_weights(s, proto->w, shared);
+  }
+  if (fwd_direct || dx_direct) {
+    conv_shape f = flipped_shape(s);
+    conv_direct_pack(fwd_direct ? s : &f, proto->w, dx_direct, shared);
+    proto->packed = shared;
   }
   for (int t = 0, i0 = 0; t < count; t++) {
     int cnt = s->n / count + (t < s->n % count);
@@ -382,22 +452,10 @@ static ps_err parts_init(backend *b, const conv_shape *s, conv_part *proto, conv
   return PS_ERR_OK;
 }
 
-/* Runs the parts: part 0 on this thread, the others on their own (on this
- * one, in turn, where a thread cannot start: the same results). */
+/* Runs the parts on the backend's workers, part 0 on this thread. */
 static ps_err parts_run(backend *b, conv_part *parts, int count, ps_error *err) {
-  pthread_t tid[CONV_MAX_PARTS];
-  int started[CONV_MAX_PARTS] = {0};
   openblas_set_num_threads(1);
-  for (int t = 1; t < count; t++)
-    started[t] = pthread_create(&tid[t], NULL, conv_part_run, &parts[t]) == 0;
-  conv_part_run(&parts[0]);
-  for (int t = 1; t < count; t++) {
-    if (started[t]) {
-      pthread_join(tid[t], NULL);
-    } else {
-      conv_part_run(&parts[t]);
-    }
-  }
+  cpu_pool_run(backend_cpu_pool(b), count, conv_part_run, parts);
   openblas_set_num_threads(backend_cpu_threads(b));
   for (int t = 0; t < count; t++)
     if (parts[t].rc != PS_ERR_OK) {

@@ -4,6 +4,7 @@
  * the CPU tests check; what is here is the calls. Every cuDNN and CUDA call is
  * checked: a failure names the call, file:line and the library's message. */
 #include "trainer/backend/cuda_layers.h"
+#include "trainer/backend/cuda_try.h"
 
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
@@ -31,15 +32,6 @@ struct cuda_layers {
     if (cudnn_rc_ != CUDNN_STATUS_SUCCESS) {                                                     \
       return ps_error_set((err), PS_ERR_BACKEND, "%s:%d: %s failed: %s", __FILE__, __LINE__,     \
                           #expr, cudnnGetErrorString(cudnn_rc_));                                \
-    }                                                                                            \
-  } while (0)
-
-#define CUDA_TRY(err, expr)                                                                      \
-  do {                                                                                           \
-    cudaError_t cuda_rc_ = (expr);                                                               \
-    if (cuda_rc_ != cudaSuccess) {                                                               \
-      return ps_error_set((err), PS_ERR_BACKEND, "%s:%d: %s failed: %s", __FILE__, __LINE__,     \
-                          #expr, cudaGetErrorString(cuda_rc_));                                  \
     }                                                                                            \
   } while (0)
 

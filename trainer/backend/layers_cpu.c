@@ -183,15 +183,35 @@ ps_err cpu_avgpool_backward(backend *b, int n, int c, int hw, const float *dy, f
   return PS_ERR_OK;
 }
 
-ps_err cpu_bn_forward_train(backend *b, const bn_shape *s, const float *x, const float *gamma,
-                            const float *beta, float *y, float *save_mean, float *save_invstd,
-                            float *running_mean, float *running_var, float momentum,
-                            ps_error *err) {
-  (void)b;
-  (void)err;
+/* --- work split over the backend's threads ----------------------------------
+ * Batch norm by channels, the element-wise ops by ranges: each output's
+ * arithmetic is the same whatever the split, so the bits do not depend on
+ * --threads. Ops under SPLIT_MIN floats run on the calling thread. */
+
+#define SPLIT_MIN 65536
+
+static int split_parts(backend *b, size_t work, size_t units) {
+  int t = cpu_pool_threads(backend_cpu_pool(b));
+  if (work < SPLIT_MIN || units < 2) return 1;
+  return (size_t)t < units ? t : (int)units;
+}
+
+typedef struct bn_job {
+  const bn_shape *s;
+  const float *x, *dy, *gamma, *beta, *mean, *invstd;
+  float *y, *dx, *save_mean, *save_invstd, *running_mean, *running_var, *dgamma, *dbeta;
+  float momentum;
+  int accumulate;
+} bn_job;
+
+static void bn_forward_train_channels(const bn_job *job, int ch0, int ch1) {
+  const bn_shape *s = job->s;
+  const float *x = job->x, *gamma = job->gamma, *beta = job->beta;
+  float *y = job->y, *save_mean = job->save_mean, *save_invstd = job->save_invstd;
+  float *running_mean = job->running_mean, *running_var = job->running_var, momentum = job->momentum;
   double m = (double)s->n * s->hw;
   size_t stride = (size_t)s->c * s->hw;
-  for (int ch = 0; ch < s->c; ch++) {
+  for (int ch = ch0; ch < ch1; ch++) {
     const float *xc = x + (size_t)ch * s->hw;
     double sum = 0.0, sq = 0.0;
     for (int i = 0; i < s->n; i++) sum += cpu_sum(xc + i * stride, s->hw);
@@ -214,6 +234,25 @@ ps_err cpu_bn_forward_train(backend *b, const bn_shape *s, const float *x, const
       for (int j = 0; j < s->hw; j++) out[j] = g * (in[j] - mean) * invstd + bt;
     }
   }
+}
+
+static void bn_forward_train_part(void *ctx, int part, int parts) {
+  const bn_job *j = ctx;
+  size_t ch0, ch1;
+  cpu_pool_range((size_t)j->s->c, part, parts, &ch0, &ch1);
+  bn_forward_train_channels(j, (int)ch0, (int)ch1);
+}
+
+ps_err cpu_bn_forward_train(backend *b, const bn_shape *s, const float *x, const float *gamma,
+                            const float *beta, float *y, float *save_mean, float *save_invstd,
+                            float *running_mean, float *running_var, float momentum,
+                            ps_error *err) {
+  (void)err;
+  bn_job j = {.s = s, .x = x, .gamma = gamma, .beta = beta, .y = y, .save_mean = save_mean,
+              .save_invstd = save_invstd, .running_mean = running_mean,
+              .running_var = running_var, .momentum = momentum};
+  size_t work = (size_t)s->n * s->c * s->hw;
+  cpu_pool_run(backend_cpu_pool(b), split_parts(b, work, (size_t)s->c), bn_forward_train_part, &j);
   return PS_ERR_OK;
 }
 
@@ -232,14 +271,15 @@ ps_err cpu_bn_forward_infer(backend *b, const bn_shape *s, const float *x, const
   return PS_ERR_OK;
 }
 
-ps_err cpu_bn_backward(backend *b, const bn_shape *s, const float *x, const float *dy,
-                       const float *gamma, const float *save_mean, const float *save_invstd,
-                       float *dx, float *dgamma, float *dbeta, int accumulate, ps_error *err) {
-  (void)b;
-  (void)err;
+static void bn_backward_channels(const bn_job *job, int ch0, int ch1) {
+  const bn_shape *s = job->s;
+  const float *x = job->x, *dy = job->dy, *gamma = job->gamma, *save_mean = job->mean;
+  const float *save_invstd = job->invstd;
+  float *dx = job->dx, *dgamma = job->dgamma, *dbeta = job->dbeta;
+  int accumulate = job->accumulate;
   double m = (double)s->n * s->hw;
   size_t stride = (size_t)s->c * s->hw;
-  for (int ch = 0; ch < s->c; ch++) {
+  for (int ch = ch0; ch < ch1; ch++) {
     float mean = save_mean[ch], invstd = save_invstd[ch];
     size_t base = (size_t)ch * s->hw;
     double sum_dy = 0.0, sum_dy_xc = 0.0;
@@ -259,29 +299,79 @@ ps_err cpu_bn_backward(backend *b, const bn_shape *s, const float *x, const floa
         out[j] = k * (fm * g[j] - sdy - (in[j] - mean) * invstd * sdyx);
     }
   }
+}
+
+static void bn_backward_part(void *ctx, int part, int parts) {
+  const bn_job *j = ctx;
+  size_t ch0, ch1;
+  cpu_pool_range((size_t)j->s->c, part, parts, &ch0, &ch1);
+  bn_backward_channels(j, (int)ch0, (int)ch1);
+}
+
+ps_err cpu_bn_backward(backend *b, const bn_shape *s, const float *x, const float *dy,
+                       const float *gamma, const float *save_mean, const float *save_invstd,
+                       float *dx, float *dgamma, float *dbeta, int accumulate, ps_error *err) {
+  (void)err;
+  bn_job j = {.s = s, .x = x, .dy = dy, .gamma = gamma, .mean = save_mean, .invstd = save_invstd,
+              .dx = dx, .dgamma = dgamma, .dbeta = dbeta, .accumulate = accumulate};
+  size_t work = (size_t)s->n * s->c * s->hw;
+  cpu_pool_run(backend_cpu_pool(b), split_parts(b, work, (size_t)s->c), bn_backward_part, &j);
   return PS_ERR_OK;
 }
 
+typedef enum { EW_RELU, EW_RELU_GRAD, EW_ADD } ew_kind;
+
+typedef struct ew_job {
+  ew_kind kind;
+  float *out;
+  const float *a, *x; /* relu: x; relu grad: a = dy, x = y; add: out = a + scale x */
+  float scale;
+  size_t n;
+} ew_job;
+
+static void ew_part(void *ctx, int part, int parts) {
+  const ew_job *j = ctx;
+  size_t lo, hi;
+  cpu_pool_range(j->n, part, parts, &lo, &hi);
+  float *out = j->out; /* may be a or x: in place */
+  const float *a = j->a, *x = j->x;
+  switch (j->kind) {
+  case EW_RELU:
+    for (size_t i = lo; i < hi; i++) out[i] = kernel_relu(x[i]);
+    break;
+  case EW_RELU_GRAD:
+    for (size_t i = lo; i < hi; i++) out[i] = kernel_relu_grad(a[i], x[i]);
+    break;
+  case EW_ADD:
+    for (size_t i = lo; i < hi; i++) out[i] = a[i] + j->scale * x[i];
+    break;
+  }
+}
+
+static void ew_run(backend *b, ew_job *j) {
+  cpu_pool_run(backend_cpu_pool(b), split_parts(b, j->n, j->n), ew_part, j);
+}
+
 ps_err cpu_relu_forward(backend *b, float *y, const float *x, size_t n, ps_error *err) {
-  (void)b;
   (void)err;
-  for (size_t i = 0; i < n; i++) y[i] = kernel_relu(x[i]);
+  ew_job j = {.kind = EW_RELU, .out = y, .x = x, .n = n};
+  ew_run(b, &j);
   return PS_ERR_OK;
 }
 
 ps_err cpu_relu_backward(backend *b, float *dx, const float *dy, const float *y, size_t n,
                          ps_error *err) {
-  (void)b;
   (void)err;
-  for (size_t i = 0; i < n; i++) dx[i] = kernel_relu_grad(dy[i], y[i]);
+  ew_job j = {.kind = EW_RELU_GRAD, .out = dx, .a = dy, .x = y, .n = n};
+  ew_run(b, &j);
   return PS_ERR_OK;
 }
 
 ps_err cpu_add(backend *b, float *y, const float *a, const float *x, float scale, size_t n,
                ps_error *err) {
-  (void)b;
   (void)err;
-  for (size_t i = 0; i < n; i++) y[i] = a[i] + scale * x[i];
+  ew_job j = {.kind = EW_ADD, .out = y, .a = a, .x = x, .scale = scale, .n = n};
+  ew_run(b, &j);
   return PS_ERR_OK;
 }
 

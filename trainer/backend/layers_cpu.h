@@ -7,6 +7,7 @@
 
 #include "trainer/backend/backend.h"
 #include "trainer/backend/conv_dnnl.h"
+#include "trainer/backend/cpu_pool.h"
 
 /* The CPU backend's scratch memory: at least `floats` floats, valid until
  * the next call; NULL with err set when it cannot grow. */
@@ -14,6 +15,9 @@ float *backend_cpu_scratch(backend *b, size_t floats, ps_error *err);
 
 /* The backend's --threads (OpenBLAS's count where it was 0). */
 int backend_cpu_threads(backend *b);
+
+/* Its worker threads, for ops that split their work (cpu_pool.h). */
+cpu_pool *backend_cpu_pool(backend *b);
 
 /* The CPU backend's oneDNN convolutions; NULL in a build without oneDNN. */
 conv_dnnl *backend_cpu_dnnl(backend *b);
