@@ -2,7 +2,9 @@
  * the one table of fields (job_fields.h). */
 #include "common/job.h"
 
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/hash.h"
@@ -28,6 +30,58 @@ ps_err update_mode_parse(const char *name, update_mode *out, ps_error *err) {
 
 enum { GROUP_JOB = 0, GROUP_OPT = 1, GROUP_SPARSE = 2, GROUP_SSP = 3, GROUP_GEO = 4 };
 
+/* --- input normalization ------------------------------------------------- */
+
+void input_norm_format(int channels, const float *mean, const float *std, char *buf, size_t len) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (int part = 0; part < 2; part++) {
+    const float *v = part == 0 ? mean : std;
+    for (int c = 0; c < channels && used < len; c++) {
+      int n = snprintf(buf + used, len - used, "%s%.9g", c > 0 ? "," : part > 0 ? "/" : "", v[c]);
+      if (n < 0) return;
+      used += (size_t)n;
+    }
+  }
+}
+
+/* Up to PSTRAIN_INPUT_NORM_CHANNELS comma-separated floats ending at `end`. */
+static int parse_floats(const char *p, char end, float *out, const char **next) {
+  int count = 0;
+  for (;;) {
+    char *stop = NULL;
+    double v = strtod(p, &stop);
+    if (stop == p || count == PSTRAIN_INPUT_NORM_CHANNELS || !isfinite(v)) return -1;
+    out[count++] = (float)v;
+    if (*stop == ',') {
+      p = stop + 1;
+      continue;
+    }
+    if (*stop != end) return -1;
+    *next = stop;
+    return count;
+  }
+}
+
+ps_err input_norm_parse(const char *text, char *out, ps_error *err) {
+  float mean[PSTRAIN_INPUT_NORM_CHANNELS], std[PSTRAIN_INPUT_NORM_CHANNELS];
+  out[0] = '\0';
+  if (text[0] == '\0') return PS_ERR_OK;
+  const char *p = text;
+  int means = strlen(text) < PSTRAIN_INPUT_NORM_MAX ? parse_floats(p, '/', mean, &p) : -1;
+  int stds = means > 0 ? parse_floats(p + 1, '\0', std, &p) : -1;
+  int ok = means > 0 && stds == means;
+  for (int c = 0; ok && c < means; c++) ok = std[c] > 0.0f;
+  if (!ok) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                        "job description: input normalization '%.60s' is not 'MEAN,.../STD,...' "
+                        "with 1 to %d channels and positive standard deviations",
+                        text, PSTRAIN_INPUT_NORM_CHANNELS);
+  }
+  input_norm_format(means, mean, std, out, PSTRAIN_INPUT_NORM_MAX);
+  return PS_ERR_OK;
+}
+
 /* Groups written in brackets as one entry; SSP and GEO rows read as JOB rows. */
 static int bracketed(int group) { return group == GROUP_OPT || group == GROUP_SPARSE; }
 
@@ -47,6 +101,7 @@ static const struct {
 #define FORMAT_SCHEDULE(v, buf, len) snprintf(buf, len, "%s", lr_schedule_name(v))
 #define FORMAT_UPDATE(v, buf, len) snprintf(buf, len, "%s", update_mode_name(v))
 #define FORMAT_WIRE_DTYPE(v, buf, len) snprintf(buf, len, "%s", wire_dtype_name(v))
+#define FORMAT_NORM(v, buf, len) snprintf(buf, len, "%s", v)
 /* -0 is written 0: the same setting, and protobuf (proto3) drops a zero of
  * either sign, so a job sent with -0 arrives with 0 and must hash alike. */
 #define FORMAT_DOUBLE(v, buf, len) snprintf(buf, len, "%.17g", (v) == 0 ? 0.0 : (v))
@@ -120,9 +175,11 @@ static int group_written(const job_config *job, int group) {
 }
 
 /* Whether field f is in the job's text: its group's rule, and the wire
- * dtype only when it is not f32 (jobs from before it hash as they did). */
+ * dtype only when it is not f32 and the input normalization only when there
+ * is one (jobs from before them hash as they did). */
 static int field_written(const job_config *job, int f) {
   if (f == JOB_FIELD_wire_dtype && job->wire_dtype == WIRE_DTYPE_F32) return 0;
+  if (f == JOB_FIELD_input_norm && job->input_norm[0] == '\0') return 0;
   return group_written(job, fields[f].group);
 }
 

@@ -49,6 +49,10 @@ typedef struct job_config {
   long batch; /* per trainer per step */
   long steps; /* every trainer takes in all */
   wire_dtype wire_dtype; /* dense blocks on the wire (pserver mode) */
+  /* The images' per-channel normalization the trainers computed from the
+   * training set (CIFAR-10): "mean,.../std,..." as input_norm_format
+   * writes it; empty where inputs are p / 255 (IDX, Criteo). */
+  char input_norm[PSTRAIN_INPUT_NORM_MAX];
   job_sparse sparse;
 } job_config;
 
@@ -65,6 +69,13 @@ typedef enum {
 } job_field;
 
 const char *update_mode_name(update_mode mode);
+
+/* input_norm's canonical text for `channels` means and standard
+ * deviations; and a received text checked (1 to PSTRAIN_INPUT_NORM_CHANNELS
+ * channels, finite means, positive standard deviations) and rewritten
+ * canonically into out (PSTRAIN_INPUT_NORM_MAX bytes). */
+void input_norm_format(int channels, const float *mean, const float *std, char *buf, size_t len);
+ps_err input_norm_parse(const char *text, char *out, ps_error *err);
 ps_err update_mode_parse(const char *name, update_mode *out, ps_error *err);
 
 /* The field's name in differences and the agreement text ("block size"). */

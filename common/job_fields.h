@@ -14,9 +14,10 @@
  *          puts them in "optimizer=[...]" and differences name them as
  *          "optimizer"; SPARSE rows likewise in "sparse=[...]", written only
  *          for the CTR models (an MLP job's text is what it always was)
- *          and the wire dtype's row only when it is not f32 (likewise)
+ *          and the wire dtype's row only when it is not f32 (likewise), the
+ *          input normalization's only when the data has one (CIFAR-10)
  *   type   how the value is written and converted: MODEL, KIND, SCHEDULE,
- *          UPDATE, WIRE_DTYPE (names), DOUBLE, INT (int), LONG (long, unsigned on the
+ *          UPDATE, WIRE_DTYPE (names), NORM (input_norm text), DOUBLE, INT (int), LONG (long, unsigned on the
  *          wire), SLONG (long, int64 on the wire), SIZE (size_t), U64
  *   text   what precedes the value in the canonical text. Checkpoints store
  *          the hash of this text: changing it makes older checkpoints another
@@ -56,6 +57,7 @@
   X(batch,        JOB, LONG,     " batch=",       "batch",          1, UINT32_MAX)      \
   X(steps,        JOB, LONG,     " steps=",       "steps",          1, 1ULL << 50)         \
   X(wire_dtype,   JOB, WIRE_DTYPE, " wire_dtype=", "wire dtype",    0, 0)               \
+  X(input_norm,   JOB, NORM,     " input_norm=",  "input normalization", 0, 0)          \
   X(sparse_kind,  SPARSE, SPARSE_KIND, "",        "sparse optimizer", 0, 0)             \
   X(sparse_lr,    SPARSE, DOUBLE, " lr=",         "sparse lr",      0, 0)               \
   X(sparse_epsilon, SPARSE, DOUBLE, " eps=",      "sparse epsilon", 0, 0)               \

@@ -25,6 +25,7 @@
 #define TO_PROTO_SCHEDULE(p, v) ((p) = (char *)lr_schedule_name(v))
 #define TO_PROTO_UPDATE(p, v) ((p) = (char *)update_mode_name(v))
 #define TO_PROTO_WIRE_DTYPE(p, v) ((p) = (char *)wire_dtype_name(v))
+#define TO_PROTO_NORM(p, v) ((p) = (char *)(v))
 #define TO_PROTO_DOUBLE(p, v) ((p) = (v))
 #define TO_PROTO_INT(p, v) ((p) = (uint32_t)(v))
 #define TO_PROTO_LONG(p, v) ((p) = (v))
@@ -72,6 +73,8 @@ static ps_err check_signed(const char *name, long long v, long long lo, long lon
 /* Absent (peers and checkpoints from before the field): f32. */
 #define FROM_PROTO_WIRE_DTYPE(name, p, out, lo, hi)                                                \
   ((p)[0] == '\0' ? (*(out) = WIRE_DTYPE_F32, PS_ERR_OK) : wire_dtype_parse(p, out, err))
+/* Absent: none (images as p / 255). */
+#define FROM_PROTO_NORM(name, p, out, lo, hi) input_norm_parse(p, *(out), err)
 #define FROM_PROTO_DOUBLE(name, p, out, lo, hi) (*(out) = (p), PS_ERR_OK)
 #define FROM_PROTO_UNSIGNED(type, name, p, out, lo, hi)                                            \
   (check_unsigned(name, p, lo, hi, err) != PS_ERR_OK ? err->code : (*(out) = (type)(p), PS_ERR_OK))

@@ -4,7 +4,8 @@
 # by itself, an MLP 3072 wide trains a few steps and exits 0, and the log
 # gives the training set's channel statistics, the ones computed here. A
 # model 784 wide is refused naming the 3x32x32 shape; a missing batch file
-# and --data-format idx on the folder are refused naming the file.
+# and --data-format idx on the folder are refused naming the file; the
+# statistics are part of the job (a pserver refuses other ones).
 . "$(dirname "$0")/lib.sh"
 T="$BIN/trainer"
 D="$SCRATCH/cifar"
@@ -53,6 +54,27 @@ grep -q "30 training images 3x32x32, 5 test" "$SCRATCH/log2" ||
   fail "resnet20 on CIFAR-10 exited $?: $(tail -5 "$SCRATCH/log3")"
 grep -q "done: 1 epochs (3 steps)" "$SCRATCH/log3" || fail "resnet20 did not train: $(tail -3 "$SCRATCH/log3")"
 grep -q "model=resnet20" "$SCRATCH/log3" || fail "no model in the log"
+# The training set's normalization is part of the job: a pserver refuses a
+# trainer whose folder has other statistics, naming the field and both
+# values, trainer 0's being those computed above.
+cp -r "$D" "$SCRATCH/other"
+flip_bit "$SCRATCH/other/data_batch_2.bin" 500 6
+JOB=(--model resnet20 --epochs 1 --max-steps 2 --batch 8 --progress-interval 0)
+start_pservers norm 1 --trainers 2
+start norm-t0 "$T" "${JOB[@]}" --data "$D" --mode pserver --pservers "$PS" --trainers 2 --id 0
+wait_log "$SCRATCH/norm-t0.log" "training resnet20" "$LAST_PID" 60 || fail "trainer 0 did not start"
+expect_exit 2 "trainer 1's job differs from trainer 0's in: input normalization" -- "$T" "${JOB[@]}" \
+  --data "$SCRATCH/other" --mode pserver --pservers "$PS" --trainers 2 --id 1 --connect-timeout 20
+norm=$(sed -n 's/.*job differs from trainer 0.s: input normalization [^ ]* vs \([^ ;]*\).*/\1/p' \
+  "$SCRATCH/norm-s0.log" | head -1)
+"$PY" - "$norm" "$(cat "$SCRATCH/want")" <<'PY' ||
+import sys
+mean, std = (list(map(float, p.split(","))) for p in sys.argv[1].split("/"))
+want = sys.argv[2].replace(",", "").split()
+assert [f"{v:.4f}" for v in mean] == want[2:5] and [f"{v:.4f}" for v in std] == want[6:9], (mean, std, want)
+PY
+  fail "trainer 0's input normalization '$norm' is not the data's $(cat "$SCRATCH/want")"
+
 expect_exit 2 "network lenet takes 1x28x28 inputs but the images are 3x32x32" -- \
   "$T" --model-file "$(dirname "$0")/../docs/models/lenet.net" --data "$D"
 

@@ -25,6 +25,7 @@ static job_config base_job(void) {
                     .block_size = 32768, .seed = 7, .batch = 64, .steps = 100,
                     .wire_dtype = WIRE_DTYPE_BF16};
   REQUIRE(model_parse("ctr:4:16", &job.model, &err) == PS_ERR_OK);
+  snprintf(job.input_norm, sizeof job.input_norm, "0.125,0.5/0.25,2");
   job.optimizer = (optimizer_config){.kind = OPTIMIZER_ADAM, .lr = 0.001, .weight_decay = 0.01,
                                      .momentum = 0.9, .beta1 = 0.9, .beta2 = 0.999,
                                      .epsilon = 1e-8, .schedule = LR_COSINE, .step_size = 1000,
@@ -54,6 +55,8 @@ static job_config base_geo_job(void) {
 #define MUTATE_SCHEDULE(v) (v) = (v) == LR_COSINE ? LR_STEP : LR_COSINE
 #define MUTATE_UPDATE(v) (v) = (v) == UPDATE_SYNC ? UPDATE_ASYNC : UPDATE_SYNC
 #define MUTATE_WIRE_DTYPE(v) (v) = (v) == WIRE_DTYPE_BF16 ? WIRE_DTYPE_FP16 : WIRE_DTYPE_BF16
+#define MUTATE_NORM(v)                                                                             \
+  snprintf(v, sizeof(v), "%s", strcmp(v, "0.5/0.25") == 0 ? "0.25,1/0.5,2" : "0.5/0.25")
 #define MUTATE_DOUBLE(v) (v) = (v) / 2 + 0.125 /* stays in (0, 1) when it was */
 #define MUTATE_INT(v) (v) += 1
 #define MUTATE_LONG(v) (v) += 1
@@ -350,6 +353,7 @@ static void check_wire_dtype_row(void) {
   ps_error err;
   job_config job = base_job(), back;
   char text[1024];
+  job.input_norm[0] = '\0';
   job.wire_dtype = WIRE_DTYPE_F32;
   job_config_format(&job, text, sizeof text);
   CHECK(strstr(text, "wire_dtype") == NULL);
@@ -374,6 +378,45 @@ static void check_wire_dtype_row(void) {
              wire_dtype_name((wire_dtype)d));
   }
   CHECK_EQ_STR(joined, WIRE_DTYPE_CHOICES);
+}
+
+/* The input normalization: written only when there is one; a received
+ * one checked and rewritten canonically. */
+static void check_input_norm_row(void) {
+  ps_error err;
+  job_config job = base_job(), back;
+  char text[1024], out[PSTRAIN_INPUT_NORM_MAX];
+  job.input_norm[0] = '\0';
+  job_config_format(&job, text, sizeof text);
+  CHECK(strstr(text, "input_norm") == NULL);
+  float mean[3] = {0.4914f, 0.4822f, 0.4465f}, std[3] = {0.247f, 0.2435f, 0.2616f};
+  input_norm_format(3, mean, std, job.input_norm, sizeof job.input_norm);
+  CHECK_EQ_STR(job.input_norm, "0.491400003,0.482199997,0.446500003/0.246999994,0.243499994,"
+                               "0.261599988");
+  job_config_format(&job, text, sizeof text);
+  CHECK(strstr(text, " wire_dtype=bf16 input_norm=0.491400003,") != NULL);
+  Pstrain__JobConfig jc;
+  wire_job_parts parts;
+  char model[256];
+  wire_job_to_proto(&job, &jc, &parts, model, sizeof model);
+  CHECK_EQ_INT(wire_job_from_proto(&jc, &back, &err), PS_ERR_OK);
+  CHECK_EQ_STR(back.input_norm, job.input_norm);
+  CHECK(job_config_hash(&back) == job_config_hash(&job));
+  jc.input_norm = (char *)""; /* an older peer's job, or data without one */
+  CHECK_EQ_INT(wire_job_from_proto(&jc, &back, &err), PS_ERR_OK);
+  CHECK_EQ_STR(back.input_norm, "");
+  CHECK_EQ_INT(input_norm_parse("0.50/2.0e-1", out, &err), PS_ERR_OK);
+  CHECK_EQ_STR(out, "0.5/0.200000003");
+  const char *bad[] = {"0.5", "0.5/", "/0.5", "0.5/0", "0.5/-1", "0.5,0.5/1", "nan/1", "1/inf",
+                       "1,2,3,4,5/1,1,1,1,1", "0.5/1x", "0.5 /1"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    jc.input_norm = (char *)bad[i];
+    if (wire_job_from_proto(&jc, &back, &err) != PS_ERR_INVALID_ARGUMENT ||
+        strstr(err.msg, "input normalization") == NULL) {
+      fprintf(stderr, "input normalization '%s' was not refused\n", bad[i]);
+      check_failures++;
+    }
+  }
 }
 
 /* The staleness is written only for ssp jobs (sync and async jobs hash as
@@ -472,6 +515,7 @@ int main(void) {
   check_every_field(&ssp, NULL);
   check_every_field(&geo, "GEO");
   check_wire_dtype_row();
+  check_input_norm_row();
   /* Every member of job_config is a row: what no row covers is padding
    * (after optimizer.kind, optimizer.schedule, pservers, wire_dtype,
    * sparse.sparse_kind and sparse.admit_after on LP64). */

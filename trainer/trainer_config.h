@@ -100,6 +100,7 @@ typedef struct trainer_settings {
   optimizer_config optimizer; /* total_steps is set once the data size is known */
   int criteo;                 /* --data is a Criteo TSV file (the CTR models' data) */
   int cifar;                  /* --data is a CIFAR-10 binary folder (else IDX, when not criteo) */
+  char input_norm[PSTRAIN_INPUT_NORM_MAX]; /* the data's, once loaded (job.h) */
   sparse_optimizer_config sparse_opt; /* the CTR models' tables */
   log_level level;
   long timeline_first, timeline_last; /* --timeline-steps, both included */

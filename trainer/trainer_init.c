@@ -21,6 +21,7 @@ void trainer_job(const trainer *t, job_config *job) {
                       .trainers = t->trainers, .pservers = s->pserver_mode ? s->pservers.count : 1,
                       .block_size = (size_t)s->opt.block_size, .seed = (uint64_t)s->opt.seed,
                       .batch = s->opt.batch, .steps = steps, .wire_dtype = s->wire_dtype};
+  snprintf(job->input_norm, sizeof job->input_norm, "%s", s->input_norm);
   if (job->update == UPDATE_SSP) job->staleness = s->staleness;
   if (job->update == UPDATE_GEO) job->geo_steps = s->geo_steps;
   if (ctr_table_count(&s->model) > 0) {
@@ -108,6 +109,13 @@ static ps_err init_steps(trainer *t, ps_error *err) {
     /* A built-in network takes the images' shape (a file's was checked). */
     const dataset *d = &t->files.train;
     PS_TRY(model_set_input(&t->settings.model, d->channels, d->rows, d->cols, err));
+  }
+  /* The training set's normalization is part of the job: trainers whose
+   * data differ (another CIFAR-10 folder) do not train one model. */
+  const dataset *train = &t->files.train;
+  if (!t->settings.criteo && train->normalized) {
+    input_norm_format(train->channels, train->mean, train->std, t->settings.input_norm,
+                      sizeof t->settings.input_norm);
   }
   PS_TRY(open_outputs(t, err));
   PS_TRY(build_model(t, err));
