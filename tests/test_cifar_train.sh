@@ -50,8 +50,19 @@ grep -q "30 training images 3x32x32, 5 test" "$SCRATCH/log2" ||
   fail "limits not applied: $(grep cifar "$SCRATCH/log2")"
 
 # The networks take the images' 3x32x32 shape: resnet20's stem reads three channels.
-"$T" --model resnet20 --data "$D" --epochs 1 --max-steps 3 --batch 16 2>"$SCRATCH/log3" ||
+"$T" --model resnet20 --data "$D" --epochs 1 --max-steps 3 --batch 16 \
+  --export "$SCRATCH/r20.safetensors" 2>"$SCRATCH/log3" ||
   fail "resnet20 on CIFAR-10 exited $?: $(tail -5 "$SCRATCH/log3")"
+# The export says how images enter the model: the statistics above.
+"$PY" - "$SCRATCH/r20.safetensors" "$(cat "$SCRATCH/want")" <<'PY' ||
+import json, struct, sys
+with open(sys.argv[1], "rb") as f:
+    meta = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))["__metadata__"]
+mean, std = (list(map(float, p.split(","))) for p in meta["input_norm"].split("/"))
+want = sys.argv[2].replace(",", "").split()
+assert [f"{v:.4f}" for v in mean] == want[2:5] and [f"{v:.4f}" for v in std] == want[6:9], (meta, want)
+PY
+  fail "the export's input_norm is not the data's $(cat "$SCRATCH/want")"
 grep -q "done: 1 epochs (3 steps)" "$SCRATCH/log3" || fail "resnet20 did not train: $(tail -3 "$SCRATCH/log3")"
 grep -q "model=resnet20" "$SCRATCH/log3" || fail "no model in the log"
 # The training set's normalization is part of the job: a pserver refuses a

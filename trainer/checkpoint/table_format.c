@@ -221,7 +221,13 @@ ps_err trainer_checkpoint_export(trainer *t, const char *path, ps_error *err) {
   if (rc == PS_ERR_OK) {
     char model_text[MODEL_TEXT_MAX];
     model_format(&t->settings.model, model_text, sizeof model_text);
-    const char *metadata[] = {"format", "pt", "model", model_text, "producer", "pstrain", NULL};
+    /* input_norm: how images enter the model (CIFAR-10), for readers of the file. */
+    const char *metadata[] = {"format", "pt", "model", model_text, "producer", "pstrain",
+                              NULL, NULL, NULL};
+    if (t->settings.input_norm[0] != '\0') {
+      metadata[6] = "input_norm";
+      metadata[7] = t->settings.input_norm;
+    }
     rc = safetensors_write_tensors(path, parts, count, metadata, 0, err);
   }
   if (rc == PS_ERR_OK) {
