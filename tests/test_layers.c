@@ -14,6 +14,7 @@
  * ReLU and copy bitwise. The fast path's results must repeat bit for bit,
  * on one thread and on three (the convolutions split the batch). */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -487,6 +488,18 @@ static void pool_count_part(void *ctx, int part, int parts) {
   for (size_t i = lo; i < hi; i++) c->counts[i]++;
 }
 
+/* Another thread's runs on the same pool, concurrently with the main one's. */
+typedef struct pool_rival {
+  cpu_pool *pool;
+  pool_count count;
+} pool_rival;
+
+static void *pool_rival_main(void *arg) {
+  pool_rival *rival = arg;
+  for (int i = 0; i < 300; i++) cpu_pool_run(rival->pool, 3, pool_count_part, &rival->count);
+  return NULL;
+}
+
 static void pool_runs(void) {
   cpu_pool *p = cpu_pool_create(3);
   REQUIRE(p != NULL);
@@ -503,6 +516,17 @@ static void pool_runs(void) {
   CHECK(lo == 0 && hi == 4);
   cpu_pool_range(10, 2, 3, &lo, &hi);
   CHECK(lo == 7 && hi == 10);
+  /* Two threads' runs at once: each item of each run counted once. */
+  pool_rival rival = {.pool = p};
+  pool_count mine = {{0}};
+  pthread_t tid;
+  REQUIRE(pthread_create(&tid, NULL, pool_rival_main, &rival) == 0);
+  for (int i = 0; i < 300; i++) cpu_pool_run(p, 3, pool_count_part, &mine);
+  REQUIRE(pthread_join(tid, NULL) == 0);
+  wrong = 0;
+  for (size_t i = 0; i < sizeof mine.counts / sizeof *mine.counts; i++)
+    wrong += mine.counts[i] != 300 || rival.count.counts[i] != 300;
+  CHECK(wrong == 0);
   cpu_pool_destroy(p);
 }
 

@@ -16,6 +16,7 @@ struct cpu_pool {
   int started;  /* workers started (1 .. started - 1 are parts) */
   int tried;    /* whether the workers were started (or failed to) */
   pthread_mutex_t lock;
+  pthread_mutex_t running; /* held by the run using the workers */
   pthread_cond_t wake, done;
   unsigned long generation;
   int parts, active, finished, stop; /* active: parts 0 .. active - 1 run now */
@@ -60,7 +61,13 @@ cpu_pool *cpu_pool_create(int threads) {
     free(p);
     return NULL;
   }
+  if (pthread_mutex_init(&p->running, NULL) != 0) {
+    pthread_mutex_destroy(&p->lock);
+    free(p);
+    return NULL;
+  }
   if (pthread_cond_init(&p->wake, NULL) != 0 || pthread_cond_init(&p->done, NULL) != 0) {
+    pthread_mutex_destroy(&p->running);
     pthread_mutex_destroy(&p->lock);
     free(p);
     return NULL;
@@ -96,6 +103,7 @@ void cpu_pool_destroy(cpu_pool *p) {
   pthread_cond_destroy(&p->wake);
   pthread_cond_destroy(&p->done);
   pthread_mutex_destroy(&p->lock);
+  pthread_mutex_destroy(&p->running);
   free(p);
 }
 
@@ -105,6 +113,12 @@ void cpu_pool_run(cpu_pool *p, int parts, void (*fn)(void *ctx, int part, int pa
   if (parts > p->threads) parts = p->threads;
   if (parts <= 1) {
     fn(ctx, 0, 1);
+    return;
+  }
+  /* A run already using the workers (another thread's): this one's parts
+   * run here in turn, with the same results. */
+  if (pthread_mutex_trylock(&p->running) != 0) {
+    for (int part = 0; part < parts; part++) fn(ctx, part, parts);
     return;
   }
   if (!p->tried) start_workers(p);
@@ -127,6 +141,7 @@ void cpu_pool_run(cpu_pool *p, int parts, void (*fn)(void *ctx, int part, int pa
     while (p->finished < on_workers - 1) pthread_cond_wait(&p->done, &p->lock);
     pthread_mutex_unlock(&p->lock);
   }
+  pthread_mutex_unlock(&p->running);
 }
 
 void cpu_pool_range(size_t n, int part, int parts, size_t *begin, size_t *end) {

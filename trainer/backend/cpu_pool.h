@@ -19,8 +19,8 @@ int cpu_pool_threads(const cpu_pool *p);
 /* Runs fn(ctx, part, parts) for part in [0, parts) and returns when all have
  * returned: part 0 on the calling thread, the others on the workers (on the
  * caller in turn where a worker cannot start: the same results). parts is
- * clamped to [1, cpu_pool_threads]. One run at a time: the backend is used
- * by one thread. */
+ * clamped to [1, cpu_pool_threads]. A run while another thread's holds the
+ * workers runs all its parts on its own thread. */
 void cpu_pool_run(cpu_pool *p, int parts, void (*fn)(void *ctx, int part, int parts), void *ctx);
 
 /* [begin, end) of part `part` of n items split into `parts` near-equal
