@@ -7,8 +7,6 @@
  * packed as [channel block][ci][tap][4] for broadcasts in stream order. */
 #include "trainer/backend/conv_direct.h"
 
-#include <string.h>
-
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define CONV_DIRECT_X86 1
 #include <immintrin.h>
@@ -85,23 +83,32 @@ void conv_direct_pack(const conv_shape *s, const float *w, int flip, float *pack
         }
 }
 
+/* Copies and zeroes of a few dozen floats: inline loops (the build keeps
+ * GCC from turning them into memcpy and memset calls, which cost more). */
+static inline void copy_span(float *restrict dst, const float *restrict src, size_t n) {
+  for (size_t i = 0; i < n; i++) dst[i] = src[i];
+}
+
+static inline void zero_span(float *restrict p, size_t n) {
+  for (size_t i = 0; i < n; i++) p[i] = 0.0f;
+}
+
 /* x (c, h, w) into zeroed, padded planes, and the slack after them zeroed. */
 static void pad_input(const conv_shape *s, const geometry *g, const float *x, float *xp) {
   int p = s->pad;
   for (int ci = 0; ci < s->c; ci++) {
     float *dst = xp + (size_t)ci * g->plane;
     const float *src = x + (size_t)ci * s->h * s->w;
-    memset(dst, 0, (size_t)p * g->wp * sizeof *dst);
+    zero_span(dst, (size_t)p * g->wp + p); /* the top rows and the first row's left */
     for (int r = 0; r < s->h; r++) {
-      float *row = dst + (size_t)(p + r) * g->wp;
-      memset(row, 0, (size_t)p * sizeof *row);
-      memcpy(row + p, src + (size_t)r * s->w, (size_t)s->w * sizeof *row);
-      memset(row + p + s->w, 0, (size_t)p * sizeof *row);
+      float *row = dst + (size_t)(p + r) * g->wp + p;
+      copy_span(row, src + (size_t)r * s->w, (size_t)s->w);
+      zero_span(row + s->w, (size_t)2 * p); /* this row's right, the next one's left */
     }
-    memset(dst + (size_t)(p + s->h) * g->wp, 0, (size_t)p * g->wp * sizeof *dst);
+    zero_span(dst + (size_t)(p + s->h) * g->wp + p, (size_t)p * g->wp - p);
   }
   size_t used = (size_t)s->c * g->plane;
-  memset(xp + used, 0, (g->input_floats - used) * sizeof *xp);
+  zero_span(xp + used, g->input_floats - used);
 }
 
 #ifdef CONV_DIRECT_X86
@@ -246,10 +253,10 @@ void conv_direct_dw_image(const conv_shape *s, const float *x, const float *dy, 
     float *dst = dylin + (size_t)o * g.qpad;
     const float *src = dy + (size_t)o * s->h * s->w;
     for (int r = 0; r < s->h; r++) {
-      memcpy(dst + (size_t)r * g.wp, src + (size_t)r * s->w, (size_t)s->w * sizeof *dst);
-      memset(dst + (size_t)r * g.wp + s->w, 0, (size_t)(g.wp - s->w) * sizeof *dst);
+      copy_span(dst + (size_t)r * g.wp, src + (size_t)r * s->w, (size_t)s->w);
+      zero_span(dst + (size_t)r * g.wp + s->w, (size_t)(g.wp - s->w));
     }
-    memset(dst + g.q, 0, (g.qpad - g.q) * sizeof *dst);
+    zero_span(dst + g.q, g.qpad - g.q);
   }
   if (s->kw == 3) {
     dw_rows_3(s, &g, xp, dylin, dw, accumulate);
