@@ -7,6 +7,8 @@
  * packed as [channel block][ci][tap][4] for broadcasts in stream order. */
 #include "trainer/backend/conv_direct.h"
 
+#include <assert.h>
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define CONV_DIRECT_X86 1
 #include <immintrin.h>
@@ -83,6 +85,7 @@ void conv_direct_pack(const conv_shape *s, const float *w, int flip, float *pack
         }
 }
 
+#ifdef CONV_DIRECT_X86
 /* Copies and zeroes of a few dozen floats: inline loops (the build keeps
  * GCC from turning them into memcpy and memset calls, which cost more). */
 static inline void copy_span(float *restrict dst, const float *restrict src, size_t n) {
@@ -91,6 +94,16 @@ static inline void copy_span(float *restrict dst, const float *restrict src, siz
 
 static inline void zero_span(float *restrict p, size_t n) {
   for (size_t i = 0; i < n; i++) p[i] = 0.0f;
+}
+
+/* The kernels' loads are outside AddressSanitizer (their tiles need the
+ * optimizer, see CMakeLists.txt): the largest index of the padded input
+ * they read, tile or dw row, is checked here instead, once per image. */
+static void check_reads(const conv_shape *s, const geometry *g) {
+  size_t last = (size_t)(s->c - 1) * g->plane + g->qpad - 1 + (size_t)(s->kh - 1) * g->wp +
+                (size_t)(s->kw - 1);
+  assert(last < g->input_floats);
+  (void)last;
 }
 
 /* x (c, h, w) into zeroed, padded planes, and the slack after them zeroed. */
@@ -111,11 +124,10 @@ static void pad_input(const conv_shape *s, const geometry *g, const float *x, fl
   zero_span(xp + used, g->input_floats - used);
 }
 
-#ifdef CONV_DIRECT_X86
 /* One tile: out[m ld + v] for 4 channels m and 24 positions v from xp (the
  * tile's first position in plane 0) and its channel block's packed weights.
  * `k` is a constant in each caller, so the tap loops unroll. */
-__attribute__((target("avx2,fma"), always_inline)) static inline void
+__attribute__((target("avx2,fma"), always_inline, no_sanitize_address, no_sanitize("undefined"))) static inline void
 tile(const float *xp, const float *wk, int c, size_t plane, int wp, int k, float *out, size_t ld) {
   __m256 acc[DIRECT_MR][DIRECT_NV];
   for (int m = 0; m < DIRECT_MR; m++)
@@ -140,7 +152,7 @@ tile(const float *xp, const float *wk, int c, size_t plane, int wp, int k, float
 
 /* Every tile of the image: channel blocks outer, so a block's weights stay
  * in cache while its tiles stream the padded input. */
-__attribute__((target("avx2,fma"), always_inline)) static inline void
+__attribute__((target("avx2,fma"), always_inline, no_sanitize_address, no_sanitize("undefined"))) static inline void
 all_tiles(const conv_shape *s, const geometry *g, const float *packed, const float *xp,
           float *ylin, int k) {
   size_t block = (size_t)s->c * k * k * DIRECT_MR;
@@ -150,19 +162,19 @@ all_tiles(const conv_shape *s, const geometry *g, const float *packed, const flo
            ylin + (size_t)cb * DIRECT_MR * g->qpad + q0, g->qpad);
 }
 
-__attribute__((target("avx2,fma"))) static void tiles_3(const conv_shape *s, const geometry *g,
+__attribute__((target("avx2,fma"), no_sanitize_address, no_sanitize("undefined"))) static void tiles_3(const conv_shape *s, const geometry *g,
                                                          const float *packed, const float *xp,
                                                          float *ylin) {
   all_tiles(s, g, packed, xp, ylin, 3);
 }
 
-__attribute__((target("avx2,fma"))) static void tiles_5(const conv_shape *s, const geometry *g,
+__attribute__((target("avx2,fma"), no_sanitize_address, no_sanitize("undefined"))) static void tiles_5(const conv_shape *s, const geometry *g,
                                                          const float *packed, const float *xp,
                                                          float *ylin) {
   all_tiles(s, g, packed, xp, ylin, 5);
 }
 
-__attribute__((target("avx2,fma"))) static void tiles_any(const conv_shape *s, const geometry *g,
+__attribute__((target("avx2,fma"), no_sanitize_address, no_sanitize("undefined"))) static void tiles_any(const conv_shape *s, const geometry *g,
                                                            const float *packed, const float *xp,
                                                            float *ylin) {
   all_tiles(s, g, packed, xp, ylin, s->kh);
@@ -173,7 +185,7 @@ __attribute__((target("avx2,fma"))) static void tiles_any(const conv_shape *s, c
  * the discarded ones. A block is `mr` output channels by the kw taps of one
  * kernel row: mr kw accumulators of 8 positions each, summed across lanes
  * at the end. */
-__attribute__((target("avx2,fma"), always_inline)) static inline void
+__attribute__((target("avx2,fma"), always_inline, no_sanitize_address, no_sanitize("undefined"))) static inline void
 dw_rows(const conv_shape *s, const geometry *g, const float *xp, const float *dylin, float *dw,
         int accumulate, int mr, int kw) {
   size_t taps = (size_t)kw * kw;
@@ -204,13 +216,13 @@ dw_rows(const conv_shape *s, const geometry *g, const float *xp, const float *dy
       }
 }
 
-__attribute__((target("avx2,fma"))) static void dw_rows_3(const conv_shape *s, const geometry *g,
+__attribute__((target("avx2,fma"), no_sanitize_address, no_sanitize("undefined"))) static void dw_rows_3(const conv_shape *s, const geometry *g,
                                                            const float *xp, const float *dylin,
                                                            float *dw, int accumulate) {
   dw_rows(s, g, xp, dylin, dw, accumulate, 4, 3);
 }
 
-__attribute__((target("avx2,fma"))) static void dw_rows_5(const conv_shape *s, const geometry *g,
+__attribute__((target("avx2,fma"), no_sanitize_address, no_sanitize("undefined"))) static void dw_rows_5(const conv_shape *s, const geometry *g,
                                                            const float *xp, const float *dylin,
                                                            float *dw, int accumulate) {
   dw_rows(s, g, xp, dylin, dw, accumulate, 2, 5);
@@ -222,6 +234,7 @@ void conv_direct_image(const conv_shape *s, const float *packed, const float *bi
 #ifdef CONV_DIRECT_X86
   geometry g = geometry_of(s);
   float *xp = scratch, *ylin = scratch + g.input_floats;
+  check_reads(s, &g);
   pad_input(s, &g, x, xp);
   if (s->kh == 3) {
     tiles_3(s, &g, packed, xp, ylin);
@@ -248,6 +261,7 @@ void conv_direct_dw_image(const conv_shape *s, const float *x, const float *dy, 
 #ifdef CONV_DIRECT_X86
   geometry g = geometry_of(s);
   float *xp = scratch, *dylin = scratch + g.input_floats;
+  check_reads(s, &g);
   pad_input(s, &g, x, xp);
   for (int o = 0; o < s->k; o++) {
     float *dst = dylin + (size_t)o * g.qpad;
