@@ -102,7 +102,9 @@ for path in sys.argv[1:]:
     pushes = sorted(e["dur"] / 1e6 for e in json.load(open(path)) if e.get("name") == "push")
     assert len(pushes) == 3000, f"{path}: {len(pushes)} pushes"
     print(f"slow: {path}: push p50 {pushes[1500] * 1e3:.2f} ms, p99 {pushes[2970] * 1e3:.2f} ms, max {pushes[-1] * 1e3:.1f} ms")
-    assert pushes[-1] < 0.5, f"{path}: a push took {pushes[-1]:.2f} s"
+    # The CI's ASan phase on 2 loaded cores once saw a 0.56 s push from
+    # scheduling alone: the bound is 2 s, far below the slow senders' 120 s.
+    assert pushes[-1] < 2.0, f"{path}: a push took {pushes[-1]:.2f} s"
 PY
 
 # 5. SIGTERM with calls held.
