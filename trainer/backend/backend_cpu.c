@@ -198,7 +198,8 @@ ps_err backend_cpu_create(backend **out, int threads, ps_error *err) {
   cb->pool = cpu_pool_create(cb->threads);
   if (cb->pool == NULL) {
     free(cb);
-    return ps_error_set(err, PS_ERR_NO_MEMORY, "creating the cpu backend's thread pool: out of memory");
+    return ps_error_set(err, PS_ERR_NO_MEMORY,
+                        "creating the cpu backend's thread pool: out of memory");
   }
   ps_error dnnl_err;
   if (conv_dnnl_create(&cb->dnnl, threads, &dnnl_err) != PS_ERR_OK) {
