@@ -20,6 +20,7 @@
 #include "common/options.h"
 #include "common/process.h"
 #include "common/rpc.h"
+#include "common/tb_events.h"
 #include "common/tls.h"
 #include "common/token.h"
 #include "server/pserver.h"
@@ -103,6 +104,7 @@ typedef struct pserver_start {
   char effective[2048];
   long timeline_first, timeline_last, timeline_every; /* --timeline-steps */
   timeline *timeline;
+  tb_writer *tensorboard;     /* --tensorboard's run, NULL when off */
   char metrics_addr[300];     /* --metrics-listen as HOST:PORT; "" when off */
   metrics_registry *metrics;  /* with its families and endpoint, NULL when off */
   pserver_metrics *pm;
@@ -233,6 +235,14 @@ static int start_service(pserver_start *st, pserver *ps) {
     return 2;
   }
   cfg.timeline = st->timeline;
+  char run[32];
+  snprintf(run, sizeof run, "pserver-%d", st->id);
+  if (tb_writer_open(&st->tensorboard, o->tensorboard, run, &err) != PS_ERR_OK) {
+    LOG_ERROR("%s", err.msg);
+    return 2;
+  }
+  if (st->tensorboard != NULL) LOG_INFO("tensorboard: writing %s", tb_writer_path(st->tensorboard));
+  cfg.tensorboard = st->tensorboard;
   if (pserver_init(ps, &cfg, &err) != PS_ERR_OK) {
     LOG_ERROR("%s", err.msg);
     return 1;
@@ -496,6 +506,7 @@ int main(int argc, char **argv) {
       /* gRPC still holds calls (and may hold the shard's reply buffers):
        * nothing can be freed safely, and the checkpoint is on disk. */
       timeline_close(st.timeline);
+      tb_writer_close(st.tensorboard);
       LOG_INFO("exiting with status %d without freeing: peak RSS %ld KiB", status,
                process_peak_rss_kib());
       fflush(NULL);
@@ -505,6 +516,7 @@ int main(int argc, char **argv) {
     LOG_INFO("exiting with status %d: peak RSS %ld KiB", status, process_peak_rss_kib());
   }
   timeline_close(st.timeline); /* after the disk thread's last checkpoint */
+  tb_writer_close(st.tensorboard);
   pserver_metrics_destroy(st.pm);
   metrics_destroy(st.metrics);
   rpc_global_shutdown();

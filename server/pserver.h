@@ -47,6 +47,8 @@ typedef struct pserver_config {
                                  refusals may name values */
   timeline *timeline;         /* --timeline (NULL: none); main closes it after pserver_destroy */
   struct pserver_metrics *metrics; /* --metrics-listen's hooks; NULL without */
+  struct tb_writer *tensorboard; /* --tensorboard's run (NULL: none); main closes it after
+                                    pserver_destroy */
   size_t max_receive_bytes;   /* the RPC server's memory for bodies being received (0: none);
                                  a job whose step of pushes would not fit is warned about */
 } pserver_config;
@@ -159,6 +161,7 @@ typedef struct pserver {
   uint64_t stats_in, stats_out;
   long stats_steps;       /* sync steps completed by a last push (pserver_straggler.c) */
   double stats_wait_s;    /* their summed wait from first push to last */
+  int tensorboard_failed; /* a --tensorboard write failed (logged once; no more written) */
   pserver_checkpointer ckpt; /* the disk threads: checkpoints written, rollbacks read */
 } pserver;
 

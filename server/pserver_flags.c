@@ -93,6 +93,10 @@ const option_def pserver_option_table[] = {
      "serve Prometheus metrics at http://HOST:PORT/metrics (a bare PORT: 127.0.0.1; every "
      "interface, 0.0.0.0 or ::, needs --insecure; empty: off); no parameters are shown",
      NULL, .min = 1, .max = 0},
+    {"tensorboard", NULL, OPT_STRING, OFF(tensorboard), "",
+     "write the statistics lines (every --log-every steps: pushes/s, MB/s in and out, the sync "
+     "wait for the last push, the tables' rows) as TensorBoard event files under this folder, "
+     "run DIR/pserver-<id> (tensorboard --logdir DIR)", NULL, .min = 1, .max = 0},
     {"log-level", NULL, OPT_CHOICE, OFF(log_level), "info", "logging detail",
      "error|warn|info|debug", .min = 1, .max = 0},
     {"check-config", NULL, OPT_BOOL, OFF(check_config), "false",

@@ -35,6 +35,7 @@ typedef struct pserver_options {
   const char *timeline;
   const char *timeline_steps;
   const char *metrics_listen;
+  const char *tensorboard;
   const char *log_level;
   bool check_config;
   /* hostile peers (README "Hostile input") */

@@ -11,6 +11,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/tb_events.h"
 #include "server/pserver_straggler.h"
 
 /* --- the job's table ----------------------------------------------------------- */
@@ -241,6 +242,37 @@ void pserver_log_table_stats(const pserver *ps, long step) {
   }
 }
 
+/* The statistics line's values as one TensorBoard event (--tensorboard).
+ * A failed write is logged once; the pserver goes on serving. */
+static void tensorboard_stats(pserver *ps, long step, double dt) {
+  if (ps->cfg.tensorboard == NULL || ps->tensorboard_failed) return;
+  enum { TABLES = 16 };
+  tb_scalar v[4 + 2 * TABLES];
+  char tags[2 * TABLES][80];
+  int n = 0;
+  v[n++] = (tb_scalar){"pserver/pushes_per_s", (double)ps->stats_pushes / dt};
+  v[n++] = (tb_scalar){"pserver/in_MB_per_s", (double)ps->stats_in / dt / 1e6};
+  v[n++] = (tb_scalar){"pserver/out_MB_per_s", (double)ps->stats_out / dt / 1e6};
+  if (ps->stats_steps > 0) { /* sync steps completed by a push (pserver_straggler.c) */
+    v[n++] = (tb_scalar){"pserver/last_push_wait_ms",
+                         ps->stats_wait_s / (double)ps->stats_steps * 1e3};
+  }
+  for (int t = 0; t < ps->store.table_count && t < TABLES; t++) {
+    sparse_table_stats st;
+    sparse_table_stats_get(ps->store.tables[t], &st);
+    const char *name = sparse_table_config_of(ps->store.tables[t])->name;
+    snprintf(tags[2 * t], sizeof tags[0], "tables/%s/rows", name);
+    snprintf(tags[2 * t + 1], sizeof tags[0], "tables/%s/MiB", name);
+    v[n++] = (tb_scalar){tags[2 * t], (double)st.rows};
+    v[n++] = (tb_scalar){tags[2 * t + 1], (double)st.bytes / 1048576.0};
+  }
+  ps_error err;
+  if (tb_writer_write(ps->cfg.tensorboard, step, v, n, &err) != PS_ERR_OK) {
+    LOG_ERROR("%s; no more statistics are written there, the pserver goes on", err.msg);
+    ps->tensorboard_failed = 1;
+  }
+}
+
 /* One line per --log-every steps: called once when a step completes, so a
  * step is never logged twice (a second line would cover no time). */
 static void log_stats(pserver *ps, long step) {
@@ -250,6 +282,7 @@ static void log_stats(pserver *ps, long step) {
   LOG_INFO("step %ld: %.1f pushes/s, in %.1f MB/s, out %.1f MB/s", step,
            (double)ps->stats_pushes / dt, (double)ps->stats_in / dt / 1e6,
            (double)ps->stats_out / dt / 1e6);
+  tensorboard_stats(ps, step, dt);
   ps->stats_logged = step;
   ps->stats_since = now;
   ps->stats_pushes = 0;

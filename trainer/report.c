@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "common/tb_events.h"
 #include "trainer/metrics_repeat.h"
 
 static int binary(const trainer *t) { return t->model->classes == 0; }
@@ -119,8 +120,33 @@ static ps_err report_binary(trainer *t, const report_point *p, const evaluation 
   return metrics_written(t, rc, err);
 }
 
+/* --tensorboard: the values of the metrics row (trainer 0's; the others
+ * their own training), every trainer in its own run, at the job's step. */
+static ps_err report_tensorboard(trainer *t, const report_point *p, const evaluation *ev,
+                                 ps_error *err) {
+  if (t->tb == NULL) return PS_ERR_OK;
+  tb_scalar v[8];
+  int n = 0;
+  if (binary(t)) {
+    v[n++] = (tb_scalar){"train/logloss", p->train_loss};
+    if (ev->examples > 0) {
+      v[n++] = (tb_scalar){"eval/auc", ev->auc};
+      v[n++] = (tb_scalar){"eval/logloss", ev->loss};
+    }
+    v[n++] = (tb_scalar){"perf/examples_per_s", p->examples_per_s};
+  } else {
+    v[n++] = (tb_scalar){"train/loss", p->train_loss};
+    if (ev->examples > 0) v[n++] = (tb_scalar){"eval/accuracy", ev->accuracy};
+    v[n++] = (tb_scalar){"perf/samples_per_s", p->examples_per_s};
+    v[n++] = (tb_scalar){"perf/bytes_per_step", p->bytes_per_step};
+  }
+  v[n++] = (tb_scalar){"perf/comm_share", p->comm_share};
+  return tb_writer_write(t->tb, p->global_step, v, n, err);
+}
+
 ps_err report_evaluation(trainer *t, const report_point *p, const evaluation *ev, int end,
                          ps_error *err) {
+  if (binary(t) || end) PS_TRY(report_tensorboard(t, p, ev, err));
   if (binary(t)) return report_binary(t, p, ev, err);
   return end ? report_classifier(t, p, ev, err) : PS_ERR_OK;
 }

@@ -27,9 +27,9 @@ typedef struct report_point {
 
 void report_progress(const trainer *t, const report_point *p);
 
-/* After an evaluation (ev->examples 0: none) at p: the log line and, on
- * trainer 0, the metrics row (end: the epoch's end, where a classifier
- * writes its row). */
+/* After an evaluation (ev->examples 0: none) at p: the log line, the
+ * --tensorboard event (every trainer) and, on trainer 0, the metrics row
+ * (end: the epoch's end, where a classifier writes its row and event). */
 ps_err report_evaluation(trainer *t, const report_point *p, const evaluation *ev, int end,
                          ps_error *err);
 

@@ -40,6 +40,7 @@ typedef struct trainer {
   long replay_until;      /* the highest step taken before the job went back (metrics_repeat.h) */
   FILE *metrics;          /* NULL without --metrics (trainer 0 writes it) */
   timeline *tl;           /* --timeline; NULL without */
+  struct tb_writer *tb;   /* --tensorboard's run of this trainer; NULL without */
   struct trainer_metrics *prom; /* --metrics-listen's step hook; NULL without */
   /* The model's dense parameters and gradients as host memory: the
    * backend's own, or staging copies (staged: a device backend). */

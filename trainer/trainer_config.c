@@ -170,6 +170,11 @@ static const option_def trainer_option_table[] = {
      "else 0; CUDA_VISIBLE_DEVICES also applies)", NULL, NUM(-1, 1023)},
     {"metrics", NULL, OPT_STRING, OFF(metrics), "",
      "append one JSON object per epoch to this file", NULL, ANY},
+    {"tensorboard", NULL, OPT_STRING, OFF(tensorboard), "",
+     "write TensorBoard event files under this folder, run DIR/trainer-<id> (tensorboard "
+     "--logdir DIR): after each epoch (CTR models: each evaluation too), at the job's step, "
+     "the train loss, samples/s and communication share, and on trainer 0 the test accuracy "
+     "or AUC and logloss: the values of the --metrics rows", NULL, ANY},
     {"timeline", NULL, OPT_STRING, OFF(timeline), "",
      "write Chrome trace events of each step (forward, backward, push, apply, checkpoint, "
      "evaluation) to this file, for Perfetto or chrome://tracing", NULL, ANY},

@@ -74,6 +74,7 @@ typedef struct trainer_options {
   const char *device;
   long gpu;
   const char *metrics;
+  const char *tensorboard; /* "" when off */
   const char *timeline;
   const char *timeline_steps;
   long train_samples;

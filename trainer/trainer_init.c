@@ -9,6 +9,7 @@
 #include "common/ctr_tables.h"
 #include "common/log.h"
 #include "common/process.h"
+#include "common/tb_events.h"
 #include "trainer/checkpoint.h"
 #include "trainer/train.h"
 
@@ -75,7 +76,7 @@ static ps_err build_model(trainer *t, ps_error *err) {
   return PS_ERR_OK;
 }
 
-/* The timeline and, on trainer 0, the metrics file. */
+/* The timeline, the TensorBoard run and, on trainer 0, the metrics file. */
 static ps_err open_outputs(trainer *t, ps_error *err) {
   const trainer_settings *s = &t->settings;
   const trainer_options *o = &s->opt;
@@ -83,6 +84,10 @@ static ps_err open_outputs(trainer *t, ps_error *err) {
   timeline_rank_path(o->timeline, s->collective_mode, t->id, timeline_path, sizeof timeline_path);
   PS_TRY(timeline_open(&t->tl, timeline_path, "trainer", t->id, s->timeline_first,
                        s->timeline_last, s->timeline_every, err));
+  char run[32];
+  snprintf(run, sizeof run, "trainer-%d", t->id);
+  PS_TRY(tb_writer_open(&t->tb, o->tensorboard, run, err));
+  if (t->tb != NULL) LOG_INFO("tensorboard: writing %s", tb_writer_path(t->tb));
   if (o->metrics[0] != '\0' && t->id == 0 && (t->metrics = fopen(o->metrics, "a")) == NULL) {
     return ps_error_set(err, PS_ERR_IO, "--metrics %s: cannot open for appending: %s", o->metrics,
                         strerror(errno));
@@ -146,6 +151,7 @@ ps_err trainer_init(trainer *t, const trainer_settings *settings, ps_error *err)
 void trainer_free(trainer *t) {
   replica_destroy(t->rep);
   timeline_close(t->tl);
+  tb_writer_close(t->tb);
   data_source_destroy(t->data);
   data_source_destroy(t->eval);
   if (t->staged) {
