@@ -32,7 +32,9 @@ CODE_SPAN = re.compile(r"(`+)(.+?)\1")
 # [text](target "title") and ![alt](target): the target may hold one level of
 # parentheses, or be written <like this>.
 INLINE_LINK = re.compile(
-    r"!?\[(?:[^\[\]]|\[[^\[\]]*\])*\]\(\s*(<[^>]*>|(?:[^()\s]|\([^()\s]*\))*)(?:\s+(?:\"[^\"]*\"|'[^']*'|\([^)]*\)))?\s*\)")
+    r"!?\[(?:[^\[\]]|\[[^\[\]]*\])*\]"  # [text], one level of [nested] brackets
+    r"\(\s*(<[^>]*>|(?:[^()\s]|\([^()\s]*\))*)"  # (target
+    r"(?:\s+(?:\"[^\"]*\"|'[^']*'|\([^)]*\)))?\s*\)")  # "title")
 REF_DEF = re.compile(r"^ {0,3}\[[^\]]+\]:\s*(<[^>]*>|\S+)", re.M)
 AUTOLINK = re.compile(r"<((?:https?|mailto):[^>\s]*)>", re.I)
 HTML_LINK = re.compile(r"""<(?:a|img)\s[^>]*?(?:href|src)\s*=\s*["']([^"']*)["']""", re.I)

@@ -28,7 +28,8 @@ same_flags() {
     "$1" "$SCRATCH/flags.md" >&2
 }
 if same_flags "$SRC/docs/flags.md"; then
-  echo "ok: docs/flags.md is the binaries' --help ($(grep -c '^| `-' "$SRC/docs/flags.md") flag rows)"
+  rows=$(grep -c '^| `-' "$SRC/docs/flags.md")
+  echo "ok: docs/flags.md is the binaries' --help ($rows flag rows)"
 else
   fail "docs/flags.md differs from the binaries' --help (above); fix: $fix"
 fi
@@ -52,7 +53,8 @@ if "${CHECK[@]}" links "$SRC" >"$SCRATCH/links.out" 2>"$SCRATCH/links.err"; then
   echo "ok: links: $(cat "$SCRATCH/links.err")"
 else
   cat "$SCRATCH/links.out" >&2
-  fail "broken links in README.md or docs/ (above: FILE:LINE: LINK: WHY): $(cat "$SCRATCH/links.err")"
+  fail "broken links in README.md or docs/ (above: FILE:LINE: LINK: WHY):" \
+    "$(cat "$SCRATCH/links.err")"
 fi
 
 # The same check on a copy of the docs with links broken on purpose in a
@@ -78,9 +80,10 @@ cat >"$copy/docs/planted.md" <<'EOF'
 
 [fine](flags.md#trainer), [fine too](../common/options.c#L1)
 EOF
-"${CHECK[@]}" links "$copy" >"$SCRATCH/planted.out" 2>/dev/null && fail "links broken on purpose passed"
-for want in 'no-such-file.md' '#no-such-heading:' '#no-such-heading-either' 'exa mple' 'https:///path' \
-  'ftp://' '../../etc/passwd' '#L999999' 'img/none.png' './nowhere.md'; do
+"${CHECK[@]}" links "$copy" >"$SCRATCH/planted.out" 2>/dev/null &&
+  fail "links broken on purpose passed"
+for want in 'no-such-file.md' '#no-such-heading:' '#no-such-heading-either' 'exa mple' \
+  'https:///path' 'ftp://' '../../etc/passwd' '#L999999' 'img/none.png' './nowhere.md'; do
   grep -qF -- "$want" "$SCRATCH/planted.out" || fail "the planted broken link '$want' was not found"
 done
 n=$(grep -c '^docs/planted.md:' "$SCRATCH/planted.out")
@@ -121,7 +124,8 @@ touch "$fx/docs/sub/x.md"
   fail "good links were refused: $(cat "$SCRATCH/fixture.out")"
 got=$("${CHECK[@]}" slug 'Setup' 'The `--mode` flag' 'Setup' 'Über *café* 2.0!' \
   'snake_case names' 'Setup' 'setup-1' '**Bold** _it_ [link](x.md) & (parens)' | tr '\n' ' ')
-want='setup the---mode-flag setup-1 über-café-20 snake_case-names setup-2 setup-1-1 bold-it-link--parens '
+want='setup the---mode-flag setup-1 über-café-20 snake_case-names setup-2 setup-1-1'
+want+=' bold-it-link--parens '
 [ "$got" = "$want" ] || fail "anchors: got '$got', want '$want'"
 
 [ "$failures" -eq 0 ] || { echo "$failures failure(s)" >&2; exit 1; }
