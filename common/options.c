@@ -152,14 +152,60 @@ options_result options_parse(const option_def *defs, size_t count, void *cfg, in
   return OPTIONS_OK;
 }
 
+/* The argument a flag's help line shows after --name. */
+static const char *help_arg(const option_def *d) {
+  return d->type == OPT_BOOL ? "" : d->type == OPT_CHOICE ? d->choices : "VALUE";
+}
+
+/* Text as one markdown table cell: characters that would end the cell or
+ * start markup are escaped. In code (inside backticks) only '|' is. */
+static void print_md_cell(FILE *out, const char *text, int code) {
+  for (const char *p = text; *p != '\0'; p++) {
+    if (*p == '|' || (!code && strchr("\\*_`<>[]", *p) != NULL)) fputc('\\', out);
+    fputc(*p, out);
+  }
+}
+
+/* The help as markdown: the usage as a text block, then a table of the
+ * same rows, in the same order, as the plain help. */
+static void print_help_markdown(FILE *out, const char *usage, const option_def *defs,
+                                size_t count) {
+  char env[96];
+  fprintf(out, "```text\n%s\n```\n\n", usage);
+  fprintf(out, "| flag | environment variable | default | description |\n"
+               "| --- | --- | --- | --- |\n");
+  for (size_t i = 0; i < count; i++) {
+    const option_def *d = &defs[i];
+    const char *arg = help_arg(d);
+    fprintf(out, "| `--%s%s", d->name, arg[0] != '\0' ? " " : "");
+    print_md_cell(out, arg, 1);
+    fprintf(out, "` | `%s` | ", options_env_name(d, env, sizeof env));
+    if (d->def[0] != '\0') {
+      fputc('`', out);
+      print_md_cell(out, d->def, 1);
+      fputc('`', out);
+    } else {
+      fputs("(none)", out);
+    }
+    fputs(" | ", out);
+    print_md_cell(out, d->help, 0);
+    fputs(" |\n", out);
+  }
+  fprintf(out, "| `--help` | | | print this help and exit |\n");
+}
+
 void options_print_help(FILE *out, const char *usage, const option_def *defs, size_t count) {
+  const char *format = getenv(OPTIONS_HELP_FORMAT_ENV);
+  if (format != NULL && strcmp(format, "markdown") == 0) {
+    print_help_markdown(out, usage, defs, count);
+    return;
+  }
   char env[96];
   fprintf(out, "%s\n\nOptions (a flag wins over its environment variable):\n", usage);
   for (size_t i = 0; i < count; i++) {
     const option_def *d = &defs[i];
-    const char *arg = d->type == OPT_BOOL ? "" : d->type == OPT_CHOICE ? d->choices : "VALUE";
-    fprintf(out, "  --%s %s\n      %s\n      default: %s   env: %s\n", d->name, arg, d->help,
-            d->def[0] != '\0' ? d->def : "(none)", options_env_name(d, env, sizeof env));
+    fprintf(out, "  --%s %s\n      %s\n      default: %s   env: %s\n", d->name, help_arg(d),
+            d->help, d->def[0] != '\0' ? d->def : "(none)", options_env_name(d, env, sizeof env));
   }
   fprintf(out, "  --help\n      print this help and exit\n");
 }

@@ -46,7 +46,14 @@ typedef enum {
 options_result options_parse(const option_def *defs, size_t count, void *cfg, int argc,
                              char **argv, ps_error *err);
 
-/* Prints usage: every flag, its environment variable, default and help. */
+/* The environment variable that turns --help into markdown (below). */
+#define OPTIONS_HELP_FORMAT_ENV "PSTRAIN_HELP_FORMAT"
+
+/* Prints usage: every flag, its environment variable, default and help.
+ * With OPTIONS_HELP_FORMAT_ENV=markdown in the environment it prints the
+ * same usage and rows as a markdown table instead, which
+ * scripts/gen-flags-doc turns into docs/flags.md: the docs and --help come
+ * from this one function and table, and tests/test_docs.sh compares them. */
 void options_print_help(FILE *out, const char *usage, const option_def *defs, size_t count);
 
 /* Writes "name=value name=value ..." of the effective configuration. */
