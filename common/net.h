@@ -7,7 +7,7 @@
  * the parameter layout, checked shape by shape. The compute is the
  * trainer's (trainer/model/net_model.c).
  *
- * The lines (docs: README "Convolutional networks"):
+ * The lines (docs/models-and-data.md "Convolutional networks"):
  *   name NAME                      the network's name (letters, digits, - _)
  *   input CxHxW                    the images' shape (built-ins: the data's)
  *   conv OUT KxK [stride S] [pad P] [nobias]

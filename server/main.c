@@ -361,7 +361,7 @@ static size_t receive_limit(const pserver_options *o) {
   return (size_t)mib << 20;
 }
 
-/* What the pserver allows its peers (README "Hostile input"). */
+/* What the pserver allows its peers (docs/security.md "Hostile input"). */
 static rpc_server_limits rpc_limits(const pserver_start *st) {
   const pserver_options *o = &st->opt;
   return (rpc_server_limits){.max_open_calls = (int)o->max_pending_calls,

@@ -38,7 +38,7 @@ typedef struct pserver_options {
   const char *tensorboard;
   const char *log_level;
   bool check_config;
-  /* hostile peers (README "Hostile input") */
+  /* hostile peers (docs/security.md "Hostile input") */
   long max_pending_calls;
   long max_receive_mb;
   long max_streams;

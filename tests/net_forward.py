@@ -1,5 +1,5 @@
 """A network file's forward pass in numpy, written from the format's
-description (README: Convolutional networks), not from pstrain's C: reads
+description (docs/models-and-data.md: Convolutional networks), not from pstrain's C: reads
 an exported model (safetensors) and the test images, prints the accuracy.
 
   net_forward.py NET_FILE EXPORT.safetensors DATA_DIR COUNT

@@ -117,8 +117,8 @@ static const option_def trainer_option_table[] = {
      "Wide&Deep plus a factorization machine over the embeddings); lr (logistic regression); "
      "lenet, resnet18, resnet20 (convolutional networks over the images)", NULL, ANY},
     {"model-file", NULL, OPT_STRING, OFF(model_file), "",
-     "a convolutional network described in a file, one layer a line (README: Convolutional "
-     "networks); instead of --model", NULL, ANY},
+     "a convolutional network described in a file, one layer a line (docs/models-and-data.md: "
+     "Convolutional networks); instead of --model", NULL, ANY},
     {"bn-group", NULL, OPT_INT, OFF(bn_group), "0",
      "networks: batch-norm statistics per group of N examples of the batch (\"ghost batch "
      "norm\"; --batch N*G in local mode normalizes as G sync trainers of --batch N do; 0: the "
