@@ -44,6 +44,8 @@ static const int expect_positive[13] = {28, 77, 70, 75, 96, 73, 75, 84, 96, 28, 
 static char *lines[MAXLINES]; /* the sample's lines, without newlines */
 static int nlines;
 static ctr_example ref[N];    /* the reference parser's examples */
+static int ref_empty[39], ref_negative[13]; /* its counts of empty and negative fields */
+static ctr_example got[2 * N]; /* what a case read */
 
 static void load_sample(void) {
   FILE *f = fopen(SAMPLE, "r");
@@ -95,6 +97,16 @@ static void ref_parse(const char *line, ctr_example *ex, int *empty, int *negati
   free(copy);
 }
 
+/* The fixture of every case that reads: the sample's lines and their
+ * reference parse, made once. */
+static void sample_setup(void) {
+  static int ready = 0;
+  if (ready) return;
+  load_sample();
+  for (int e = 0; e < nlines && e < N; e++) ref_parse(lines[e], &ref[e], ref_empty, ref_negative);
+  ready = 1;
+}
+
 static int same(const ctr_example *a, const ctr_example *b) {
   return memcmp(a, b, sizeof *a) == 0;
 }
@@ -137,13 +149,13 @@ static ps_err read_all(const char *path, const ctr_reader_options *opt, int chun
   ps_err rc = ctr_reader_open(&r, path, opt, err);
   if (rc != PS_ERR_OK) return rc;
   for (;;) {
-    int got = 0, want = chunk < max - *n ? chunk : max - *n;
+    int count = 0, want = chunk < max - *n ? chunk : max - *n;
     if (want == 0) want = 1; /* must then report the end */
     ctr_example scratch;
-    rc = ctr_reader_next(r, *n < max ? out + *n : &scratch, want, &got, err);
-    if (rc != PS_ERR_OK || got == 0) break;
-    REQUIRE(*n + got <= max);
-    *n += got;
+    rc = ctr_reader_next(r, *n < max ? out + *n : &scratch, want, &count, err);
+    if (rc != PS_ERR_OK || count == 0) break;
+    REQUIRE(*n + count <= max);
+    *n += count;
   }
   if (bad != NULL) *bad = ctr_reader_bad_lines(r);
   ctr_reader_close(r);
@@ -154,7 +166,7 @@ static void path_of(const char *name, char *out, size_t len) {
   snprintf(out, len, "%s/%s", dir, name);
 }
 
-static void test_parse_line(void) {
+static void case_parse_line(void) {
   ctr_example ex;
   char why[160];
   char line[1024];
@@ -254,7 +266,8 @@ static void test_parse_line(void) {
   CHECK_EQ_INT(criteo_parse_line("1", 1, &ex, NULL, 0), -1);
 }
 
-static void test_keys(void) {
+static void case_feature_keys(void) {
+  sample_setup();
   /* Same (field, value): same key; another field or value: another key. */
   CHECK(criteo_feature_key(3, 0x1234, 0) == criteo_feature_key(3, 0x1234, 0));
   CHECK(criteo_feature_key(3, 0x1234, 0) != criteo_feature_key(4, 0x1234, 0));
@@ -288,8 +301,9 @@ static void test_keys(void) {
 /* A Criteo source's data position (issue 25 item 9): trainer 1 of 2 with
  * batches of 10 reads blocks 1, 3, 5, ... of the file; step s's position
  * names the block, and the batch is exactly that block's lines. */
-static void test_positions(void) {
+static void case_data_positions(void) {
   ps_error err;
+  sample_setup();
   ctr_reader_options opt = {.shard_block = 10, .shard_index = 1, .shard_count = 2};
   data_source *d = NULL;
   REQUIRE(criteo_source_create(&d, SAMPLE, &opt, N, 2, 10, 3, 0, &err) == PS_ERR_OK);
@@ -309,31 +323,24 @@ static void test_positions(void) {
   data_source_destroy(d);
 }
 
-int main(void) {
-  REQUIRE(mkdtemp(dir) != NULL);
-  load_sample();
+/* The reference parse and its counts against awk's. */
+static void case_reference_counts_match_awk(void) {
+  sample_setup();
   CHECK_EQ_INT(nlines, N);
-
-  /* The reference parse and its counts against awk's. */
-  int empty[39] = {0}, negative[13] = {0}, positives = 0;
-  for (int e = 0; e < N; e++) {
-    ref_parse(lines[e], &ref[e], empty, negative);
-    positives += ref[e].label == 1.0f;
-  }
+  int positives = 0;
+  for (int e = 0; e < N; e++) positives += ref[e].label == 1.0f;
   CHECK_EQ_INT(positives, 29);
-  for (int i = 0; i < 39; i++) CHECK_EQ_INT(empty[i], expect_empty[i]);
-  for (int i = 0; i < 13; i++) CHECK_EQ_INT(negative[i], expect_negative[i]);
+  for (int i = 0; i < 39; i++) CHECK_EQ_INT(ref_empty[i], expect_empty[i]);
+  for (int i = 0; i < 13; i++) CHECK_EQ_INT(ref_negative[i], expect_negative[i]);
+}
 
-  test_parse_line();
-  test_keys();
-  test_positions();
-
-  /* The reader gives exactly the reference examples, whatever the chunk. */
-  static ctr_example got[2 * N];
+/* The reader gives exactly the reference examples, whatever the chunk. */
+static void case_reader_matches_reference(void) {
   ps_error err;
-  int n;
+  int n = 0;
   long bad;
   ctr_reader_options opt = {0};
+  sample_setup();
   int chunks[] = {1, 7, 64, 1000};
   for (size_t c = 0; c < sizeof chunks / sizeof chunks[0]; c++) {
     CHECK_EQ_INT(read_all(SAMPLE, &opt, chunks[c], got, 2 * N, &n, &bad, &err), PS_ERR_OK);
@@ -351,21 +358,38 @@ int main(void) {
   CHECK_EQ_INT(pos, 29);
   for (int i = 0; i < 13; i++) CHECK_EQ_INT(present[i], expect_positive[i]);
   for (int i = 0; i < 26; i++) CHECK_EQ_INT(missing[i], expect_empty[13 + i]);
+}
 
-  /* gzip'd and CRLF copies read alike. */
-  char path[512], path2[512];
-  path_of("sample.tsv.gz", path, sizeof path);
+/* Writes the gzip'd copy of the sample (in path) and the CRLF one (in crlf_path). */
+static void write_gz_and_crlf_copies(char *path, char *crlf_path, size_t len) {
+  path_of("sample.tsv.gz", path, len);
   write_copy(path, 0, NULL, 1, 0);
+  path_of("crlf.tsv", crlf_path, len);
+  write_copy(crlf_path, 0, NULL, 0, 1);
+}
+
+/* gzip'd and CRLF copies read alike. */
+static void case_gzip_and_crlf_copies_read_alike(void) {
+  ps_error err;
+  int n;
+  long bad;
+  ctr_reader_options opt = {0};
+  char path[512], path2[512];
+  sample_setup();
+  write_gz_and_crlf_copies(path, path2, sizeof path);
   CHECK_EQ_INT(read_all(path, &opt, 64, got, 2 * N, &n, &bad, &err), PS_ERR_OK);
   CHECK_EQ_INT(n, N);
   for (int e = 0; e < n && e < N; e++) CHECK(same(&got[e], &ref[e]));
-  path_of("crlf.tsv", path2, sizeof path2);
-  write_copy(path2, 0, NULL, 0, 1);
   CHECK_EQ_INT(read_all(path2, &opt, 64, got, 2 * N, &n, &bad, &err), PS_ERR_OK);
   CHECK_EQ_INT(n, N);
   for (int e = 0; e < n && e < N; e++) CHECK(same(&got[e], &ref[e]));
+}
 
-  /* Sniffing: the TSV plain and gzip'd yes; a folder, an IDX file, nothing: no. */
+/* Sniffing: the TSV plain and gzip'd yes; a folder, an IDX file, nothing: no. */
+static void case_sniff_tells_tsv_from_others(void) {
+  char path[512], path2[512];
+  sample_setup();
+  write_gz_and_crlf_copies(path, path2, sizeof path);
   CHECK_EQ_INT(ctr_reader_sniff(SAMPLE), 1);
   CHECK_EQ_INT(ctr_reader_sniff(path), 1);
   CHECK_EQ_INT(ctr_reader_sniff(path2), 1);
@@ -382,8 +406,14 @@ int main(void) {
     REQUIRE(gzclose(g) == Z_OK);
   }
   CHECK_EQ_INT(ctr_reader_sniff(path2), 0);
+}
 
-  /* Missing file and folder fail at open, naming the path. */
+/* Missing file and folder fail at open, naming the path. */
+static void case_missing_file_and_folder_fail_at_open(void) {
+  ps_error err;
+  ctr_reader_options opt = {0};
+  char path2[512];
+  sample_setup();
   path_of("missing.tsv", path2, sizeof path2);
   ctr_reader *r = NULL;
   CHECK_EQ_INT(ctr_reader_open(&r, path2, &opt, &err), PS_ERR_IO);
@@ -391,9 +421,17 @@ int main(void) {
   CHECK_CONTAINS(err.msg, path2);
   CHECK_EQ_INT(ctr_reader_open(&r, dir, &opt, &err), PS_ERR_IO);
   CHECK_CONTAINS(err.msg, "directory");
+}
 
-  /* Line 57 made malformed four ways: refused naming file and line at the
-   * call that reaches it, or with skip_bad_lines the other 99 and a count of 1. */
+/* Line 57 made malformed four ways: refused naming file and line at the
+ * call that reaches it, or with skip_bad_lines the other 99 and a count of 1. */
+static void case_malformed_line_refused_or_skipped(void) {
+  ps_error err;
+  int n;
+  long bad;
+  ctr_reader_options opt = {0};
+  char path[512];
+  sample_setup();
   char *fields = strdup(lines[56]);
   const char *why[4] = {"39 fields, not 40", "field C7:", "label '2'", "field I3: '12x'"};
   for (int k = 0; k < 4; k++) {
@@ -434,60 +472,74 @@ int main(void) {
     }
   }
   free(fields);
-  opt.skip_bad_lines = 0;
+}
 
-  /* Sharding two ways in blocks of 8 partitions the examples in order. */
-  {
-    static ctr_example s0[N], s1[N];
-    int n0, n1;
-    ctr_reader_options so = {.shard_block = 8, .shard_count = 2, .shard_index = 0};
-    CHECK_EQ_INT(read_all(SAMPLE, &so, 5, s0, N, &n0, NULL, &err), PS_ERR_OK);
-    so.shard_index = 1;
-    CHECK_EQ_INT(read_all(SAMPLE, &so, 5, s1, N, &n1, NULL, &err), PS_ERR_OK);
-    CHECK_EQ_INT(n0, 52); /* blocks 0,2,...,12: 6 * 8 + 4 */
-    CHECK_EQ_INT(n1, 48);
-    int i0 = 0, i1 = 0;
-    for (int e = 0; e < N; e++) {
-      if ((e / 8) % 2 == 0) {
-        CHECK(i0 < n0 && same(&s0[i0++], &ref[e]));
-      } else {
-        CHECK(i1 < n1 && same(&s1[i1++], &ref[e]));
-      }
+/* Sharding two ways in blocks of 8 partitions the examples in order. */
+static void case_sharding_partitions_in_order(void) {
+  ps_error err;
+  sample_setup();
+  ctr_reader *r;
+  static ctr_example s0[N], s1[N];
+  int n0, n1;
+  ctr_reader_options so = {.shard_block = 8, .shard_count = 2, .shard_index = 0};
+  CHECK_EQ_INT(read_all(SAMPLE, &so, 5, s0, N, &n0, NULL, &err), PS_ERR_OK);
+  so.shard_index = 1;
+  CHECK_EQ_INT(read_all(SAMPLE, &so, 5, s1, N, &n1, NULL, &err), PS_ERR_OK);
+  CHECK_EQ_INT(n0, 52); /* blocks 0,2,...,12: 6 * 8 + 4 */
+  CHECK_EQ_INT(n1, 48);
+  int i0 = 0, i1 = 0;
+  for (int e = 0; e < N; e++) {
+    if ((e / 8) % 2 == 0) {
+      CHECK(i0 < n0 && same(&s0[i0++], &ref[e]));
+    } else {
+      CHECK(i1 < n1 && same(&s1[i1++], &ref[e]));
     }
-    CHECK_EQ_INT(i0 + i1, N);
-    so.shard_index = 2;
-    CHECK_EQ_INT(ctr_reader_open(&r, SAMPLE, &so, &err), PS_ERR_INVALID_ARGUMENT);
   }
+  CHECK_EQ_INT(i0 + i1, N);
+  so.shard_index = 2;
+  CHECK_EQ_INT(ctr_reader_open(&r, SAMPLE, &so, &err), PS_ERR_INVALID_ARGUMENT);
+}
 
-  /* Limit: the first examples of the file. */
-  opt.limit = 10;
+/* Limit: the first examples of the file. */
+static void case_limit_reads_first_examples(void) {
+  ps_error err;
+  int n;
+  ctr_reader_options opt = {.limit = 10};
+  sample_setup();
   CHECK_EQ_INT(read_all(SAMPLE, &opt, 3, got, 2 * N, &n, NULL, &err), PS_ERR_OK);
   CHECK_EQ_INT(n, 10);
   for (int e = 0; e < n && e < 10; e++) CHECK(same(&got[e], &ref[e]));
-  opt.limit = 0;
+}
 
-  /* Rewind mid-file and at the end: the same sequence again. */
-  {
-    ctr_reader_options tiny = {.buffer_examples = 4};
-    REQUIRE(ctr_reader_open(&r, SAMPLE, &tiny, &err) == PS_ERR_OK);
-    for (int pass = 0; pass < 3; pass++) {
-      int total = 0, want = pass == 1 ? 30 : N + 1, cnt;
-      while (total < want) {
-        int ask = want - total < 9 ? want - total : 9;
-        CHECK_EQ_INT(ctr_reader_next(r, got + total, ask, &cnt, &err), PS_ERR_OK);
-        if (cnt == 0) break;
-        total += cnt;
-      }
-      CHECK_EQ_INT(total, pass == 1 ? 30 : N);
-      for (int e = 0; e < total; e++) CHECK(same(&got[e], &ref[e]));
-      if (pass != 1) CHECK_EQ_INT(ctr_reader_lines(r), N);
-      CHECK_EQ_INT(ctr_reader_rewind(r, &err), PS_ERR_OK);
+/* Rewind mid-file and at the end: the same sequence again. */
+static void case_rewind_repeats_sequence(void) {
+  ps_error err;
+  ctr_reader *r;
+  sample_setup();
+  ctr_reader_options tiny = {.buffer_examples = 4};
+  REQUIRE(ctr_reader_open(&r, SAMPLE, &tiny, &err) == PS_ERR_OK);
+  for (int pass = 0; pass < 3; pass++) {
+    int total = 0, want = pass == 1 ? 30 : N + 1, cnt;
+    while (total < want) {
+      int ask = want - total < 9 ? want - total : 9;
+      CHECK_EQ_INT(ctr_reader_next(r, got + total, ask, &cnt, &err), PS_ERR_OK);
+      if (cnt == 0) break;
+      total += cnt;
     }
-    ctr_reader_close(r);
+    CHECK_EQ_INT(total, pass == 1 ? 30 : N);
+    for (int e = 0; e < total; e++) CHECK(same(&got[e], &ref[e]));
+    if (pass != 1) CHECK_EQ_INT(ctr_reader_lines(r), N);
+    CHECK_EQ_INT(ctr_reader_rewind(r, &err), PS_ERR_OK);
   }
+  ctr_reader_close(r);
+}
 
-  /* Close at any time: at once, mid-file with the producer blocked on a full
-   * one-example buffer, and at the end. Must neither hang nor leak. */
+/* Close at any time: at once, mid-file with the producer blocked on a full
+ * one-example buffer, and at the end. Must neither hang nor leak. */
+static void case_close_at_any_time(void) {
+  ps_error err;
+  ctr_reader *r;
+  sample_setup();
   for (int k = 0; k < 3; k++) {
     ctr_reader_options tiny = {.buffer_examples = 1};
     REQUIRE(ctr_reader_open(&r, SAMPLE, &tiny, &err) == PS_ERR_OK);
@@ -500,64 +552,104 @@ int main(void) {
     nanosleep(&(struct timespec){.tv_nsec = 10000000}, NULL); /* the producer fills up and blocks */
     ctr_reader_close(r);
   }
+}
 
-  /* A line over 65536 bytes is a bad line, as is one at the very end with no newline. */
-  {
-    size_t big = 70000;
-    char *longline = malloc(big + 1);
-    REQUIRE(longline != NULL);
-    memset(longline, '7', big);
-    longline[big] = '\0';
-    for (int at = 0; at < 2; at++) {
-      path_of("long.tsv", path, sizeof path);
-      FILE *f = fopen(path, "w");
-      REQUIRE(f != NULL);
-      for (int e = 0; e < 10; e++) fprintf(f, "%s\n", lines[e]);
-      fprintf(f, "%s%s", longline, at == 0 ? "\n" : "");
-      if (at == 0) fprintf(f, "%s\n", lines[10]);
-      REQUIRE(fclose(f) == 0);
-      /* The lines before it in whole calls, then the call it leaves short fails. */
-      CHECK_EQ_INT(read_all(path, &opt, 5, got, 2 * N, &n, &bad, &err), PS_ERR_CORRUPT_DATA);
-      CHECK_EQ_INT(n, 10);
-      CHECK_CONTAINS(err.msg, ":11: longer than 65536 bytes");
-      CHECK_EQ_INT(read_all(path, &opt, 64, got, 2 * N, &n, &bad, &err), PS_ERR_CORRUPT_DATA);
-      CHECK_EQ_INT(n, 0);
-      CHECK_CONTAINS(err.msg, ":11: longer than 65536 bytes");
-      opt.skip_bad_lines = 1;
-      CHECK_EQ_INT(read_all(path, &opt, 64, got, 2 * N, &n, &bad, &err), PS_ERR_OK);
-      CHECK_EQ_INT(n, at == 0 ? 11 : 10);
-      CHECK_EQ_INT(bad, 1);
-      if (at == 0 && n == 11) CHECK(same(&got[10], &ref[10]));
-      opt.skip_bad_lines = 0;
-    }
-    free(longline);
-  }
-
-  /* A truncated gzip file is an error naming the file, after the lines before the cut. */
-  {
-    path_of("sample.tsv.gz", path, sizeof path);
-    FILE *f = fopen(path, "rb");
+/* A line over 65536 bytes is a bad line, as is one at the very end with no newline. */
+static void case_long_line_is_bad_line(void) {
+  ps_error err;
+  int n;
+  long bad;
+  ctr_reader_options opt = {0};
+  char path[512];
+  sample_setup();
+  size_t big = 70000;
+  char *longline = malloc(big + 1);
+  REQUIRE(longline != NULL);
+  memset(longline, '7', big);
+  longline[big] = '\0';
+  for (int at = 0; at < 2; at++) {
+    path_of("long.tsv", path, sizeof path);
+    FILE *f = fopen(path, "w");
     REQUIRE(f != NULL);
-    static unsigned char gzbytes[1 << 16];
-    size_t len = fread(gzbytes, 1, sizeof gzbytes, f);
-    fclose(f);
-    REQUIRE(len > 100 && len < sizeof gzbytes);
-    path_of("cut.tsv.gz", path2, sizeof path2);
-    f = fopen(path2, "wb");
-    REQUIRE(f != NULL && fwrite(gzbytes, 1, len / 2, f) == len / 2 && fclose(f) == 0);
-    ps_err rc = read_all(path2, &opt, 64, got, 2 * N, &n, &bad, &err);
-    CHECK(rc == PS_ERR_CORRUPT_DATA || rc == PS_ERR_IO);
-    CHECK_CONTAINS(err.msg, path2);
-    CHECK(n < N);
-    for (int e = 0; e < n && e < N; e++) CHECK(same(&got[e], &ref[e]));
+    for (int e = 0; e < 10; e++) fprintf(f, "%s\n", lines[e]);
+    fprintf(f, "%s%s", longline, at == 0 ? "\n" : "");
+    if (at == 0) fprintf(f, "%s\n", lines[10]);
+    REQUIRE(fclose(f) == 0);
+    /* The lines before it in whole calls, then the call it leaves short fails. */
+    CHECK_EQ_INT(read_all(path, &opt, 5, got, 2 * N, &n, &bad, &err), PS_ERR_CORRUPT_DATA);
+    CHECK_EQ_INT(n, 10);
+    CHECK_CONTAINS(err.msg, ":11: longer than 65536 bytes");
+    CHECK_EQ_INT(read_all(path, &opt, 64, got, 2 * N, &n, &bad, &err), PS_ERR_CORRUPT_DATA);
+    CHECK_EQ_INT(n, 0);
+    CHECK_CONTAINS(err.msg, ":11: longer than 65536 bytes");
+    opt.skip_bad_lines = 1;
+    CHECK_EQ_INT(read_all(path, &opt, 64, got, 2 * N, &n, &bad, &err), PS_ERR_OK);
+    CHECK_EQ_INT(n, at == 0 ? 11 : 10);
+    CHECK_EQ_INT(bad, 1);
+    if (at == 0 && n == 11) CHECK(same(&got[10], &ref[10]));
+    opt.skip_bad_lines = 0;
   }
+  free(longline);
+}
 
-  /* An empty file is no examples and no error. */
+/* A truncated gzip file is an error naming the file, after the lines before the cut. */
+static void case_truncated_gzip_names_file(void) {
+  ps_error err;
+  int n;
+  long bad;
+  ctr_reader_options opt = {0};
+  char path[512], path2[512];
+  sample_setup();
+  write_gz_and_crlf_copies(path, path2, sizeof path);
+  FILE *f = fopen(path, "rb");
+  REQUIRE(f != NULL);
+  static unsigned char gzbytes[1 << 16];
+  size_t len = fread(gzbytes, 1, sizeof gzbytes, f);
+  fclose(f);
+  REQUIRE(len > 100 && len < sizeof gzbytes);
+  path_of("cut.tsv.gz", path2, sizeof path2);
+  f = fopen(path2, "wb");
+  REQUIRE(f != NULL && fwrite(gzbytes, 1, len / 2, f) == len / 2 && fclose(f) == 0);
+  ps_err rc = read_all(path2, &opt, 64, got, 2 * N, &n, &bad, &err);
+  CHECK(rc == PS_ERR_CORRUPT_DATA || rc == PS_ERR_IO);
+  CHECK_CONTAINS(err.msg, path2);
+  CHECK(n < N);
+  for (int e = 0; e < n && e < N; e++) CHECK(same(&got[e], &ref[e]));
+}
+
+/* An empty file is no examples and no error. */
+static void case_empty_file_no_examples(void) {
+  ps_error err;
+  int n;
+  long bad;
+  ctr_reader_options opt = {0};
+  char path[512];
+  sample_setup();
   path_of("empty.tsv", path, sizeof path);
   FILE *f = fopen(path, "w");
   REQUIRE(f != NULL && fclose(f) == 0);
   CHECK_EQ_INT(read_all(path, &opt, 64, got, 2 * N, &n, &bad, &err), PS_ERR_OK);
   CHECK_EQ_INT(n, 0);
+}
+
+int main(void) {
+  REQUIRE(mkdtemp(dir) != NULL);
+  RUN_CASE(case_reference_counts_match_awk);
+  RUN_CASE(case_parse_line);
+  RUN_CASE(case_feature_keys);
+  RUN_CASE(case_data_positions);
+  RUN_CASE(case_reader_matches_reference);
+  RUN_CASE(case_gzip_and_crlf_copies_read_alike);
+  RUN_CASE(case_sniff_tells_tsv_from_others);
+  RUN_CASE(case_missing_file_and_folder_fail_at_open);
+  RUN_CASE(case_malformed_line_refused_or_skipped);
+  RUN_CASE(case_sharding_partitions_in_order);
+  RUN_CASE(case_limit_reads_first_examples);
+  RUN_CASE(case_rewind_repeats_sequence);
+  RUN_CASE(case_close_at_any_time);
+  RUN_CASE(case_long_line_is_bad_line);
+  RUN_CASE(case_truncated_gzip_names_file);
+  RUN_CASE(case_empty_file_no_examples);
 
   for (int i = 0; i < nlines; i++) free(lines[i]);
   char cmd[600];

@@ -60,12 +60,18 @@ static void check_gemm(backend *be, int ta, int tb, int M, int N, int K, float b
   free(C0);
 }
 
-int main(void) {
-  rng_seed(&r, 99, 0);
+/* A one-thread CPU backend; the random inputs seeded with seed. */
+static backend *backend_fixture(uint64_t seed) {
   backend *be;
   ps_error err;
+  rng_seed(&r, seed, 0);
   REQUIRE(backend_cpu_create(&be, 1, &err) == PS_ERR_OK);
+  return be;
+}
 
+/* Every transpose combination, padded leading dimensions and beta. */
+static void case_gemm_against_loops(void) {
+  backend *be = backend_fixture(99);
   for (int ta = 0; ta <= 1; ta++) {
     for (int tb = 0; tb <= 1; tb++) {
       check_gemm(be, ta, tb, 7, 5, 3, 0.0f);
@@ -73,7 +79,11 @@ int main(void) {
       check_gemm(be, ta, tb, 9, 1, 30, 0.5f);
     }
   }
-  /* The mapping itself: operands and sizes swap, flags travel with them. */
+  backend_destroy(be);
+}
+
+/* The mapping itself: operands and sizes swap, flags travel with them. */
+static void case_row_major_mapping(void) {
   float a = 0, b = 0, c = 0;
   gemm_call g = gemm_row_major(true, false, 2, 3, 4, 1.0f, &a, 2, &b, 3, 0.0f, &c, 3);
   CHECK(g.a == &b && g.b == &a && g.c == &c);
@@ -83,8 +93,12 @@ int main(void) {
   CHECK(g.trans_a == false && g.trans_b == true);
   CHECK_EQ_INT(g.lda, 3);
   CHECK_EQ_INT(g.ldb, 2);
+}
 
-  /* bias + ReLU and its backward. */
+/* bias + ReLU and its backward; without ReLU only the bias is added. */
+static void case_bias_relu_and_backward(void) {
+  ps_error err;
+  backend *be = backend_fixture(100);
   enum { ROWS = 5, COLS = 6 };
   float y[ROWS * COLS], x[ROWS * COLS], bias[COLS], dy[ROWS * COLS], dy0[ROWS * COLS], db[COLS];
   fill(x, ROWS * COLS);
@@ -112,12 +126,17 @@ int main(void) {
     }
     CHECK_NEAR(db[j], want, 1e-6);
   }
-  /* Without ReLU only the bias is added. */
   for (int i = 0; i < ROWS * COLS; i++) y[i] = x[i];
   REQUIRE(be->ops->bias_act(be, y, bias, ROWS, COLS, 0, &err) == PS_ERR_OK);
   CHECK_NEAR(y[7], x[7] + bias[1], 0);
+  backend_destroy(be);
+}
 
-  /* Softmax cross-entropy against a double-precision reference. */
+/* Softmax cross-entropy against a double-precision reference; a label
+ * outside the classes is an error, not a read out of bounds. */
+static void case_softmax_xent(void) {
+  ps_error err;
+  backend *be = backend_fixture(101);
   float logits[2 * 4] = {1.0f, 2.0f, 3.0f, 4.0f, 100.0f, -50.0f, 0.0f, 99.0f};
   int32_t labels[2] = {2, 3};
   float dlogits[8];
@@ -139,14 +158,25 @@ int main(void) {
   float row_loss = kernel_softmax_xent_row(logits, 4, 3, 1.0f, NULL, &hit);
   CHECK_EQ_INT(hit, 1);
   CHECK_NEAR(row_loss, log(z0) - 4.0, 1e-6);
-  /* A label outside the classes is an error, not a read out of bounds. */
   labels[1] = 4;
   CHECK_EQ_INT(be->ops->softmax_xent(be, logits, labels, 2, 4, 1.0f, NULL, &loss, &correct, &err),
                PS_ERR_INVALID_ARGUMENT);
   CHECK_CONTAINS(err.msg, "label 4 of row 1");
+  backend_destroy(be);
+}
 
+static void case_backend_name(void) {
+  backend *be = backend_fixture(99);
   CHECK_EQ_STR(be->name, "cpu");
   CHECK_CONTAINS(be->description, "1 thread");
   backend_destroy(be);
+}
+
+int main(void) {
+  RUN_CASE(case_gemm_against_loops);
+  RUN_CASE(case_row_major_mapping);
+  RUN_CASE(case_bias_relu_and_backward);
+  RUN_CASE(case_softmax_xent);
+  RUN_CASE(case_backend_name);
   return check_report("test_gemm");
 }

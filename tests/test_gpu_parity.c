@@ -561,7 +561,8 @@ static void check_elementwise(void) {
   gpu->ops->free(gpu, d_dx);
 }
 
-static void check_layers(void) {
+/* The convolutional layers' ops against the reference and the CPU backend. */
+static void case_layers(void) {
   ps_error err;
   fprintf(stderr, "convolutional layers:\n");
   check_elementwise();
@@ -612,30 +613,18 @@ static void check_layers(void) {
   }
 }
 
-int main(void) {
-  fp_env_flush_denormals(); /* as the trainer and pserver run (common/fp_env.h) */
-  char why[256] = "";
-  if (backend_cuda_device_count(why, sizeof why) == 0) {
-    fprintf(stderr, "SKIP: no GPU is visible (%s)\n", why);
-    return 77;
-  }
-  ps_error err;
-  REQUIRE(backend_cpu_create(&cpu, 1, &err) == PS_ERR_OK);
-  if (backend_cuda_create(&gpu, 0, &err) != PS_ERR_OK) {
-    fprintf(stderr, "FAIL: a GPU is visible but the CUDA backend did not open: %s\n", err.msg);
-    return 1;
-  }
-  fprintf(stderr, "parity on %s\n", gpu->description);
-  rng_seed(&r, 2024, 0);
-
+static void case_gemm(void) {
   for (int ta = 0; ta <= 1; ta++) {
     for (int tb = 0; tb <= 1; tb++) {
       check_gemm(ta, tb, 64, 256, 784);
       check_gemm(ta, tb, 37, 11, 5);
     }
   }
+}
 
-  /* bias + activation and its backward. */
+/* bias + activation and its backward. */
+static void case_bias_act_and_backward(void) {
+  ps_error err;
   enum { ROWS = 64, COLS = 130 };
   float y[ROWS * COLS], y0[ROWS * COLS], bias[COLS], dy[ROWS * COLS], db[COLS];
   float gy[ROWS * COLS], gdy[ROWS * COLS], gdb[COLS];
@@ -664,8 +653,12 @@ int main(void) {
     gpu->ops->free(gpu, y_dev);
     gpu->ops->free(gpu, gb_dev);
   }
+}
 
-  /* Softmax cross-entropy. */
+/* Softmax cross-entropy; a bad label is an error on the GPU too. */
+static void case_softmax_xent(void) {
+  ps_error err;
+  enum { ROWS = 64 };
   float logits[ROWS * 10], dl[ROWS * 10], gdl[ROWS * 10];
   int32_t labels[ROWS];
   fill(logits, ROWS * 10);
@@ -683,14 +676,19 @@ int main(void) {
   CHECK_NEAR(gloss, closs, 1e-5 * fabs(closs));
   CHECK_EQ_INT(gcorrect, ccorrect);
   CHECK(rel_error(dl, gdl, ROWS * 10) <= 1e-5);
-  /* A bad label is an error on the GPU too. */
   labels[3] = 12;
   REQUIRE(gpu->ops->upload(gpu, lab_dev, labels, sizeof labels, &err) == PS_ERR_OK);
   CHECK_EQ_INT(gpu->ops->softmax_xent(gpu, l_dev, lab_dev, ROWS, 10, 1.0f, NULL, &gloss, &gcorrect,
                                       &err),
                PS_ERR_INVALID_ARGUMENT);
+  gpu->ops->free(gpu, l_dev);
+  gpu->ops->free(gpu, dl_dev);
+  gpu->ops->free(gpu, lab_dev);
+}
 
-  /* Optimizers, three steps each. */
+/* Optimizers, three steps each. */
+static void case_optimizers(void) {
+  ps_error err;
   enum { N = 10000 };
   static float w[N], g[N], s1[N], s2[N], gw[N];
   for (int kind = 0; kind < 3; kind++) {
@@ -718,10 +716,11 @@ int main(void) {
     gpu->ops->free(gpu, s2_dev);
     gpu->ops->free(gpu, g_dev);
   }
+}
 
-  check_layers();
-
-  /* A whole forward + backward step of the reference MLP. */
+/* A whole forward + backward step of the reference MLP. */
+static void case_mlp_step(void) {
+  ps_error err;
   model_desc d;
   REQUIRE(model_parse("mlp:784,256,128,10", &d, &err) == PS_ERR_OK);
   mlp *mc, *mg;
@@ -754,9 +753,31 @@ int main(void) {
   free(gg);
   mlp_destroy(mc);
   mlp_destroy(mg);
-  gpu->ops->free(gpu, l_dev);
-  gpu->ops->free(gpu, dl_dev);
-  gpu->ops->free(gpu, lab_dev);
+}
+
+int main(void) {
+  fp_env_flush_denormals(); /* as the trainer and pserver run (common/fp_env.h) */
+  char why[256] = "";
+  if (backend_cuda_device_count(why, sizeof why) == 0) {
+    fprintf(stderr, "SKIP: no GPU is visible (%s)\n", why);
+    return 77;
+  }
+  ps_error err;
+  REQUIRE(backend_cpu_create(&cpu, 1, &err) == PS_ERR_OK);
+  if (backend_cuda_create(&gpu, 0, &err) != PS_ERR_OK) {
+    fprintf(stderr, "FAIL: a GPU is visible but the CUDA backend did not open: %s\n", err.msg);
+    return 1;
+  }
+  fprintf(stderr, "parity on %s\n", gpu->description);
+  /* One generator, seeded here, gives every case its random inputs: run in
+   * this order, each case sees the inputs it was written against. */
+  rng_seed(&r, 2024, 0);
+  RUN_CASE(case_gemm);
+  RUN_CASE(case_bias_act_and_backward);
+  RUN_CASE(case_softmax_xent);
+  RUN_CASE(case_optimizers);
+  RUN_CASE(case_layers);
+  RUN_CASE(case_mlp_step);
   backend_destroy(gpu);
   backend_destroy(cpu);
   return check_report("test_gpu_parity");

@@ -32,37 +32,50 @@ static double batch_loss(mlp *m, unsigned char *mask, int record, int *flipped) 
   return sum / BATCH;
 }
 
-int main(void) {
+/* mlp:6,7,5,4 on a CPU backend with a random batch of BATCH, non-zero
+ * biases (so their gradients flow through ReLUs on both sides); *params
+ * holds its parameters and *grads their analytic gradients (malloc'd). */
+static mlp *mlp_fixture(backend **be, float **params, float **grads) {
   ps_error err;
-  backend *be;
-  REQUIRE(backend_cpu_create(&be, 1, &err) == PS_ERR_OK);
+  REQUIRE(backend_cpu_create(be, 1, &err) == PS_ERR_OK);
   model_desc d;
   REQUIRE(model_parse("mlp:6,7,5,4", &d, &err) == PS_ERR_OK);
   mlp *m;
-  REQUIRE(mlp_create(&m, &d, be, BATCH, 3, &err) == PS_ERR_OK);
+  REQUIRE(mlp_create(&m, &d, *be, BATCH, 3, &err) == PS_ERR_OK);
 
   rng r;
   rng_seed(&r, 5, 0);
   for (int i = 0; i < BATCH * 6; i++) mlp_host_inputs(m)[i] = (float)(rng_next(&r) >> 40) / 16777216.0f;
   for (int i = 0; i < BATCH; i++) mlp_host_labels(m)[i] = (int32_t)(rng_next(&r) % 4);
   REQUIRE(mlp_load_batch(m, BATCH, &err) == PS_ERR_OK);
-  /* Non-zero biases so their gradients flow through ReLUs on both sides. */
   size_t n = m->layout.total;
-  float *params = malloc(n * sizeof *params), *grads = malloc(n * sizeof *grads);
-  REQUIRE(params && grads);
-  REQUIRE(mlp_get_params(m, params, &err) == PS_ERR_OK);
+  *params = malloc(n * sizeof **params);
+  *grads = malloc(n * sizeof **grads);
+  REQUIRE(*params && *grads);
+  REQUIRE(mlp_get_params(m, *params, &err) == PS_ERR_OK);
   for (int t = 1; t < m->layout.count; t += 2) {
     for (size_t i = 0; i < m->layout.tensors[t].count; i++) {
-      params[m->layout.tensors[t].offset + i] = 0.1f * ((float)(rng_next(&r) >> 40) / 16777216.0f - 0.5f);
+      (*params)[m->layout.tensors[t].offset + i] =
+          0.1f * ((float)(rng_next(&r) >> 40) / 16777216.0f - 0.5f);
     }
   }
-  REQUIRE(mlp_set_params(m, params, &err) == PS_ERR_OK);
+  REQUIRE(mlp_set_params(m, *params, &err) == PS_ERR_OK);
 
   double loss_sum = 0;
   long correct = 0;
   REQUIRE(mlp_forward(m, BATCH, 1, &loss_sum, &correct, &err) == PS_ERR_OK);
   REQUIRE(mlp_backward(m, BATCH, &err) == PS_ERR_OK);
-  REQUIRE(mlp_get_grads(m, grads, &err) == PS_ERR_OK);
+  REQUIRE(mlp_get_grads(m, *grads, &err) == PS_ERR_OK);
+  return m;
+}
+
+/* Every layer's weights and biases against central differences of the loss. */
+static void case_layer_gradients(void) {
+  ps_error err;
+  backend *be;
+  float *params, *grads;
+  mlp *m = mlp_fixture(&be, &params, &grads);
+  size_t n = m->layout.total;
 
   unsigned char mask[BATCH * 16];
   int flipped = 0, skipped = 0;
@@ -98,8 +111,14 @@ int main(void) {
 
   CHECK(skipped * 100 <= 5 * (int)n);
   fprintf(stderr, "checked %zu parameters, %d skipped at a ReLU kink\n", n, skipped);
+  free(params);
+  free(grads);
+  mlp_destroy(m);
+  backend_destroy(be);
+}
 
-  /* The loss's own gradient w.r.t. the logits. */
+/* The loss's own gradient w.r.t. the logits. */
+static void case_loss_gradient_wrt_logits(void) {
   float logits[5] = {0.3f, -1.2f, 2.0f, 0.0f, 0.7f}, dlogits[5];
   int hit;
   kernel_softmax_xent_row(logits, 5, 1, 1.0f, dlogits, &hit);
@@ -113,10 +132,10 @@ int main(void) {
     double numeric = (plus - minus) / (2.0 * H);
     CHECK_NEAR(dlogits[j], numeric, 1e-3 + 1e-2 * fabs(numeric));
   }
+}
 
-  free(params);
-  free(grads);
-  mlp_destroy(m);
-  backend_destroy(be);
+int main(void) {
+  RUN_CASE(case_layer_gradients);
+  RUN_CASE(case_loss_gradient_wrt_logits);
   return check_report("test_gradcheck");
 }

@@ -59,23 +59,23 @@ static void path_of(const char *name, char *out, size_t len) {
   snprintf(out, len, "%s/%s", dir, name);
 }
 
-int main(void) {
-  REQUIRE(mkdtemp(dir) != NULL);
-  uint8_t img[256], lab[64];
-  const uint8_t labels4[4] = {3, 0, 9, 7};
-  char path[256];
-  ps_error err;
-  long count;
-  int rows, cols;
-  uint8_t *pixels, *labels;
+static const uint8_t labels4[4] = {3, 0, 9, 7};
 
-  /* Plain and gzip'd files read alike. */
+/* Four 2 x 3 images and their labels, as train (plain) and t10k (gzip'd). */
+static void good_files_fixture(void) {
+  uint8_t img[256], lab[64];
   size_t img_len = make_images(img, IDX_IMAGES_MAGIC, 4);
   size_t lab_len = make_labels(lab, 4, labels4);
   write_file("train-images-idx3-ubyte", img, img_len, 0);
   write_file("train-labels-idx1-ubyte", lab, lab_len, 0);
   write_file("t10k-images-idx3-ubyte.gz", img, img_len, 1);
   write_file("t10k-labels-idx1-ubyte.gz", lab, lab_len, 1);
+}
+
+/* Plain and gzip'd files read alike. */
+static void case_plain_and_gzip_read_alike(void) {
+  ps_error err;
+  good_files_fixture();
   dataset plain, gz;
   REQUIRE(dataset_load(dir, "train", 0, &plain, &err) == PS_ERR_OK);
   REQUIRE(dataset_load(dir, "t10k", 0, &gz, &err) == PS_ERR_OK);
@@ -90,20 +90,42 @@ int main(void) {
   CHECK(memcmp(plain.labels, gz.labels, 4) == 0);
   dataset_free(&plain);
   dataset_free(&gz);
+}
 
-  /* A limit keeps the first samples. */
+/* A limit keeps the first samples. */
+static void case_limit_keeps_first_samples(void) {
+  ps_error err;
+  dataset plain;
+  good_files_fixture();
   REQUIRE(dataset_load(dir, "train", 2, &plain, &err) == PS_ERR_OK);
   CHECK_EQ_INT(plain.count, 2);
   CHECK_EQ_INT(plain.labels[1], 0);
   dataset_free(&plain);
+}
 
-  /* Wrong magic: a label file where images are expected. */
+/* Wrong magic: a label file where images are expected. */
+static void case_wrong_magic(void) {
+  char path[256];
+  ps_error err;
+  long count;
+  int rows, cols;
+  uint8_t *pixels;
+  good_files_fixture();
   path_of("train-labels-idx1-ubyte", path, sizeof path);
   CHECK_EQ_INT(idx_read_images(path, &count, &rows, &cols, &pixels, &err), PS_ERR_CORRUPT_DATA);
   CHECK_CONTAINS(err.msg, "wrong magic number 0x00000801");
   CHECK_CONTAINS(err.msg, "train-labels-idx1-ubyte");
+}
 
-  /* Truncated images, plain and gzip'd; truncated header. */
+/* Truncated images, plain and gzip'd; truncated header. */
+static void case_truncated_files(void) {
+  char path[256];
+  ps_error err;
+  long count;
+  int rows, cols;
+  uint8_t *pixels;
+  uint8_t img[256];
+  size_t img_len = make_images(img, IDX_IMAGES_MAGIC, 4);
   write_file("short-images", img, img_len - 5, 0);
   path_of("short-images", path, sizeof path);
   CHECK_EQ_INT(idx_read_images(path, &count, &rows, &cols, &pixels, &err), PS_ERR_CORRUPT_DATA);
@@ -116,29 +138,59 @@ int main(void) {
   path_of("short-header", path, sizeof path);
   CHECK_EQ_INT(idx_read_images(path, &count, &rows, &cols, &pixels, &err), PS_ERR_CORRUPT_DATA);
   CHECK_CONTAINS(err.msg, "reading the header");
+}
 
-  /* Trailing bytes: the header's count is wrong. */
+/* Trailing bytes: the header's count is wrong. */
+static void case_trailing_bytes(void) {
+  char path[256];
+  ps_error err;
+  long count;
+  int rows, cols;
+  uint8_t *pixels;
+  uint8_t img[256];
+  size_t img_len = make_images(img, IDX_IMAGES_MAGIC, 4);
   write_file("long-images", img, img_len + 6, 0);
   path_of("long-images", path, sizeof path);
   CHECK_EQ_INT(idx_read_images(path, &count, &rows, &cols, &pixels, &err), PS_ERR_CORRUPT_DATA);
   CHECK_CONTAINS(err.msg, "data continues after");
+}
 
-  /* Zero dimensions. */
+/* Zero dimensions. */
+static void case_zero_dimensions(void) {
+  char path[256];
+  ps_error err;
+  long count;
+  int rows, cols;
+  uint8_t *pixels;
+  uint8_t img[256];
   make_images(img, IDX_IMAGES_MAGIC, 0);
   write_file("empty-images", img, 16, 0);
   path_of("empty-images", path, sizeof path);
   CHECK_EQ_INT(idx_read_images(path, &count, &rows, &cols, &pixels, &err), PS_ERR_CORRUPT_DATA);
   CHECK_CONTAINS(err.msg, "implausible dimensions 0 x 2 x 3");
+}
 
-  /* A label that is no class. */
+/* A label that is no class. */
+static void case_label_out_of_range(void) {
+  char path[256];
+  ps_error err;
+  long count;
+  uint8_t lab[64], *labels;
+  size_t lab_len = make_labels(lab, 4, labels4);
   const uint8_t bad_labels[4] = {3, 0, 10, 7};
   make_labels(lab, 4, bad_labels);
   write_file("bad-labels", lab, lab_len, 0);
   path_of("bad-labels", path, sizeof path);
   CHECK_EQ_INT(idx_read_labels(path, &count, &labels, &err), PS_ERR_CORRUPT_DATA);
   CHECK_CONTAINS(err.msg, "label 10 at index 2 is not 0..9");
+}
 
-  /* Counts that disagree. */
+/* Counts that disagree. */
+static void case_counts_disagree(void) {
+  ps_error err;
+  uint8_t img[256], lab[64];
+  size_t img_len, lab_len;
+  dataset plain;
   img_len = make_images(img, IDX_IMAGES_MAGIC, 4);
   lab_len = make_labels(lab, 3, labels4);
   write_file("odd-images-idx3-ubyte", img, img_len, 0);
@@ -147,14 +199,27 @@ int main(void) {
   CHECK_CONTAINS(err.msg, "holds 4 images but");
   CHECK_CONTAINS(err.msg, "holds 3 labels");
   CHECK(plain.pixels == NULL && plain.labels == NULL);
+}
 
-  /* Missing files. */
+/* Missing files. */
+static void case_missing_files(void) {
+  ps_error err;
+  dataset plain;
   CHECK_EQ_INT(dataset_load(dir, "nothing", 0, &plain, &err), PS_ERR_IO);
   CHECK_CONTAINS(err.msg, "nothing-images-idx3-ubyte");
   CHECK_CONTAINS(err.msg, "No such file");
   CHECK_EQ_INT(dataset_load(dir, "..", 0, &plain, &err), PS_ERR_IO);
+}
 
-  /* A gzip stream with a damaged body. */
+/* A gzip stream with a damaged body. */
+static void case_damaged_gzip(void) {
+  char path[256];
+  ps_error err;
+  long count;
+  int rows, cols;
+  uint8_t *pixels;
+  uint8_t img[256];
+  size_t img_len;
   img_len = make_images(img, IDX_IMAGES_MAGIC, 4);
   write_file("damaged.gz", img, img_len, 1);
   path_of("damaged.gz", path, sizeof path);
@@ -164,11 +229,31 @@ int main(void) {
   REQUIRE(fwrite("\xff\xff\xff\xff\xff\xff", 1, 6, f) == 6);
   REQUIRE(fclose(f) == 0);
   CHECK_EQ_INT(idx_read_images(path, &count, &rows, &cols, &pixels, &err), PS_ERR_CORRUPT_DATA);
+}
 
-  /* A folder is not a data file. */
+/* A folder is not a data file. */
+static void case_folder_not_data_file(void) {
+  ps_error err;
+  long count;
+  int rows, cols;
+  uint8_t *pixels;
   CHECK_EQ_INT(idx_read_images(dir, &count, &rows, &cols, &pixels, &err), PS_ERR_IO);
   CHECK_CONTAINS(err.msg, "not a regular file");
+}
 
+int main(void) {
+  REQUIRE(mkdtemp(dir) != NULL);
+  RUN_CASE(case_plain_and_gzip_read_alike);
+  RUN_CASE(case_limit_keeps_first_samples);
+  RUN_CASE(case_wrong_magic);
+  RUN_CASE(case_truncated_files);
+  RUN_CASE(case_trailing_bytes);
+  RUN_CASE(case_zero_dimensions);
+  RUN_CASE(case_label_out_of_range);
+  RUN_CASE(case_counts_disagree);
+  RUN_CASE(case_missing_files);
+  RUN_CASE(case_damaged_gzip);
+  RUN_CASE(case_folder_not_data_file);
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   CHECK(system(cmd) == 0);

@@ -1,5 +1,6 @@
-/* Model descriptions: parsing, the parameter layout, the hash, deterministic
- * initialization of any range, and single-allocation tensor groups. */
+/* Model descriptions: parsing (MLP, CTR and LR models, bad texts refused),
+ * the parameter layout, the hash, deterministic initialization of any
+ * range, and single-allocation tensor groups. */
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -7,7 +8,15 @@
 #include "common/tensor.h"
 #include "tests/check.h"
 
-int main(void) {
+/* The reference MLP, mlp:784,256,128,10, and its layout. */
+static void mlp_fixture(model_desc *d, tensor_layout *layout) {
+  ps_error err;
+  REQUIRE(model_parse("mlp:784,256,128,10", d, &err) == PS_ERR_OK);
+  tensor_layout_init(layout);
+  REQUIRE(model_build_layout(d, layout, &err) == PS_ERR_OK);
+}
+
+static void case_mlp_parse_and_format(void) {
   ps_error err;
   model_desc d;
   REQUIRE(model_parse("mlp:784,256,128,10", &d, &err) == PS_ERR_OK);
@@ -17,10 +26,12 @@ int main(void) {
   char text[128];
   model_format(&d, text, sizeof text);
   CHECK_EQ_STR(text, "mlp:784,256,128,10");
+}
 
+static void case_mlp_layout(void) {
+  model_desc d;
   tensor_layout layout;
-  tensor_layout_init(&layout);
-  REQUIRE(model_build_layout(&d, &layout, &err) == PS_ERR_OK);
+  mlp_fixture(&d, &layout);
   CHECK_EQ_INT(layout.count, 6);
   CHECK_EQ_STR(layout.tensors[0].name, "fc1.weight");
   CHECK_EQ_INT(layout.tensors[0].shape[0], 256);
@@ -31,15 +42,26 @@ int main(void) {
   CHECK_EQ_INT(layout.total, 235146); /* the reference MLP's parameter count */
   CHECK_EQ_INT(tensor_layout_find(&layout, "fc3.weight"), 4);
   CHECK_EQ_INT(tensor_layout_find(&layout, "fc4.weight"), -1);
+  tensor_layout_free(&layout);
+}
 
-  /* Equal models hash alike; different ones do not. */
-  model_desc same, other;
+/* Equal models hash alike; different ones do not. */
+static void case_hash_tells_models_apart(void) {
+  ps_error err;
+  model_desc d, same, other;
+  REQUIRE(model_parse("mlp:784,256,128,10", &d, &err) == PS_ERR_OK);
   REQUIRE(model_parse("mlp:784,256,128,10", &same, &err) == PS_ERR_OK);
   REQUIRE(model_parse("mlp:784,256,64,10", &other, &err) == PS_ERR_OK);
   CHECK(model_hash(&d) == model_hash(&same));
   CHECK(model_hash(&d) != model_hash(&other));
+}
 
-  /* Any range initializes to the same values as the whole. */
+/* Any range initializes to the same values as the whole; biases are zero,
+ * weights within the He bound and not all alike; another seed, other weights. */
+static void case_init_any_range(void) {
+  model_desc d;
+  tensor_layout layout;
+  mlp_fixture(&d, &layout);
   size_t n = layout.total;
   float *all = malloc(n * sizeof *all), *part = malloc(5000 * sizeof *part);
   REQUIRE(all != NULL && part != NULL);
@@ -68,8 +90,15 @@ int main(void) {
   CHECK(same_count < 5);
   free(all);
   free(part);
+  tensor_layout_free(&layout);
+}
 
-  /* A tensor group is one aligned, zeroed block with tensors at their offsets. */
+/* A tensor group is one aligned, zeroed block with tensors at their offsets. */
+static void case_tensor_group_one_block(void) {
+  ps_error err;
+  model_desc d;
+  tensor_layout layout;
+  mlp_fixture(&d, &layout);
   tensor_group group;
   REQUIRE(tensor_group_init(&group, &layout, 2, &err) == PS_ERR_OK);
   CHECK_EQ_INT((uintptr_t)group.data % 64, 0);
@@ -78,8 +107,11 @@ int main(void) {
   CHECK(group.data[2 * layout.total - 1] == 0.0f);
   tensor_group_free(&group);
   tensor_layout_free(&layout);
+}
 
-  /* Bad descriptions. */
+static void case_bad_mlp_descriptions(void) {
+  ps_error err;
+  model_desc d;
   CHECK_EQ_INT(model_parse("cnn:784,10", &d, &err), PS_ERR_INVALID_ARGUMENT);
   CHECK_EQ_INT(model_parse("mlp:784", &d, &err), PS_ERR_INVALID_ARGUMENT);
   CHECK_EQ_INT(model_parse("mlp:784,10,", &d, &err), PS_ERR_INVALID_ARGUMENT);
@@ -89,8 +121,14 @@ int main(void) {
   CHECK_EQ_INT(model_parse("mlp:1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18", &d, &err),
                PS_ERR_INVALID_ARGUMENT);
   CHECK_CONTAINS(err.msg, "more than 16 layers");
+}
 
-  /* The CTR models: canonical text round trips, the MLP's shape, the layout. */
+/* The CTR models: canonical text round trips, the MLP's shape, the layout. */
+static void case_ctr_model(void) {
+  ps_error err;
+  model_desc d, same;
+  char text[128];
+  tensor_layout layout;
   REQUIRE(model_parse("ctr:16:256,128", &d, &err) == PS_ERR_OK);
   CHECK_EQ_INT(d.kind, MODEL_CTR);
   CHECK(model_is_ctr(&d));
@@ -118,21 +156,32 @@ int main(void) {
   CHECK_EQ_INT(layout.tensors[6].offset, 429 * 256 + 256 + 256 * 128 + 128 + 128 + 1);
   CHECK_EQ_INT(layout.total, layout.tensors[6].offset + 1);
   tensor_layout_free(&layout);
+}
 
+static void case_lr_model(void) {
+  ps_error err;
+  model_desc d, ctr;
+  char text[128];
+  tensor_layout layout;
+  REQUIRE(model_parse("ctr:16:256,128", &ctr, &err) == PS_ERR_OK);
   REQUIRE(model_parse("lr", &d, &err) == PS_ERR_OK);
   CHECK_EQ_INT(d.kind, MODEL_LR);
   CHECK(model_is_ctr(&d));
   CHECK_EQ_INT(d.num_layers, 0);
   model_format(&d, text, sizeof text);
   CHECK_EQ_STR(text, "lr");
-  CHECK(model_hash(&d) != model_hash(&same));
+  CHECK(model_hash(&d) != model_hash(&ctr));
   tensor_layout_init(&layout);
   REQUIRE(model_build_layout(&d, &layout, &err) == PS_ERR_OK);
   CHECK_EQ_INT(layout.count, 1);
   CHECK_EQ_STR(layout.tensors[0].name, "wide.bias");
   CHECK_EQ_INT(layout.total, 1);
   tensor_layout_free(&layout);
+}
 
+static void case_bad_ctr_descriptions(void) {
+  ps_error err;
+  model_desc d;
   CHECK_EQ_INT(model_parse("ctr:0:8", &d, &err), PS_ERR_INVALID_ARGUMENT);
   CHECK_CONTAINS(err.msg, "embedding dimension 0");
   CHECK_EQ_INT(model_parse("ctr:16:", &d, &err), PS_ERR_INVALID_ARGUMENT);
@@ -140,5 +189,17 @@ int main(void) {
   CHECK_CONTAINS(err.msg, "expected ctr:DIM:H1,H2");
   CHECK_EQ_INT(model_parse("ctr:x:8", &d, &err), PS_ERR_INVALID_ARGUMENT);
   CHECK_EQ_INT(model_parse("lr:3", &d, &err), PS_ERR_INVALID_ARGUMENT);
+}
+
+int main(void) {
+  RUN_CASE(case_mlp_parse_and_format);
+  RUN_CASE(case_mlp_layout);
+  RUN_CASE(case_hash_tells_models_apart);
+  RUN_CASE(case_init_any_range);
+  RUN_CASE(case_tensor_group_one_block);
+  RUN_CASE(case_bad_mlp_descriptions);
+  RUN_CASE(case_ctr_model);
+  RUN_CASE(case_lr_model);
+  RUN_CASE(case_bad_ctr_descriptions);
   return check_report("test_model");
 }

@@ -26,6 +26,9 @@ static job_config job;
 static uint64_t job_hash;
 static tensor_layout layout;
 static shard_map map;
+static char ckdir[64];
+static float *grads, *grads1; /* trainer 0's and trainer 1's gradients */
+static uint8_t junk[64];      /* a corrupted message, see make_junk */
 
 /* One call; returns its status, message in *msg (may be NULL). */
 static ps_err call(const char *method, const rpc_part *parts, int count, char *msg,
@@ -60,7 +63,9 @@ typedef struct push_spec {
   int drop_last, duplicate_first, short_first, foreign_block, no_key, no_blocks;
 } push_spec;
 
-static ps_err send_push(const push_spec *s, const float *grads, char *msg, rpc_reply *reply) {
+static push_spec good0; /* trainer 0's good push of step 0 */
+
+static ps_err send_push(const push_spec *s, const float *values, char *msg, rpc_reply *reply) {
   wire_writer w = {0};
   ps_error err;
   REQUIRE(wire_writer_begin(&w, map.block_count + 2, &err) == PS_ERR_OK);
@@ -73,8 +78,8 @@ static ps_err send_push(const push_spec *s, const float *grads, char *msg, rpc_r
     if (s->drop_last && i == map.block_count - 1) continue;
     if (s->no_blocks) continue;
     size_t count = s->short_first && first ? b->count - 1 : b->count;
-    wire_writer_block(&w, b->id, grads + b->offset, count, NULL);
-    if (s->duplicate_first && first) wire_writer_block(&w, b->id, grads + b->offset, b->count, NULL);
+    wire_writer_block(&w, b->id, values + b->offset, count, NULL);
+    if (s->duplicate_first && first) wire_writer_block(&w, b->id, values + b->offset, b->count, NULL);
     first = 0;
   }
   ps_err rc = call(WIRE_METHOD_PUSH_PULL, w.parts, w.part_count, msg, reply);
@@ -110,10 +115,26 @@ static int unchanged(const float *before) { return testlib_params_equal(&ps, bef
 
 static char last_msg[384];
 
-int main(void) {
+/* A corrupted message where each message should be: a good DoneRequest
+ * with every bit flipped (XOR, so each byte differs from the original). */
+static void make_junk(void) {
+  Pstrain__RequestKey k = PSTRAIN__REQUEST_KEY__INIT;
+  Pstrain__DoneRequest d = PSTRAIN__DONE_REQUEST__INIT;
+  k.trainer_id = 1;
+  k.incarnation = 0x1234;
+  d.key = &k;
+  d.config_hash = 0x5678;
+  REQUIRE(protobuf_c_message_get_packed_size(&d.base) <= sizeof junk);
+  size_t n = protobuf_c_message_pack(&d.base, junk);
+  REQUIRE(n > 8);
+  for (size_t i = 0; i < sizeof junk; i++) junk[i] = i < n ? junk[i] ^ 0xff : 0xa5;
+}
+
+/* Every case's fixture: a fresh pserver (with its own checkpoint directory)
+ * serving the job below, nobody registered, a client connected to it. */
+static void server_start(void) {
   ps_error err;
-  rpc_global_init();
-  char ckdir[] = "/tmp/pstrain-test-pw-XXXXXX";
+  snprintf(ckdir, sizeof ckdir, "/tmp/pstrain-test-pw-XXXXXX");
   REQUIRE(mkdtemp(ckdir) != NULL);
   pserver_config cfg = {.id = 0, .pservers = 1, .trainers = TRAINERS, .step_timeout = 60,
                         .log_every = 0, .max_shard_mb = 64, .checkpoint_dir = ckdir,
@@ -140,21 +161,68 @@ int main(void) {
   REQUIRE(model_build_layout(&job.model, &layout, &err) == PS_ERR_OK);
   REQUIRE(shard_map_build(&map, &layout, job.block_size, 1, &err) == PS_ERR_OK);
 
-  /* A corrupted message where each message should be: a good DoneRequest
-   * with every bit flipped (XOR, so each byte differs from the original). */
-  uint8_t junk[64];
-  {
-    Pstrain__RequestKey k = PSTRAIN__REQUEST_KEY__INIT;
-    Pstrain__DoneRequest d = PSTRAIN__DONE_REQUEST__INIT;
-    k.trainer_id = 1;
-    k.incarnation = 0x1234;
-    d.key = &k;
-    d.config_hash = 0x5678;
-    REQUIRE(protobuf_c_message_get_packed_size(&d.base) <= sizeof junk);
-    size_t n = protobuf_c_message_pack(&d.base, junk);
-    REQUIRE(n > 8);
-    for (size_t i = 0; i < sizeof junk; i++) junk[i] = i < n ? junk[i] ^ 0xff : 0xa5;
+  grads = calloc(layout.total, sizeof *grads);
+  grads1 = malloc(layout.total * sizeof *grads1);
+  REQUIRE(grads != NULL && grads1 != NULL);
+  for (size_t i = 0; i < layout.total; i++) grads[i] = 0.01f * (float)(i % 7) - 0.03f;
+  for (size_t i = 0; i < layout.total; i++) grads1[i] = 0.02f;
+  good0 = (push_spec){.trainer = 0, .incarnation = 100, .step = 0, .hash = job_hash};
+  make_junk();
+}
+
+static void server_stop(void) {
+  free(grads);
+  free(grads1);
+  rpc_client_destroy(client);
+  pserver_abort_waiting(&ps, PS_ERR_UNAVAILABLE, "test over");
+  rpc_server_stop(server);
+  pserver_destroy(&ps);
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", ckdir);
+  CHECK(system(cmd) == 0);
+  shard_map_free(&map);
+  tensor_layout_free(&layout);
+}
+
+/* Trainer 0 (incarnation 100) and trainer 1 (incarnation 200) register. */
+static void register_both(void) {
+  REQUIRE(send_register(0, 100, &job, 0, job_hash, last_msg) == PS_ERR_OK);
+  REQUIRE(send_register(1, 200, &job, 0, job_hash, last_msg) == PS_ERR_OK);
+}
+
+/* Both trainers' pushes of step 0 (grads, grads1), each block once. */
+static void step0_writers(wire_writer *w0, wire_writer *w1) {
+  ps_error err;
+  REQUIRE(wire_writer_begin(w0, map.block_count, &err) == PS_ERR_OK);
+  REQUIRE(wire_writer_begin(w1, map.block_count, &err) == PS_ERR_OK);
+  wire_key k0 = {0, 100, 0}, k1 = {1, 200, 0};
+  wire_writer_push_header(w0, &k0, job_hash);
+  wire_writer_push_header(w1, &k1, job_hash);
+  for (size_t i = 0; i < map.block_count; i++) {
+    wire_writer_block(w0, map.blocks[i].id, grads + map.blocks[i].offset, map.blocks[i].count, NULL);
+    wire_writer_block(w1, map.blocks[i].id, grads1 + map.blocks[i].offset, map.blocks[i].count, NULL);
   }
+}
+
+/* Both trainers push step 0 together: the pserver completes the step. */
+static void push_step0_from_both(void) {
+  ps_error err;
+  wire_writer w0 = {0}, w1 = {0};
+  step0_writers(&w0, &w1);
+  rpc_op ops[2] = {
+      {.channel = channel, .method = WIRE_METHOD_PUSH_PULL, .parts = w0.parts,
+       .part_count = w0.part_count, .timeout_s = 10},
+      {.channel = channel, .method = WIRE_METHOD_PUSH_PULL, .parts = w1.parts,
+       .part_count = w1.part_count, .timeout_s = 10}};
+  REQUIRE(rpc_client_call_all(client, ops, 2, &err) == PS_ERR_OK);
+  rpc_reply_free(&ops[0].reply);
+  rpc_reply_free(&ops[1].reply);
+  wire_writer_free(&w0);
+  wire_writer_free(&w1);
+}
+
+static void case_malformed_and_oversized_bodies_refused(void) {
+  server_start();
   CHECK_EQ_INT(send_raw(WIRE_METHOD_REGISTER, junk, sizeof junk, last_msg), PS_ERR_INVALID_ARGUMENT);
   CHECK_CONTAINS(last_msg, "malformed pstrain.RegisterRequest");
   CHECK_EQ_INT(send_raw(WIRE_METHOD_PUSH_PULL, junk, sizeof junk, last_msg), PS_ERR_ABORTED);
@@ -167,16 +235,19 @@ int main(void) {
   CHECK_EQ_INT(send_raw(WIRE_METHOD_REGISTER, big, 100 * 1024, last_msg), PS_ERR_OUT_OF_RANGE);
   CHECK_CONTAINS(last_msg, "larger than this method's limit");
   free(big);
+  server_stop();
+}
 
-  /* Before any registration nothing is accepted. */
-  float *grads = calloc(layout.total, sizeof *grads);
-  REQUIRE(grads != NULL);
-  for (size_t i = 0; i < layout.total; i++) grads[i] = 0.01f * (float)(i % 7) - 0.03f;
-  push_spec good0 = {.trainer = 0, .incarnation = 100, .step = 0, .hash = job_hash};
+static void case_push_before_registration_refused(void) {
+  server_start();
   CHECK_EQ_INT(send_push(&good0, grads, last_msg, NULL), PS_ERR_ABORTED);
   CHECK_CONTAINS(last_msg, "register again");
+  server_stop();
+}
 
-  /* Bad registrations. */
+static void case_bad_registrations_refused(void) {
+  ps_error err;
+  server_start();
   CHECK_EQ_INT(send_register(5, 1, &job, 0, job_hash, last_msg), PS_ERR_INVALID_ARGUMENT);
   CHECK_CONTAINS(last_msg, "trainer id 5 is not 0..1");
   CHECK_EQ_INT(send_register(0, 1, &job, 3, job_hash, last_msg), PS_ERR_FAILED_PRECONDITION);
@@ -204,8 +275,13 @@ int main(void) {
   CHECK_EQ_INT(send_register(0, 1, &tiny_blocks, 0, job_config_hash(&tiny_blocks), last_msg),
                PS_ERR_OUT_OF_RANGE);
   CHECK_CONTAINS(last_msg, "into 42 blocks, more than --max-blocks-per-request 8");
+  server_stop();
+}
 
-  /* Trainer 0 registers; trainer 1 with another model is refused by name. */
+/* Trainer 0 registers; trainer 1 with another model is refused by name. */
+static void case_other_job_refused_by_field(void) {
+  ps_error err;
+  server_start();
   CHECK_EQ_INT(send_register(0, 100, &job, 0, job_hash, last_msg), PS_ERR_OK);
   job_config other = job;
   REQUIRE(model_parse("mlp:20,8,4", &other.model, &err) == PS_ERR_OK);
@@ -230,9 +306,15 @@ int main(void) {
   ps.cfg.authenticated = 0;
   pthread_mutex_unlock(&ps.lock);
   CHECK_EQ_INT(send_register(1, 200, &job, 0, job_hash, last_msg), PS_ERR_OK);
+  server_stop();
+}
 
+/* Bad pushes from registered trainers: each refused, the table untouched. */
+static void case_bad_pushes_refused_table_untouched(void) {
+  ps_error err;
+  server_start();
+  register_both();
   float *before = snapshot();
-  /* Bad pushes: each refused, the table untouched. */
   CHECK_EQ_INT(send_raw(WIRE_METHOD_PUSH_PULL, junk, sizeof junk, last_msg), PS_ERR_INVALID_ARGUMENT);
   CHECK_CONTAINS(last_msg, "malformed block message");
   push_spec s;
@@ -296,25 +378,22 @@ int main(void) {
   /* An empty call body and a truncated good push. */
   CHECK_EQ_INT(send_raw(WIRE_METHOD_PUSH_PULL, "", 0, last_msg), PS_ERR_INVALID_ARGUMENT);
   CHECK(unchanged(before));
+  free(before);
+  server_stop();
+}
 
-  /* A good sync step: trainer 0 waits until trainer 1 pushes; both get the
-   * parameters after one SGD step on the mean gradient. Trainer 0's push is
-   * sent twice: the copy either supersedes the waiting one (ABORTED) or
-   * arrives after the step and gets its parameters; it counts once. */
-  float *grads1 = malloc(layout.total * sizeof *grads1);
-  REQUIRE(grads1 != NULL);
-  for (size_t i = 0; i < layout.total; i++) grads1[i] = 0.02f;
-  rpc_op ops[3];
+/* A good sync step: trainer 0 waits until trainer 1 pushes; both get the
+ * parameters after one SGD step on the mean gradient. Trainer 0's push is
+ * sent twice: the copy either supersedes the waiting one (ABORTED) or
+ * arrives after the step and gets its parameters; it counts once. */
+static void case_sync_step_applies_mean_gradient_once(void) {
+  ps_error err;
+  server_start();
+  register_both();
+  float *before = snapshot();
   wire_writer w0 = {0}, w1 = {0};
-  REQUIRE(wire_writer_begin(&w0, map.block_count, &err) == PS_ERR_OK);
-  REQUIRE(wire_writer_begin(&w1, map.block_count, &err) == PS_ERR_OK);
-  wire_key k0 = {0, 100, 0}, k1 = {1, 200, 0};
-  wire_writer_push_header(&w0, &k0, job_hash);
-  wire_writer_push_header(&w1, &k1, job_hash);
-  for (size_t i = 0; i < map.block_count; i++) {
-    wire_writer_block(&w0, map.blocks[i].id, grads + map.blocks[i].offset, map.blocks[i].count, NULL);
-    wire_writer_block(&w1, map.blocks[i].id, grads1 + map.blocks[i].offset, map.blocks[i].count, NULL);
-  }
+  step0_writers(&w0, &w1);
+  rpc_op ops[3];
   ops[0] = (rpc_op){.channel = channel, .method = WIRE_METHOD_PUSH_PULL, .parts = w0.parts,
                     .part_count = w0.part_count, .timeout_s = 10};
   ops[1] = (rpc_op){.channel = channel, .method = WIRE_METHOD_PUSH_PULL, .parts = w1.parts,
@@ -349,7 +428,18 @@ int main(void) {
   CHECK_EQ_INT(wrong, 0);
   rpc_reply_free(&ops[0].reply);
   rpc_reply_free(&ops[1].reply);
+  wire_writer_free(&w0);
+  wire_writer_free(&w1);
+  free(before);
+  free(after);
+  server_stop();
+}
 
+static void case_resent_and_stale_pushes_not_applied(void) {
+  ps_error err;
+  server_start();
+  register_both();
+  push_step0_from_both();
   /* A resent push of the finished step gets the same parameters, applied once. */
   float *stepped = snapshot();
   rpc_reply again;
@@ -360,17 +450,29 @@ int main(void) {
    * the current parameters and not applied (README: "a pserver already past
    * that step answers it with its parameters"); one ahead is ABORTED. */
   CHECK_EQ_INT(send_push(&good0, grads, last_msg, &again), PS_ERR_OK);
+  wire_block_ref refs[64];
+  wire_blocks_msg m = {.blocks = refs, .block_cap = 64};
   REQUIRE(wire_parse_blocks(&again.message, &m, &err) == PS_ERR_OK);
   CHECK_EQ_INT(m.step, 1); /* the pserver's step, not the push's */
   rpc_reply_free(&again);
   CHECK(unchanged(stepped));
-  s = good0; s.step = 3;
+  push_spec s = good0;
+  s.step = 3;
   CHECK_EQ_INT(send_push(&s, grads, last_msg, NULL), PS_ERR_ABORTED);
   CHECK(unchanged(stepped));
+  free(stepped);
+  server_stop();
+}
 
-  /* Rollbacks: forward and to a step without a checkpoint are refused; to
-   * the current step is a no-op; to step 0 (written at registration) loads
-   * the parameters from before the step. */
+/* Rollbacks: forward and to a step without a checkpoint are refused; to
+ * the current step is a no-op; to step 0 (written at registration) loads
+ * the parameters from before the step. */
+static void case_rollback_loads_own_checkpoint(void) {
+  server_start();
+  register_both();
+  float *before = snapshot();
+  push_step0_from_both();
+  float *stepped = snapshot();
   CHECK_EQ_INT(send_rollback(0, 100, 5, last_msg), PS_ERR_FAILED_PRECONDITION);
   CHECK_CONTAINS(last_msg, "cannot roll forward from step 1 to 5");
   CHECK_EQ_INT(send_rollback(0, 100, 1, last_msg), PS_ERR_OK);
@@ -390,12 +492,19 @@ int main(void) {
   CHECK(unchanged(before));
   CHECK_EQ_INT(pserver_version(&ps), 0);
   /* Step 0 again from both trainers: the same parameters as the first time. */
-  REQUIRE(rpc_client_call_all(client, ops, 2, &err) == PS_ERR_OK);
-  rpc_reply_free(&ops[0].reply);
-  rpc_reply_free(&ops[1].reply);
+  push_step0_from_both();
   CHECK(unchanged(stepped));
+  free(before);
+  free(stepped);
+  server_stop();
+}
 
-  /* A restarted trainer 1 registers again: the old incarnation's pushes are refused. */
+/* A restarted trainer 1 registers again: the old incarnation's pushes are refused. */
+static void case_restarted_trainer_replaces_old_incarnation(void) {
+  server_start();
+  register_both();
+  push_step0_from_both();
+  float *stepped = snapshot();
   CHECK_EQ_INT(send_register(1, 201, &job, 0, job_hash, last_msg), PS_ERR_OK);
   push_spec old1 = {.trainer = 1, .incarnation = 200, .step = 1, .hash = job_hash};
   CHECK_EQ_INT(send_push(&old1, grads, last_msg, NULL), PS_ERR_FAILED_PRECONDITION);
@@ -410,8 +519,17 @@ int main(void) {
   CHECK_EQ_INT(send_push(&refused1, grads, last_msg, NULL), PS_ERR_FAILED_PRECONDITION);
   CHECK_CONTAINS(last_msg, "register again");
   CHECK(unchanged(stepped));
+  free(stepped);
+  server_stop();
+}
 
-  /* Done from both: the pserver reports finished. */
+/* Done from both (trainer 1 restarted after step 0): the pserver reports finished. */
+static void case_done_from_both_finishes(void) {
+  ps_error err;
+  server_start();
+  register_both();
+  push_step0_from_both();
+  REQUIRE(send_register(1, 201, &job, 0, job_hash, last_msg) == PS_ERR_OK);
   Pstrain__RequestKey key = PSTRAIN__REQUEST_KEY__INIT;
   Pstrain__DoneRequest done = PSTRAIN__DONE_REQUEST__INIT;
   done.key = &key;
@@ -426,23 +544,21 @@ int main(void) {
     free(buf);
   }
   CHECK_EQ_INT(pserver_poll(&ps), PSERVER_FINISHED);
+  server_stop();
+}
 
-  wire_writer_free(&w0);
-  wire_writer_free(&w1);
-  free(before);
-  free(stepped);
-  free(after);
-  free(grads);
-  free(grads1);
-  rpc_client_destroy(client);
-  pserver_abort_waiting(&ps, PS_ERR_UNAVAILABLE, "test over");
-  rpc_server_stop(server);
-  pserver_destroy(&ps);
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", ckdir);
-  CHECK(system(cmd) == 0);
-  shard_map_free(&map);
-  tensor_layout_free(&layout);
+int main(void) {
+  rpc_global_init();
+  RUN_CASE(case_malformed_and_oversized_bodies_refused);
+  RUN_CASE(case_push_before_registration_refused);
+  RUN_CASE(case_bad_registrations_refused);
+  RUN_CASE(case_other_job_refused_by_field);
+  RUN_CASE(case_bad_pushes_refused_table_untouched);
+  RUN_CASE(case_sync_step_applies_mean_gradient_once);
+  RUN_CASE(case_resent_and_stale_pushes_not_applied);
+  RUN_CASE(case_rollback_loads_own_checkpoint);
+  RUN_CASE(case_restarted_trainer_replaces_old_incarnation);
+  RUN_CASE(case_done_from_both_finishes);
   rpc_global_shutdown();
   return check_report("test_pserver_wire");
 }

@@ -19,6 +19,7 @@
 #define TRAINERS 2
 
 static pserver ps;
+static rpc_server *server;
 static rpc_client *client;
 static rpc_channel *channel;
 static job_config job;
@@ -123,14 +124,16 @@ static int check_reply(const rpc_message *msg, uint64_t version, const float *wa
   return wrong;
 }
 
-int main(void) {
+static float *g0, *g1; /* trainer 0's and trainer 1's gradients */
+
+/* Every case's fixture: a fresh pserver of the bf16 job, nobody registered,
+ * a client connected to it, and the gradients. */
+static void server_start(void) {
   ps_error err;
-  rpc_global_init();
   pserver_config cfg = {.id = 0, .pservers = 1, .trainers = TRAINERS, .step_timeout = 60,
                         .log_every = 0, .max_shard_mb = 64, .checkpoint_dir = "",
                         .max_blocks_per_request = 8, .max_registrations = 2};
   REQUIRE(pserver_init(&ps, &cfg, &err) == PS_ERR_OK);
-  rpc_server *server;
   rpc_server_config rcfg = {.listen = "127.0.0.1:0", .methods = pserver_methods,
                             .method_count = pserver_method_count, .handler = pserver_handle,
                             .handler_ctx = &ps, .threads = 2, .max_message_bytes = 64 << 20};
@@ -152,20 +155,46 @@ int main(void) {
   tensor_layout_init(&layout);
   REQUIRE(model_build_layout(&job.model, &layout, &err) == PS_ERR_OK);
   REQUIRE(shard_map_build(&map, &layout, job.block_size, 1, &err) == PS_ERR_OK);
-  CHECK_EQ_INT(send_register(0, 100), PS_ERR_OK);
-  CHECK_EQ_INT(send_register(1, 200), PS_ERR_OK);
-  CHECK_EQ_INT(ps.job.wire_dtype, WIRE_DTYPE_BF16);
 
   /* Gradients that bf16 cannot hold exactly: rounding shows. */
-  float *g0 = malloc(layout.total * sizeof *g0), *g1 = malloc(layout.total * sizeof *g1);
+  g0 = malloc(layout.total * sizeof *g0);
+  g1 = malloc(layout.total * sizeof *g1);
   REQUIRE(g0 != NULL && g1 != NULL);
   for (size_t i = 0; i < layout.total; i++) {
     g0[i] = 0.0123457f * (float)(i % 11) - 0.0617f;
     g1[i] = 0.0200003f + 1e-4f * (float)(i % 5);
   }
-  float *before = table_copy();
+}
 
-  /* Refused, naming both dtypes or the byte counts; nothing stored. */
+static void server_stop(void) {
+  free(g0);
+  free(g1);
+  rpc_client_destroy(client);
+  pserver_abort_waiting(&ps, PS_ERR_UNAVAILABLE, "test over");
+  rpc_server_stop(server);
+  pserver_destroy(&ps);
+  shard_map_free(&map);
+  tensor_layout_free(&layout);
+}
+
+static void register_both(void) {
+  REQUIRE(send_register(0, 100) == PS_ERR_OK);
+  REQUIRE(send_register(1, 200) == PS_ERR_OK);
+}
+
+static void case_bf16_job_registers(void) {
+  server_start();
+  CHECK_EQ_INT(send_register(0, 100), PS_ERR_OK);
+  CHECK_EQ_INT(send_register(1, 200), PS_ERR_OK);
+  CHECK_EQ_INT(ps.job.wire_dtype, WIRE_DTYPE_BF16);
+  server_stop();
+}
+
+/* Refused, naming both dtypes or the byte counts; nothing stored. */
+static void case_other_dtype_or_size_refused(void) {
+  server_start();
+  register_both();
+  float *before = table_copy();
   CHECK_EQ_INT(push(0, 100, g0, WIRE_DTYPE_F32, WIRE_DTYPE_F32, 0), PS_ERR_INVALID_ARGUMENT);
   CHECK_CONTAINS(last_msg, "push holds f32 blocks, the job's --wire-dtype is bf16");
   CHECK_EQ_INT(push(0, 100, g0, WIRE_DTYPE_FP16, WIRE_DTYPE_FP16, 0), PS_ERR_INVALID_ARGUMENT);
@@ -177,8 +206,15 @@ int main(void) {
   CHECK_EQ_INT(push(0, 100, g0, WIRE_DTYPE_BF16, WIRE_DTYPE_BF16, 1), PS_ERR_INVALID_ARGUMENT);
   CHECK_CONTAINS(last_msg, "block 0 has 159 bytes, expected 160");
   CHECK(table_equals(before));
+  free(before);
+  server_stop();
+}
 
-  /* The initial pull: parameters in bf16. */
+/* The initial pull: parameters in bf16. */
+static void case_initial_pull_in_bf16(void) {
+  server_start();
+  register_both();
+  float *before = table_copy();
   Pstrain__RequestKey key = PSTRAIN__REQUEST_KEY__INIT;
   key.trainer_id = 0;
   key.incarnation = 100;
@@ -189,9 +225,17 @@ int main(void) {
   CHECK_EQ_INT(send_packed(WIRE_METHOD_PULL, &pull.base, &reply), PS_ERR_OK);
   CHECK_EQ_INT(check_reply(&reply.message, 0, before), 0);
   rpc_reply_free(&reply);
+  free(before);
+  server_stop();
+}
 
-  /* A sync step of two bf16 pushes: float32 master weights moved by the
-   * mean of the bf16-rounded gradients, answered in bf16. */
+/* A sync step of two bf16 pushes: float32 master weights moved by the
+ * mean of the bf16-rounded gradients, answered in bf16. */
+static void case_sync_step_on_rounded_gradients(void) {
+  ps_error err;
+  server_start();
+  register_both();
+  float *before = table_copy();
   wire_writer w[TRAINERS] = {{0}};
   uint8_t *scratch[TRAINERS];
   rpc_op ops[TRAINERS];
@@ -224,17 +268,17 @@ int main(void) {
     wire_writer_free(&w[t]);
     free(scratch[t]);
   }
-
   free(want);
   free(before);
-  free(g0);
-  free(g1);
-  rpc_client_destroy(client);
-  pserver_abort_waiting(&ps, PS_ERR_UNAVAILABLE, "test over");
-  rpc_server_stop(server);
-  pserver_destroy(&ps);
-  shard_map_free(&map);
-  tensor_layout_free(&layout);
+  server_stop();
+}
+
+int main(void) {
+  rpc_global_init();
+  RUN_CASE(case_bf16_job_registers);
+  RUN_CASE(case_other_dtype_or_size_refused);
+  RUN_CASE(case_initial_pull_in_bf16);
+  RUN_CASE(case_sync_step_on_rounded_gradients);
   rpc_global_shutdown();
   return check_report("test_pserver_wire_dtype");
 }

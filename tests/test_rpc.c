@@ -84,7 +84,18 @@ static ps_err call_who(const char *target, const tls_config *tls, const rpc_part
   return op.code;
 }
 
-static void test_tls(const rpc_server_config *base, const rpc_part *one) {
+/* The test service's server: plaintext, on a free port of 127.0.0.1. */
+static const rpc_server_config server_cfg = {.listen = "127.0.0.1:0", .methods = methods,
+                                             .method_count = 4, .handler = handler,
+                                             .threads = 2, .max_message_bytes = 8 << 20};
+static const rpc_part one_byte = {"x", 1, NULL}; /* the body of a small call */
+
+/* TLS (certificates from scripts/make-certs): mutual TLS shows the handler
+ * the client's names, a server-only TLS none, and a key that is not the
+ * certificate's is refused at start. */
+static void case_tls(void) {
+  const rpc_server_config *base = &server_cfg;
+  const rpc_part *one = &one_byte;
   char dir[] = "/tmp/pstrain-test-rpc-XXXXXX";
   REQUIRE(mkdtemp(dir) != NULL);
   char cmd[512], cert[300], key[300], ca[300], t1cert[300], t1key[300];
@@ -144,27 +155,44 @@ static void test_tls(const rpc_server_config *base, const rpc_part *one) {
   CHECK_EQ_INT(system(cmd), 0);
 }
 
-int main(void) {
+static rpc_server *srv;
+static int port;
+static char target[64];
+static rpc_client *client;
+static rpc_channel *ch;
+
+/* The fixture of the cases that call the test service over the network. */
+static void server_start(void) {
   ps_error err;
-  rpc_global_init();
-  rpc_server *srv;
-  rpc_server_config cfg = {.listen = "127.0.0.1:0", .methods = methods, .method_count = 4,
-                           .handler = handler, .threads = 2, .max_message_bytes = 8 << 20};
-  int port;
-  REQUIRE(rpc_server_start(&srv, &cfg, &port, &err) == PS_ERR_OK);
-  char target[64];
+  REQUIRE(rpc_server_start(&srv, &server_cfg, &port, &err) == PS_ERR_OK);
   snprintf(target, sizeof target, "127.0.0.1:%d", port);
-  rpc_client *client;
-  rpc_channel *ch;
   REQUIRE(rpc_client_create(&client, NULL, NULL, &err) == PS_ERR_OK);
   REQUIRE(rpc_channel_open(client, target, 8 << 20, 100, &ch, &err) == PS_ERR_OK);
+}
 
-  rng r;
-  rng_seed(&r, 11, 0);
-  size_t max = 3 << 20;
+static void server_stop(void) {
+  rpc_client_destroy(client);
+  rpc_server_stop(srv);
+}
+
+/* 3 MB of random bytes, the rng left where the bytes end. */
+static uint8_t *payload_fixture(rng *r, size_t max) {
+  rng_seed(r, 11, 0);
   uint8_t *payload = malloc(max);
   REQUIRE(payload != NULL);
-  for (size_t i = 0; i < max; i++) payload[i] = (uint8_t)rng_next(&r);
+  for (size_t i = 0; i < max; i++) payload[i] = (uint8_t)rng_next(r);
+  return payload;
+}
+
+/* Messages of every size from 1 byte to 3 MB as many small and large parts,
+ * borrowed and copied, two calls at once: echoed byte-exact, every lease
+ * given back. */
+static void case_echo_any_size_any_parts(void) {
+  ps_error err;
+  server_start();
+  rng r;
+  size_t max = 3 << 20;
+  uint8_t *payload = payload_fixture(&r, max);
   rpc_lease lease = {0};
   int mismatches = 0;
   for (int round = 0; round < 300; round++) {
@@ -195,9 +223,18 @@ int main(void) {
     }
   }
   CHECK_EQ_INT(mismatches, 0);
+  rpc_lease_wait(&lease);
+  CHECK_EQ_INT(atomic_load(&lease.refs), 0);
+  free(payload);
+  server_stop();
+}
 
-  /* The reader over slices of 1..30 bytes (gRPC keeps up to 23 inside the
-   * slice struct) mixed with large ones: every byte where it belongs. */
+/* The reader over slices of 1..30 bytes (gRPC keeps up to 23 inside the
+ * slice struct) mixed with large ones: every byte where it belongs. */
+static void case_reader_over_small_slices(void) {
+  ps_error err;
+  rng r;
+  uint8_t *payload = payload_fixture(&r, 3 << 20);
   rpc_part small[40];
   size_t at = 0;
   for (int i = 0; i < 40; i++) {
@@ -212,45 +249,62 @@ int main(void) {
   CHECK(memcmp(flat, payload, at) == 0);
   free(flat);
   rpc_reply_free(&built);
-  rpc_lease_wait(&lease);
-  CHECK_EQ_INT(atomic_load(&lease.refs), 0);
+  free(payload);
+}
 
-  /* An error status with its message. */
-  rpc_part one = {"x", 1, NULL};
-  rpc_op op = {.channel = ch, .method = methods[METHOD_FAIL], .parts = &one, .part_count = 1,
+/* An error status with its message. */
+static void case_error_status_and_message(void) {
+  ps_error err;
+  server_start();
+  rpc_op op = {.channel = ch, .method = methods[METHOD_FAIL], .parts = &one_byte, .part_count = 1,
                .timeout_s = 5};
   CHECK_EQ_INT(rpc_client_call_all(client, &op, 1, &err), PS_ERR_OUT_OF_RANGE);
   CHECK_EQ_INT(op.code, PS_ERR_OUT_OF_RANGE);
   CHECK_EQ_STR(op.message, "step 9 is beyond the end");
   CHECK_CONTAINS(err.msg, target);
+  server_stop();
+}
 
-  /* A reply held past the deadline. */
-  op = (rpc_op){.channel = ch, .method = methods[METHOD_HOLD], .parts = &one, .part_count = 1,
-                .timeout_s = 0.3};
+/* A reply held past the deadline. */
+static void case_held_reply_times_out(void) {
+  ps_error err;
+  server_start();
+  rpc_op op = {.channel = ch, .method = methods[METHOD_HOLD], .parts = &one_byte, .part_count = 1,
+               .timeout_s = 0.3};
   CHECK_EQ_INT(rpc_client_call_all(client, &op, 1, &err), PS_ERR_TIMEOUT);
   pthread_mutex_lock(&held_lock);
   if (held != NULL) rpc_call_reply(held, PS_ERR_UNAVAILABLE, "too late", NULL, 0);
   pthread_mutex_unlock(&held_lock);
+  server_stop();
+}
 
-  /* Nobody listening: UNAVAILABLE at once without wait-for-ready... */
+/* Nobody listening: UNAVAILABLE at once without wait-for-ready... */
+static void case_unreachable_peer(void) {
+  ps_error err;
+  server_start();
   int dead = port == 65535 ? 65534 : port + 1;
   char dead_target[64];
   snprintf(dead_target, sizeof dead_target, "127.0.0.1:%d", dead);
   rpc_channel *dead_ch;
   REQUIRE(rpc_channel_open(client, dead_target, 1 << 20, 100, &dead_ch, &err) == PS_ERR_OK);
-  op = (rpc_op){.channel = dead_ch, .method = methods[METHOD_ECHO], .parts = &one,
-                .part_count = 1, .timeout_s = 5};
+  rpc_op op = {.channel = dead_ch, .method = methods[METHOD_ECHO], .parts = &one_byte,
+               .part_count = 1, .timeout_s = 5};
   CHECK_EQ_INT(rpc_client_call_all(client, &op, 1, &err), PS_ERR_UNAVAILABLE);
   /* ... and TIMEOUT at the deadline with it. */
   op.wait_for_ready = 1;
   op.timeout_s = 0.5;
   CHECK_EQ_INT(rpc_client_call_all(client, &op, 1, &err), PS_ERR_TIMEOUT);
   CHECK_CONTAINS(op.message, "Connection refused");
+  server_stop();
+}
 
-  /* A server that requires a token: calls without it, or with another, are
-   * refused before the handler; the right one goes through. */
+/* A server that requires a token: calls without it, or with another, are
+ * refused before the handler; the right one goes through. */
+static void case_token_required(void) {
+  ps_error err;
+  rpc_op op;
   rpc_server *locked;
-  rpc_server_config lcfg = cfg;
+  rpc_server_config lcfg = server_cfg;
   lcfg.listen = "127.0.0.1:0";
   lcfg.token = "the-right-token-0123";
   int lport;
@@ -265,7 +319,7 @@ int main(void) {
     REQUIRE(rpc_client_create(&tc, tokens[i], NULL, &err) == PS_ERR_OK);
     REQUIRE(rpc_channel_open(tc, ltarget, 1 << 20, 100, &tch, &err) == PS_ERR_OK);
     int before = atomic_load(&handled);
-    op = (rpc_op){.channel = tch, .method = methods[METHOD_ECHO], .parts = &one, .part_count = 1,
+    op = (rpc_op){.channel = tch, .method = methods[METHOD_ECHO], .parts = &one_byte, .part_count = 1,
                   .timeout_s = 5};
     CHECK_EQ_INT(rpc_client_call_all(tc, &op, 1, &err), want[i]);
     rpc_reply_free(&op.reply);
@@ -273,10 +327,11 @@ int main(void) {
     rpc_client_destroy(tc);
   }
   rpc_server_stop(locked);
-  test_tls(&cfg, &one);
+}
 
-  /* In-memory calls: the handler's reply is recorded (parts joined, status
-   * and message kept); a second reply is counted, not recorded. */
+/* In-memory calls: the handler's reply is recorded (parts joined, status
+ * and message kept); a second reply is counted, not recorded. */
+static void case_in_memory_calls(void) {
   rpc_call *local = rpc_call_local_create("fuzz");
   REQUIRE(local != NULL);
   CHECK_EQ_STR(rpc_call_peer(local), "fuzz");
@@ -299,10 +354,18 @@ int main(void) {
   CHECK_EQ_STR(rpc_call_local_result(local)->message, "step 9 is beyond the end");
   CHECK(rpc_call_local_result(local)->bytes == NULL);
   rpc_call_local_free(local);
+}
 
-  free(payload);
-  rpc_client_destroy(client);
-  rpc_server_stop(srv);
+int main(void) {
+  rpc_global_init();
+  RUN_CASE(case_echo_any_size_any_parts);
+  RUN_CASE(case_reader_over_small_slices);
+  RUN_CASE(case_error_status_and_message);
+  RUN_CASE(case_held_reply_times_out);
+  RUN_CASE(case_unreachable_peer);
+  RUN_CASE(case_token_required);
+  RUN_CASE(case_tls);
+  RUN_CASE(case_in_memory_calls);
   rpc_global_shutdown();
   return check_report("test_rpc");
 }

@@ -1,6 +1,7 @@
 /* safetensors files: CRC-32C's check value, a write and read round trip with
  * metadata, the replaced generation kept as .prev, and refusals: a flipped
- * data byte (CRC), a truncated file, another layout, a damaged header. */
+ * data byte (CRC), a truncated file, another layout, a damaged header.
+ * Also files of tensors of several dtypes that only the file describes. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +23,10 @@ static void flip_byte(const char *path, long from_end) {
   REQUIRE(fclose(f) == 0);
 }
 
-int main(void) {
+static const char *const meta[] = {"step", "42", "model", "mlp:4,3", NULL};
+
+/* CRC-32C's check value, split or whole, through both implementations. */
+static void case_crc32c(void) {
   CHECK_EQ_INT(crc32c_update(0, "123456789", 9), 0xe3069283u);
   CHECK_EQ_INT(crc32c_update(crc32c_update(0, "1234", 4), "56789", 5), 0xe3069283u);
   CHECK_EQ_INT(crc32c_update_portable(0, "123456789", 9), 0xe3069283u);
@@ -44,22 +48,46 @@ int main(void) {
                    want);
     }
   }
-  REQUIRE(mkdtemp(dir) != NULL);
+}
+
+/* fc1 of mlp:4,3 (layout) and the same tensors transposed (other). */
+static void layouts_fixture(tensor_layout *layout, tensor_layout *other) {
+  ps_error err;
+  tensor_layout_init(layout);
+  tensor_layout_init(other);
+  long w[2] = {3, 4}, b[1] = {3}, w2[2] = {4, 3};
+  REQUIRE(tensor_layout_add(layout, "fc1.weight", 2, w, &err) == PS_ERR_OK);
+  REQUIRE(tensor_layout_add(layout, "fc1.bias", 1, b, &err) == PS_ERR_OK);
+  REQUIRE(tensor_layout_add(other, "fc1.weight", 2, w2, &err) == PS_ERR_OK);
+  REQUIRE(tensor_layout_add(other, "fc1.bias", 1, b, &err) == PS_ERR_OK);
+}
+
+/* data[i] = i / 2 - 2; path is dir/m.safetensors (where no file is yet),
+ * prev its .prev. */
+static void generation_fixture(float data[15], char path[256], char prev[300]) {
+  for (int i = 0; i < 15; i++) data[i] = (float)i * 0.5f - 2.0f;
+  snprintf(path, 256, "%s/m.safetensors", dir);
+  snprintf(prev, 300, "%s.prev", path);
+  unlink(path);
+  unlink(prev);
+}
+
+/* Writes data, then data with data[0] = 99: path holds the second, prev the first. */
+static void write_two_generations(const tensor_layout *layout, float data[15], const char *path) {
+  ps_error err;
+  REQUIRE(safetensors_write(path, layout, data, meta, 1, &err) == PS_ERR_OK);
+  data[0] = 99.0f;
+  REQUIRE(safetensors_write(path, layout, data, meta, 1, &err) == PS_ERR_OK);
+}
+
+/* A write and read round trip with metadata; a second write keeps the first as .prev. */
+static void case_round_trip_keeps_prev(void) {
   ps_error err;
   tensor_layout layout, other;
-  tensor_layout_init(&layout);
-  tensor_layout_init(&other);
-  long w[2] = {3, 4}, b[1] = {3}, w2[2] = {4, 3};
-  REQUIRE(tensor_layout_add(&layout, "fc1.weight", 2, w, &err) == PS_ERR_OK);
-  REQUIRE(tensor_layout_add(&layout, "fc1.bias", 1, b, &err) == PS_ERR_OK);
-  REQUIRE(tensor_layout_add(&other, "fc1.weight", 2, w2, &err) == PS_ERR_OK);
-  REQUIRE(tensor_layout_add(&other, "fc1.bias", 1, b, &err) == PS_ERR_OK);
+  layouts_fixture(&layout, &other);
   float data[15], back[15];
-  for (int i = 0; i < 15; i++) data[i] = (float)i * 0.5f - 2.0f;
   char path[256], prev[300];
-  snprintf(path, sizeof path, "%s/m.safetensors", dir);
-  snprintf(prev, sizeof prev, "%s.prev", path);
-  const char *meta[] = {"step", "42", "model", "mlp:4,3", NULL};
+  generation_fixture(data, path, prev);
   REQUIRE(safetensors_write(path, &layout, data, meta, 1, &err) == PS_ERR_OK);
   CHECK(access(prev, F_OK) != 0); /* nothing to keep the first time */
   safetensors_meta got;
@@ -77,8 +105,21 @@ int main(void) {
   CHECK_NEAR(back[0], -2.0, 0);
   REQUIRE(safetensors_read(path, &layout, back, &got, &err) == PS_ERR_OK);
   CHECK_NEAR(back[0], 99.0, 0);
+  tensor_layout_free(&layout);
+  tensor_layout_free(&other);
+}
 
-  /* Another layout is refused by name. */
+/* Another layout is refused by name; a flipped data byte, a truncated file,
+ * a damaged header and a missing file are refused. */
+static void case_other_layout_and_damaged_files_refused(void) {
+  ps_error err;
+  tensor_layout layout, other;
+  layouts_fixture(&layout, &other);
+  float data[15], back[15];
+  char path[256], prev[300];
+  generation_fixture(data, path, prev);
+  write_two_generations(&layout, data, path);
+  safetensors_meta got;
   CHECK_EQ_INT(safetensors_read(path, &other, back, &got, &err), PS_ERR_CORRUPT_DATA);
   CHECK_CONTAINS(err.msg, "tensor fc1.weight has another dtype, shape or place");
   /* A flipped data byte. */
@@ -98,11 +139,17 @@ int main(void) {
   CHECK_CONTAINS(err.msg, "not a JSON object");
   /* Missing. */
   CHECK_EQ_INT(safetensors_read("/nonexistent/x.safetensors", &layout, back, &got, &err), PS_ERR_IO);
+  tensor_layout_free(&layout);
+  tensor_layout_free(&other);
+}
 
-  /* Tensors of several dtypes whose shapes only the file knows (sparse tables). */
-  uint64_t keys[3] = {7, UINT64_MAX, 1ULL << 40};
-  int64_t meta_rows[6] = {-1, 2, 3, -4, 5, INT64_MIN};
-  float rows[6] = {1, 2, 3, 4, 5, 6};
+/* Tensors of several dtypes whose shapes only the file knows (sparse tables). */
+static uint64_t keys[3] = {7, UINT64_MAX, 1ULL << 40};
+static int64_t meta_rows[6] = {-1, 2, 3, -4, 5, INT64_MIN};
+static float rows[6] = {1, 2, 3, 4, 5, 6};
+
+static void case_tensors_of_several_dtypes(void) {
+  ps_error err;
   safetensors_tensor parts[3] = {
       {.name = "t.keys", .dtype = SAFETENSORS_U64, .rank = 1, .shape = {3}, .data = keys},
       {.name = "t.rows", .dtype = SAFETENSORS_F32, .rank = 2, .shape = {3, 2}, .data = rows},
@@ -126,19 +173,35 @@ int main(void) {
   flip_byte(mixed, 3);
   CHECK_EQ_INT(safetensors_file_read(mixed, &file, &err), PS_ERR_CORRUPT_DATA);
   CHECK_CONTAINS(err.msg, "CRC-32C");
-  /* An I64 tensor after 3 floats sits at 12 in the file; in memory it is
-   * 8-byte aligned (its users load int64_t; found by fuzz_ctr). */
+}
+
+/* An I64 tensor after 3 floats sits at 12 in the file; in memory it is
+ * 8-byte aligned (its users load int64_t; found by fuzz_ctr). */
+static void case_i64_after_floats_aligned_in_memory(void) {
+  ps_error err;
+  char mixed[300];
+  snprintf(mixed, sizeof mixed, "%s/mixed.safetensors", dir);
+  safetensors_file file;
   safetensors_tensor packed[2] = {
       {.name = "p.odd", .dtype = SAFETENSORS_F32, .rank = 1, .shape = {3}, .data = rows},
       {.name = "p.meta", .dtype = SAFETENSORS_I64, .rank = 2, .shape = {3, 2}, .data = meta_rows}};
   REQUIRE(safetensors_write_tensors(mixed, packed, 2, meta, 0, &err) == PS_ERR_OK);
   REQUIRE(safetensors_file_read(mixed, &file, &err) == PS_ERR_OK);
-  m = safetensors_file_find(&file, "p.meta");
+  const safetensors_tensor *m = safetensors_file_find(&file, "p.meta");
   REQUIRE(m != NULL && m->offset == 3 * sizeof(float));
   CHECK((uintptr_t)m->data % 8 == 0 && memcmp(m->data, meta_rows, sizeof meta_rows) == 0);
   CHECK(memcmp(safetensors_file_find(&file, "p.odd")->data, rows, 3 * sizeof(float)) == 0);
   safetensors_file_free(&file);
-  /* The strict reader refuses a file with other dtypes than F32. */
+}
+
+/* The strict reader refuses a file with other dtypes than F32. */
+static void case_strict_reader_refuses_other_dtypes(void) {
+  ps_error err;
+  safetensors_tensor parts[1] = {
+      {.name = "t.keys", .dtype = SAFETENSORS_U64, .rank = 1, .shape = {3}, .data = keys}};
+  char mixed[300];
+  snprintf(mixed, sizeof mixed, "%s/mixed.safetensors", dir);
+  safetensors_meta got;
   REQUIRE(safetensors_write_tensors(mixed, parts, 1, meta, 0, &err) == PS_ERR_OK);
   tensor_layout one;
   tensor_layout_init(&one);
@@ -147,11 +210,18 @@ int main(void) {
   float six[6];
   CHECK_EQ_INT(safetensors_read(mixed, &one, six, &got, &err), PS_ERR_CORRUPT_DATA);
   tensor_layout_free(&one);
+}
 
+int main(void) {
+  REQUIRE(mkdtemp(dir) != NULL);
+  RUN_CASE(case_crc32c);
+  RUN_CASE(case_round_trip_keeps_prev);
+  RUN_CASE(case_other_layout_and_damaged_files_refused);
+  RUN_CASE(case_tensors_of_several_dtypes);
+  RUN_CASE(case_i64_after_floats_aligned_in_memory);
+  RUN_CASE(case_strict_reader_refuses_other_dtypes);
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   CHECK(system(cmd) == 0);
-  tensor_layout_free(&layout);
-  tensor_layout_free(&other);
   return check_report("test_safetensors");
 }

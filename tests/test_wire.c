@@ -253,7 +253,18 @@ static void check_prefixes_of(const ProtobufCMessage *whole) {
   free(buf);
 }
 
-static void check_small_message_prefixes(Pstrain__JobConfig *jc) {
+static void job_fixture(job_config *job, Pstrain__JobConfig *jc, wire_job_parts *oc, char *text,
+                        size_t text_len);
+
+/* Every prefix of each small message (a job among them) is refused or the
+ * message without its later fields. */
+static void case_small_message_prefixes(void) {
+  job_config job;
+  Pstrain__JobConfig job_proto, *jc = &job_proto;
+  wire_job_parts oc;
+  char text[256];
+  job_fixture(&job, jc, &oc, text, sizeof text);
+  jc->update = "eventually"; /* a job the pserver would refuse packs and parses alike */
   Pstrain__RequestKey key = PSTRAIN__REQUEST_KEY__INIT;
   key.trainer_id = 5;
   key.incarnation = 0x1122334455667788ULL;
@@ -305,7 +316,7 @@ static void check_small_message_prefixes(Pstrain__JobConfig *jc) {
 
 /* The writer refuses what does not fit the room wire_writer_begin made and
  * sizes that would overflow, writes nothing past its buffers, and says so. */
-static void check_writer_limits(void) {
+static void case_writer_limits(void) {
   ps_error err;
   wire_writer w = {0};
   float data[4] = {1, 2, 3, 4};
@@ -359,20 +370,28 @@ static void check_writer_limits(void) {
   wire_writer_free(&w);
 }
 
-int main(void) {
-  ps_error err;
-  float a[5] = {1.5f, -2.0f, 0.0f, 3.25f, 1e-7f}, b[300];
-  for (int i = 0; i < 300; i++) b[i] = (float)i * 0.5f;
+/* The push every block case reads: two blocks, data_a and data_b. */
+static float data_a[5] = {1.5f, -2.0f, 0.0f, 3.25f, 1e-7f}, data_b[300];
+static const wire_key push_key = {3, 0xfeedfacecafeULL, 4242};
+/* The ways a case splits a message into segments. */
+static const size_t piece_sizes[] = {0 /* whole */, 1, 3, 7, 64, 1000};
 
-  /* Hand-written PushRequest -> protobuf-c. */
+/* Writes the push into w (begun here) and returns it flattened, *len bytes. */
+static uint8_t *push_fixture(wire_writer *w, size_t *len) {
+  ps_error err;
+  for (int i = 0; i < 300; i++) data_b[i] = (float)i * 0.5f;
+  REQUIRE(wire_writer_begin(w, 2, &err) == PS_ERR_OK);
+  wire_writer_push_header(w, &push_key, 0x1234567890abcdefULL);
+  wire_writer_block(w, 7, data_a, 5, NULL);
+  wire_writer_block(w, 300, data_b, 300, NULL);
+  return flatten(w, len);
+}
+
+/* Hand-written PushRequest -> protobuf-c. */
+static void case_push_read_by_protobuf_c(void) {
   wire_writer w = {0};
-  REQUIRE(wire_writer_begin(&w, 2, &err) == PS_ERR_OK);
-  wire_key key = {3, 0xfeedfacecafeULL, 4242};
-  wire_writer_push_header(&w, &key, 0x1234567890abcdefULL);
-  wire_writer_block(&w, 7, a, 5, NULL);
-  wire_writer_block(&w, 300, b, 300, NULL);
   size_t len;
-  uint8_t *buf = flatten(&w, &len);
+  uint8_t *buf = push_fixture(&w, &len);
   Pstrain__PushRequest *req = pstrain__push_request__unpack(NULL, len, buf);
   REQUIRE(req != NULL && req->key != NULL && req->n_gradients == 2);
   CHECK_EQ_INT(req->key->trainer_id, 3);
@@ -380,17 +399,26 @@ int main(void) {
   CHECK_EQ_INT(req->key->step, 4242);
   CHECK(req->config_hash == 0x1234567890abcdefULL);
   CHECK_EQ_INT(req->gradients[1]->id, 300);
-  REQUIRE(req->gradients[0]->data.len == sizeof a);
-  CHECK(memcmp(req->gradients[0]->data.data, a, sizeof a) == 0);
-  CHECK(memcmp(req->gradients[1]->data.data, b, sizeof b) == 0);
+  REQUIRE(req->gradients[0]->data.len == sizeof data_a);
+  CHECK(memcmp(req->gradients[0]->data.data, data_a, sizeof data_a) == 0);
+  CHECK(memcmp(req->gradients[1]->data.data, data_b, sizeof data_b) == 0);
   pstrain__push_request__free_unpacked(req, NULL);
+  free(buf);
+  wire_writer_free(&w);
+}
 
-  /* ... and parsed here, however it is split. */
+/* ... and parsed here, however it is split; too many blocks for the
+ * caller's array; every prefix and every flipped bit: refused, or exactly
+ * what it says. */
+static void case_push_parsed_however_split(void) {
+  ps_error err;
+  wire_writer w = {0};
+  size_t len;
+  uint8_t *buf = push_fixture(&w, &len);
   rpc_segment segs[4096];
   wire_block_ref refs[4];
-  const size_t pieces[] = {len, 1, 3, 7, 64, 1000};
-  for (size_t k = 0; k < sizeof pieces / sizeof pieces[0]; k++) {
-    rpc_message msg = split(buf, len, pieces[k], segs);
+  for (size_t k = 0; k < sizeof piece_sizes / sizeof piece_sizes[0]; k++) {
+    rpc_message msg = split(buf, len, piece_sizes[k] ? piece_sizes[k] : len, segs);
     wire_blocks_msg m = {.blocks = refs, .block_cap = 4};
     REQUIRE(wire_parse_blocks(&msg, &m, &err) == PS_ERR_OK);
     CHECK(m.has_key);
@@ -400,19 +428,26 @@ int main(void) {
     CHECK_EQ_INT(m.blocks[0].id, 7);
     float got[300];
     wire_copy_block(&msg, &m.blocks[1], got);
-    CHECK(memcmp(got, b, sizeof b) == 0);
+    CHECK(memcmp(got, data_b, sizeof data_b) == 0);
     wire_copy_block(&msg, &m.blocks[0], got);
-    CHECK(memcmp(got, a, sizeof a) == 0);
+    CHECK(memcmp(got, data_a, sizeof data_a) == 0);
   }
 
-  /* Too many blocks for the caller's array. */
   rpc_message whole = split(buf, len, len, segs);
   wire_blocks_msg small = {.blocks = refs, .block_cap = 1};
   CHECK_EQ_INT(wire_parse_blocks(&whole, &small, &err), PS_ERR_OUT_OF_RANGE);
-  /* Every prefix and every flipped bit: refused, or exactly what it says. */
   check_block_prefixes(buf, len, &pstrain__push_request__descriptor);
   check_block_bit_flips(&w, buf, len, &pstrain__push_request__descriptor);
-  /* Garbage: a varint longer than 10 bytes. */
+  free(buf);
+  wire_writer_free(&w);
+}
+
+/* Garbage: a varint longer than 10 bytes, a block longer than the message;
+ * wire_unpack refuses bytes that are not the message. */
+static void case_malformed_bytes_refused(void) {
+  ps_error err;
+  rpc_segment segs[16];
+  wire_block_ref refs[4];
   uint8_t junk[16] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01};
   rpc_message jm = split(junk, sizeof junk, 16, segs);
   wire_blocks_msg m = {.blocks = refs, .block_cap = 4};
@@ -421,13 +456,20 @@ int main(void) {
   uint8_t overlong[4] = {0x1a, 0x7f, 0x08, 0x01}; /* block claims 127 bytes, has 2 */
   jm = split(overlong, sizeof overlong, 4, segs);
   CHECK_EQ_INT(wire_parse_blocks(&jm, &m, &err), PS_ERR_INVALID_ARGUMENT);
-  free(buf);
+  CHECK(wire_unpack(&pstrain__register_request__descriptor, &jm, &err) == NULL);
+  CHECK_CONTAINS(err.msg, "malformed pstrain.RegisterRequest");
+}
 
-  /* ParamsReply packed by protobuf-c parses here. */
+/* ParamsReply packed by protobuf-c parses here; each prefix refused or the shorter message. */
+static void case_params_reply_from_protobuf_c(void) {
+  ps_error err;
+  rpc_segment segs[4096];
+  wire_block_ref refs[4];
+  size_t len;
   Pstrain__Block blk = PSTRAIN__BLOCK__INIT;
   blk.id = 2;
-  blk.data.data = (uint8_t *)a;
-  blk.data.len = sizeof a;
+  blk.data.data = (uint8_t *)data_a;
+  blk.data.len = sizeof data_a;
   Pstrain__Block *blks[1] = {&blk};
   Pstrain__ParamsReply reply = PSTRAIN__PARAMS_REPLY__INIT;
   reply.pserver_incarnation = 99;
@@ -437,7 +479,7 @@ int main(void) {
   uint8_t *packed;
   REQUIRE(wire_pack(&reply.base, &packed, &len, &err) == PS_ERR_OK);
   rpc_message pm = split(packed, len, 2, segs);
-  m = (wire_blocks_msg){.blocks = refs, .block_cap = 4};
+  wire_blocks_msg m = {.blocks = refs, .block_cap = 4};
   REQUIRE(wire_parse_blocks(&pm, &m, &err) == PS_ERR_OK);
   CHECK(!m.has_key);
   CHECK_EQ_INT(m.pserver_incarnation, 99);
@@ -445,99 +487,122 @@ int main(void) {
   REQUIRE(m.block_count == 1);
   float got[5];
   wire_copy_block(&pm, &m.blocks[0], got);
-  CHECK(memcmp(got, a, sizeof a) == 0);
+  CHECK(memcmp(got, data_a, sizeof data_a) == 0);
   check_block_prefixes(packed, len, &pstrain__params_reply__descriptor);
-  /* wire_unpack refuses bytes that are not the message. */
-  CHECK(wire_unpack(&pstrain__register_request__descriptor, &jm, &err) == NULL);
-  CHECK_CONTAINS(err.msg, "malformed pstrain.RegisterRequest");
   free(packed);
-  wire_writer_free(&w);
+}
 
-  /* SparseRows: a push with a block, gradients and next keys -> protobuf-c,
-   * and parsed here however it is split; every prefix and flipped bit. */
-  {
-    uint64_t keys[3] = {1, 0xffffffffffffffffULL, 1ULL << 40};
-    uint32_t counts[3] = {2, 1, 7};
-    float vals[6] = {0.5f, -1.0f, 2.0f, 3.0f, -4.5f, 1e-3f};
-    REQUIRE(wire_writer_begin(&w, 1, &err) == PS_ERR_OK);
-    wire_writer_push_header(&w, &key, 77);
-    wire_writer_block(&w, 1, a, 5, NULL);
-    wire_writer_sparse(&w, WIRE_SPARSE_GRADS, 1, keys, 3, vals, 6, NULL, NULL);
-    wire_writer_sparse(&w, WIRE_SPARSE_KEYS, 0, keys, 2, NULL, 0, counts, NULL);
-    wire_writer_sparse(&w, WIRE_SPARSE_KEYS, 1, keys, 0, NULL, 0, counts, NULL);
-    REQUIRE(wire_writer_check(&w, &err) == PS_ERR_OK);
-    uint8_t *sb = flatten(&w, &len);
-    Pstrain__PushRequest *sr = pstrain__push_request__unpack(NULL, len, sb);
-    REQUIRE(sr != NULL && sr->n_sparse_grads == 1 && sr->n_sparse_keys == 2);
-    CHECK_EQ_INT(sr->sparse_grads[0]->table, 1);
-    REQUIRE(sr->sparse_grads[0]->keys.len == sizeof keys);
-    CHECK(memcmp(sr->sparse_grads[0]->keys.data, keys, sizeof keys) == 0);
-    CHECK(memcmp(sr->sparse_grads[0]->values.data, vals, sizeof vals) == 0);
-    CHECK_EQ_INT(sr->sparse_grads[0]->counts.len, 0);
-    CHECK_EQ_INT(sr->sparse_keys[0]->table, 0);
-    REQUIRE(sr->sparse_keys[0]->counts.len == 8);
-    CHECK(memcmp(sr->sparse_keys[0]->counts.data, counts, 8) == 0);
-    CHECK_EQ_INT(sr->sparse_keys[1]->keys.len, 0);
-    pstrain__push_request__free_unpacked(sr, NULL);
-    for (size_t k = 0; k < sizeof pieces / sizeof pieces[0]; k++) {
-      rpc_message msg = split(sb, len, pieces[k], segs);
-      wire_blocks_msg pm2 = {.blocks = refs, .block_cap = 4};
-      REQUIRE(wire_parse_blocks(&msg, &pm2, &err) == PS_ERR_OK);
-      REQUIRE(pm2.block_count == 1 && pm2.sparse_count == 3);
-      CHECK_EQ_INT(pm2.sparse[0].field, WIRE_SPARSE_GRADS);
-      CHECK_EQ_INT(pm2.sparse[0].table, 1);
-      uint64_t gk[3];
-      float gv[6];
-      REQUIRE(pm2.sparse[0].keys.len == sizeof gk && pm2.sparse[0].values.len == sizeof gv);
-      wire_copy_block(&msg, &pm2.sparse[0].keys, gk);
-      wire_copy_block(&msg, &pm2.sparse[0].values, gv);
-      CHECK(memcmp(gk, keys, sizeof keys) == 0 && memcmp(gv, vals, sizeof vals) == 0);
-      CHECK_EQ_INT(pm2.sparse[1].field, WIRE_SPARSE_KEYS);
-      uint32_t gc[2];
-      REQUIRE(pm2.sparse[1].counts.len == sizeof gc && pm2.sparse[1].keys.len == 16);
-      wire_copy_block(&msg, &pm2.sparse[1].counts, gc);
-      CHECK(gc[0] == 2 && gc[1] == 1);
-      CHECK_EQ_INT(pm2.sparse[2].keys.len, 0);
-    }
-    check_block_prefixes(sb, len, &pstrain__push_request__descriptor);
-    free(sb);
-    /* A PullRequest's kind; more SparseRows than a message may hold. */
-    REQUIRE(wire_writer_begin(&w, 0, &err) == PS_ERR_OK);
-    wire_writer_push_header(&w, &key, 77);
-    wire_writer_sparse(&w, WIRE_SPARSE_KEYS, 1, keys, 3, NULL, 0, NULL, NULL);
-    wire_writer_pull_kind(&w, PSTRAIN__PULL_KIND__PULL_LOOKUP);
-    REQUIRE(wire_writer_check(&w, &err) == PS_ERR_OK);
-    sb = flatten(&w, &len);
-    Pstrain__PullRequest *pr = pstrain__pull_request__unpack(NULL, len, sb);
-    REQUIRE(pr != NULL && pr->n_sparse_keys == 1);
-    CHECK(pr->kind == PSTRAIN__PULL_KIND__PULL_LOOKUP);
-    pstrain__pull_request__free_unpacked(pr, NULL);
-    rpc_message msg = split(sb, len, 5, segs);
-    wire_blocks_msg pm3 = {.blocks = refs, .block_cap = 4};
-    REQUIRE(wire_parse_blocks(&msg, &pm3, &err) == PS_ERR_OK);
-    CHECK_EQ_INT(pm3.kind, PSTRAIN__PULL_KIND__PULL_LOOKUP);
-    CHECK_EQ_INT(pm3.sparse_count, 1);
-    free(sb);
-    REQUIRE(wire_writer_begin(&w, 0, &err) == PS_ERR_OK);
-    for (int i = 0; i <= WIRE_MAX_SPARSE; i++) {
-      wire_writer_sparse(&w, WIRE_SPARSE_KEYS, 0, keys, 1, NULL, 0, NULL, NULL);
-    }
-    CHECK_EQ_INT(wire_writer_check(&w, &err), PS_ERR_OUT_OF_RANGE);
-    CHECK_CONTAINS(err.msg, "WIRE_MAX_SPARSE");
-    wire_writer_free(&w);
+/* SparseRows: a push with a block, gradients and next keys -> protobuf-c,
+ * and parsed here however it is split; every prefix and flipped bit. */
+static void case_sparse_rows_round_trip(void) {
+  ps_error err;
+  wire_writer w = {0};
+  size_t len;
+  rpc_segment segs[4096];
+  wire_block_ref refs[4];
+  uint64_t keys[3] = {1, 0xffffffffffffffffULL, 1ULL << 40};
+  uint32_t counts[3] = {2, 1, 7};
+  float vals[6] = {0.5f, -1.0f, 2.0f, 3.0f, -4.5f, 1e-3f};
+  REQUIRE(wire_writer_begin(&w, 1, &err) == PS_ERR_OK);
+  wire_writer_push_header(&w, &push_key, 77);
+  wire_writer_block(&w, 1, data_a, 5, NULL);
+  wire_writer_sparse(&w, WIRE_SPARSE_GRADS, 1, keys, 3, vals, 6, NULL, NULL);
+  wire_writer_sparse(&w, WIRE_SPARSE_KEYS, 0, keys, 2, NULL, 0, counts, NULL);
+  wire_writer_sparse(&w, WIRE_SPARSE_KEYS, 1, keys, 0, NULL, 0, counts, NULL);
+  REQUIRE(wire_writer_check(&w, &err) == PS_ERR_OK);
+  uint8_t *sb = flatten(&w, &len);
+  Pstrain__PushRequest *sr = pstrain__push_request__unpack(NULL, len, sb);
+  REQUIRE(sr != NULL && sr->n_sparse_grads == 1 && sr->n_sparse_keys == 2);
+  CHECK_EQ_INT(sr->sparse_grads[0]->table, 1);
+  REQUIRE(sr->sparse_grads[0]->keys.len == sizeof keys);
+  CHECK(memcmp(sr->sparse_grads[0]->keys.data, keys, sizeof keys) == 0);
+  CHECK(memcmp(sr->sparse_grads[0]->values.data, vals, sizeof vals) == 0);
+  CHECK_EQ_INT(sr->sparse_grads[0]->counts.len, 0);
+  CHECK_EQ_INT(sr->sparse_keys[0]->table, 0);
+  REQUIRE(sr->sparse_keys[0]->counts.len == 8);
+  CHECK(memcmp(sr->sparse_keys[0]->counts.data, counts, 8) == 0);
+  CHECK_EQ_INT(sr->sparse_keys[1]->keys.len, 0);
+  pstrain__push_request__free_unpacked(sr, NULL);
+  for (size_t k = 0; k < sizeof piece_sizes / sizeof piece_sizes[0]; k++) {
+    rpc_message msg = split(sb, len, piece_sizes[k] ? piece_sizes[k] : len, segs);
+    wire_blocks_msg pm2 = {.blocks = refs, .block_cap = 4};
+    REQUIRE(wire_parse_blocks(&msg, &pm2, &err) == PS_ERR_OK);
+    REQUIRE(pm2.block_count == 1 && pm2.sparse_count == 3);
+    CHECK_EQ_INT(pm2.sparse[0].field, WIRE_SPARSE_GRADS);
+    CHECK_EQ_INT(pm2.sparse[0].table, 1);
+    uint64_t gk[3];
+    float gv[6];
+    REQUIRE(pm2.sparse[0].keys.len == sizeof gk && pm2.sparse[0].values.len == sizeof gv);
+    wire_copy_block(&msg, &pm2.sparse[0].keys, gk);
+    wire_copy_block(&msg, &pm2.sparse[0].values, gv);
+    CHECK(memcmp(gk, keys, sizeof keys) == 0 && memcmp(gv, vals, sizeof vals) == 0);
+    CHECK_EQ_INT(pm2.sparse[1].field, WIRE_SPARSE_KEYS);
+    uint32_t gc[2];
+    REQUIRE(pm2.sparse[1].counts.len == sizeof gc && pm2.sparse[1].keys.len == 16);
+    wire_copy_block(&msg, &pm2.sparse[1].counts, gc);
+    CHECK(gc[0] == 2 && gc[1] == 1);
+    CHECK_EQ_INT(pm2.sparse[2].keys.len, 0);
   }
+  check_block_prefixes(sb, len, &pstrain__push_request__descriptor);
+  free(sb);
+  wire_writer_free(&w);
+}
 
-  /* Job descriptions: to the message and back, hash, difference. */
-  job_config job = {.update = UPDATE_SYNC, .trainers = 2, .pservers = 2, .block_size = 32768,
-                    .seed = 1, .batch = 64, .steps = 100};
-  REQUIRE(model_parse("mlp:784,256,128,10", &job.model, &err) == PS_ERR_OK);
-  job.optimizer = (optimizer_config){.kind = OPTIMIZER_ADAM, .lr = 0.001, .beta1 = 0.9,
-                                     .beta2 = 0.999, .epsilon = 1e-8, .schedule = LR_COSINE,
-                                     .step_size = 1000, .gamma = 0.5, .total_steps = 5000};
+/* A PullRequest's kind; more SparseRows than a message may hold. */
+static void case_pull_kind_and_sparse_limit(void) {
+  ps_error err;
+  wire_writer w = {0};
+  size_t len;
+  rpc_segment segs[4096];
+  wire_block_ref refs[4];
+  uint64_t keys[3] = {1, 0xffffffffffffffffULL, 1ULL << 40};
+  REQUIRE(wire_writer_begin(&w, 0, &err) == PS_ERR_OK);
+  wire_writer_push_header(&w, &push_key, 77);
+  wire_writer_sparse(&w, WIRE_SPARSE_KEYS, 1, keys, 3, NULL, 0, NULL, NULL);
+  wire_writer_pull_kind(&w, PSTRAIN__PULL_KIND__PULL_LOOKUP);
+  REQUIRE(wire_writer_check(&w, &err) == PS_ERR_OK);
+  uint8_t *sb = flatten(&w, &len);
+  Pstrain__PullRequest *pr = pstrain__pull_request__unpack(NULL, len, sb);
+  REQUIRE(pr != NULL && pr->n_sparse_keys == 1);
+  CHECK(pr->kind == PSTRAIN__PULL_KIND__PULL_LOOKUP);
+  pstrain__pull_request__free_unpacked(pr, NULL);
+  rpc_message msg = split(sb, len, 5, segs);
+  wire_blocks_msg pm3 = {.blocks = refs, .block_cap = 4};
+  REQUIRE(wire_parse_blocks(&msg, &pm3, &err) == PS_ERR_OK);
+  CHECK_EQ_INT(pm3.kind, PSTRAIN__PULL_KIND__PULL_LOOKUP);
+  CHECK_EQ_INT(pm3.sparse_count, 1);
+  free(sb);
+  wire_writer_free(&w);
+  REQUIRE(wire_writer_begin(&w, 0, &err) == PS_ERR_OK);
+  for (int i = 0; i <= WIRE_MAX_SPARSE; i++) {
+    wire_writer_sparse(&w, WIRE_SPARSE_KEYS, 0, keys, 1, NULL, 0, NULL, NULL);
+  }
+  CHECK_EQ_INT(wire_writer_check(&w, &err), PS_ERR_OUT_OF_RANGE);
+  CHECK_CONTAINS(err.msg, "WIRE_MAX_SPARSE");
+  wire_writer_free(&w);
+}
+
+/* An Adam, cosine-schedule job of 2 trainers and 2 pservers, and its message. */
+static void job_fixture(job_config *job, Pstrain__JobConfig *jc, wire_job_parts *oc, char *text,
+                        size_t text_len) {
+  ps_error err;
+  *job = (job_config){.update = UPDATE_SYNC, .trainers = 2, .pservers = 2, .block_size = 32768,
+                      .seed = 1, .batch = 64, .steps = 100};
+  REQUIRE(model_parse("mlp:784,256,128,10", &job->model, &err) == PS_ERR_OK);
+  job->optimizer = (optimizer_config){.kind = OPTIMIZER_ADAM, .lr = 0.001, .beta1 = 0.9,
+                                      .beta2 = 0.999, .epsilon = 1e-8, .schedule = LR_COSINE,
+                                      .step_size = 1000, .gamma = 0.5, .total_steps = 5000};
+  wire_job_to_proto(job, jc, oc, text, text_len);
+}
+
+/* Job descriptions: to the message and back, hash, difference. */
+static void case_job_round_trip_hash_and_diff(void) {
+  ps_error err;
+  job_config job;
   Pstrain__JobConfig jc;
   wire_job_parts oc;
   char text[256];
-  wire_job_to_proto(&job, &jc, &oc, text, sizeof text);
+  job_fixture(&job, &jc, &oc, text, sizeof text);
   job_config back;
   REQUIRE(wire_job_from_proto(&jc, &back, &err) == PS_ERR_OK);
   CHECK(job_config_hash(&back) == job_config_hash(&job));
@@ -562,11 +627,11 @@ int main(void) {
   jc.update = "eventually";
   CHECK_EQ_INT(wire_job_from_proto(&jc, &back, &err), PS_ERR_INVALID_ARGUMENT);
   CHECK_CONTAINS(err.msg, "'eventually' is not sync, async, ssp or geo");
+}
 
-  check_small_message_prefixes(&jc);
-  check_writer_limits();
-
-  /* Endpoint lists. */
+/* Endpoint lists: parsed, refused with the entry named, hosts, resolution. */
+static void case_endpoint_lists(void) {
+  ps_error err;
   endpoint_list list;
   REQUIRE(endpoints_parse("127.0.0.1:7000,host-b:7001,[::1]:7002", "--pservers", &list, &err) ==
           PS_ERR_OK);
@@ -591,5 +656,18 @@ int main(void) {
   CHECK_EQ_INT(endpoint_resolve("no-such-host.invalid:7000", "--pservers", 0, &err),
                PS_ERR_INVALID_ARGUMENT);
   CHECK_CONTAINS(err.msg, "--pservers: host 'no-such-host.invalid' of 'no-such-host.invalid:7000' does not resolve");
+}
+
+int main(void) {
+  RUN_CASE(case_push_read_by_protobuf_c);
+  RUN_CASE(case_push_parsed_however_split);
+  RUN_CASE(case_malformed_bytes_refused);
+  RUN_CASE(case_params_reply_from_protobuf_c);
+  RUN_CASE(case_sparse_rows_round_trip);
+  RUN_CASE(case_pull_kind_and_sparse_limit);
+  RUN_CASE(case_job_round_trip_hash_and_diff);
+  RUN_CASE(case_small_message_prefixes);
+  RUN_CASE(case_writer_limits);
+  RUN_CASE(case_endpoint_lists);
   return check_report("test_wire");
 }
