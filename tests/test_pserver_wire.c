@@ -447,7 +447,7 @@ static void case_resent_and_stale_pushes_not_applied(void) {
   rpc_reply_free(&again);
   CHECK(unchanged(stepped));
   /* A push behind the pserver's step (step 0 at step 1) is answered with
-   * the current parameters and not applied (README: "a pserver already past
+   * the current parameters and not applied (docs/operations.md: "a pserver already past
    * that step answers it with its parameters"); one ahead is ABORTED. */
   CHECK_EQ_INT(send_push(&good0, grads, last_msg, &again), PS_ERR_OK);
   wire_block_ref refs[64];
