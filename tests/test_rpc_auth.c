@@ -114,33 +114,36 @@ static void *send_in_background(void *arg) {
   return NULL;
 }
 
-int main(void) {
-  int netns = private_loopback();
-  rpc_global_init();
+static int netns;     /* 1: loopback bytes are measured (a private network namespace) */
+static uint8_t *body; /* BODY_BYTES of payload every case sends */
+
+static rpc_server_config server_config(size_t max_message_bytes) {
+  return (rpc_server_config){.listen = "127.0.0.1:0", .methods = methods, .method_count = 1,
+                             .handler = handler, .threads = 2,
+                             .max_message_bytes = max_message_bytes,
+                             .token = "the-right-token-0123"};
+}
+
+/* A call without the token is refused before its body is read; one with
+ * the token is read whole and handled. */
+static void case_token_checked_before_body(void) {
   ps_error err;
-  rpc_server_config cfg = {.listen = "127.0.0.1:0", .methods = methods, .method_count = 1,
-                           .handler = handler, .threads = 2,
-                           .max_message_bytes = BODY_BYTES + (1 << 20),
-                           .token = "the-right-token-0123"};
+  rpc_server_config cfg = server_config(BODY_BYTES + (1 << 20));
   rpc_server *srv;
   int port;
   REQUIRE(rpc_server_start(&srv, &cfg, &port, &err) == PS_ERR_OK);
-  int srv_port = port;
   char target[64];
   snprintf(target, sizeof target, "127.0.0.1:%d", port);
-  uint8_t *body = malloc(BODY_BYTES);
-  REQUIRE(body != NULL);
-  memset(body, 0x5a, BODY_BYTES);
-
+  int handled0 = atomic_load(&handled);
   unsigned long long refused_moved, accepted_moved;
   size_t received0 = rpc_server_received_bytes(srv);
   CHECK_EQ_INT(send_body(target, NULL, body, netns, &refused_moved), PS_ERR_UNAUTHENTICATED);
   size_t refused_received = rpc_server_received_bytes(srv) - received0;
-  CHECK_EQ_INT(atomic_load(&handled), 0);
+  CHECK_EQ_INT(atomic_load(&handled), handled0);
   CHECK_EQ_INT(send_body(target, "the-right-token-0123", body, netns, &accepted_moved),
                PS_ERR_OK);
   size_t accepted_received = rpc_server_received_bytes(srv) - received0 - refused_received;
-  CHECK_EQ_INT(atomic_load(&handled), 1);
+  CHECK_EQ_INT(atomic_load(&handled), handled0 + 1);
   fprintf(stderr,
           "test_rpc_auth: body %zu bytes; refused call: %llu bytes over loopback, %zu request "
           "bytes received; authorized call: %llu bytes over loopback, %zu received%s\n",
@@ -153,22 +156,36 @@ int main(void) {
     CHECK(refused_moved < BODY_BYTES / 16);
     CHECK(accepted_moved >= BODY_BYTES);
   }
+  rpc_server_stop(srv);
+}
 
-  /* Over the limit: the read fails, the handler never runs. */
+/* Over the limit: the read fails, the handler never runs. */
+static void case_over_limit_never_handled(void) {
+  ps_error err;
+  rpc_server_config cfg = server_config(1 << 20);
   rpc_server *small;
-  rpc_server_config scfg = cfg;
-  scfg.max_message_bytes = 1 << 20;
-  REQUIRE(rpc_server_start(&small, &scfg, &port, &err) == PS_ERR_OK);
+  int port;
+  REQUIRE(rpc_server_start(&small, &cfg, &port, &err) == PS_ERR_OK);
+  char target[64];
   snprintf(target, sizeof target, "127.0.0.1:%d", port);
+  int handled0 = atomic_load(&handled);
   unsigned long long over_moved;
   CHECK_EQ_INT(send_body(target, "the-right-token-0123", body, netns, &over_moved),
                PS_ERR_RESOURCE_EXHAUSTED);
-  CHECK_EQ_INT(atomic_load(&handled), 1);
+  CHECK_EQ_INT(atomic_load(&handled), handled0);
   CHECK_EQ_INT(rpc_server_received_bytes(small), 0);
   rpc_server_stop(small);
+}
 
-  /* A stop while a body is on its way: the call ends, answered or cut off. */
-  snprintf(target, sizeof target, "127.0.0.1:%d", srv_port);
+/* A stop while a body is on its way: the call ends, answered or cut off. */
+static void case_stop_during_body(void) {
+  ps_error err;
+  rpc_server_config cfg = server_config(BODY_BYTES + (1 << 20));
+  rpc_server *srv;
+  int port;
+  REQUIRE(rpc_server_start(&srv, &cfg, &port, &err) == PS_ERR_OK);
+  char target[64];
+  snprintf(target, sizeof target, "127.0.0.1:%d", port);
   sender bg = {target, body, PS_ERR_INTERNAL};
   pthread_t thread;
   REQUIRE(pthread_create(&thread, NULL, send_in_background, &bg) == 0);
@@ -178,6 +195,17 @@ int main(void) {
   REQUIRE(pthread_join(thread, NULL) == 0);
   fprintf(stderr, "test_rpc_auth: a call under way at the stop ended with %s\n", ps_err_name(bg.code));
   CHECK(bg.code == PS_ERR_OK || bg.code == PS_ERR_UNAVAILABLE || bg.code == PS_ERR_CANCELLED);
+}
+
+int main(void) {
+  netns = private_loopback();
+  rpc_global_init();
+  body = malloc(BODY_BYTES);
+  REQUIRE(body != NULL);
+  memset(body, 0x5a, BODY_BYTES);
+  RUN_CASE(case_token_checked_before_body);
+  RUN_CASE(case_over_limit_never_handled);
+  RUN_CASE(case_stop_during_body);
   free(body);
   rpc_global_shutdown();
   return check_report("test_rpc_auth");
