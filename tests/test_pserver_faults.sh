@@ -51,10 +51,13 @@ grep -q "for trainer(s) 1" "$SCRATCH/lone_t.log" ||
   fail "step timeout: trainer message: $(tail -2 "$SCRATCH/lone_t.log")"
 
 # 4. A trainer with another model is refused, naming the differing fields.
-start_pservers diff 1 --trainers 2 --step-timeout 5
+# The step timeout outlasts both refusals on a loaded machine (a timed-out
+# job would refuse the second for another reason).
+start_pservers diff 1 --trainers 2 --step-timeout 120
 ps_pid=${SPIDS[0]}
 start diff_t0 "$BIN/trainer" --mode pserver --pservers "$PS" --trainers 2 --id 0 "${SHORT[@]}"; t_pid=$LAST_PID
-sleep 1
+wait_log "$SCRATCH/diff-s0.log" "trainer 0 registered" "$ps_pid" ||
+  fail "job mismatch: trainer 0 did not register: $(tail -2 "$SCRATCH/diff-s0.log")"
 status=0
 "$BIN/trainer" --mode pserver --pservers "$PS" --trainers 2 --id 1 "${SHORT[@]}" \
   --model mlp:784,64,10 2>"$SCRATCH/diff_t1.log" || status=$?

@@ -4,7 +4,8 @@
 # f32 within 0.3 points, send half the bytes per step (the trainer's
 # --metrics bytes_per_step, sent + received), and two bf16 runs export
 # byte-equal models. Other modes refuse the flag. WIRE_EPOCHS sets the epochs
-# (2 here; test_wire_dtype_full runs the default 12).
+# (2 here; test_wire_dtype_full runs the default 12 and leaves out the second
+# bf16 run: whether two runs are equal does not depend on their length).
 . "$(dirname "$0")/lib.sh"
 require_data
 LAUNCH="$(dirname "$0")/../scripts/launch"
@@ -17,15 +18,19 @@ expect_exit 2 "--wire-dtype fp16 is for pserver mode; --mode collective all-redu
   "$BIN/trainer" --mode collective --wire-dtype fp16
 expect_exit 2 "'int8' is not one of f32|bf16|fp16" -- "$BIN/trainer" --mode pserver --wire-dtype int8
 
-for run in f32 bf16 bf16-again fp16; do
+runs=(f32 bf16 bf16-again fp16)
+[ "$EPOCHS" -gt 2 ] && runs=(f32 bf16 fp16)
+for run in "${runs[@]}"; do
   dtype=${run%-again}
   timeout 600 "$LAUNCH" --bin "$BIN" --pservers 2 --trainers 2 --quiet \
     --log-dir "$SCRATCH/logs-$run" -- "${COMMON[@]}" --wire-dtype "$dtype" \
     --metrics "$SCRATCH/$run.jsonl" --export "$SCRATCH/$run.safetensors" \
     >"$SCRATCH/launch-$run.log" 2>&1 || fail "$run run failed: $(tail -5 "$SCRATCH/launch-$run.log")"
 done
-cmp -s "$SCRATCH/bf16.safetensors" "$SCRATCH/bf16-again.safetensors" ||
-  fail "two bf16 sync runs exported different models"
+if [ -f "$SCRATCH/bf16-again.safetensors" ]; then
+  cmp -s "$SCRATCH/bf16.safetensors" "$SCRATCH/bf16-again.safetensors" ||
+    fail "two bf16 sync runs exported different models"
+fi
 # The pservers' job line names the dtype (the job hash covers it).
 grep -q "wire_dtype=bf16" "$SCRATCH/logs-bf16"/pserver0.log ||
   fail "pserver 0 of the bf16 run does not log wire_dtype=bf16 in its job"
