@@ -117,23 +117,25 @@ static void *send_in_background(void *arg) {
 static int netns;     /* 1: loopback bytes are measured (a private network namespace) */
 static uint8_t *body; /* BODY_BYTES of payload every case sends */
 
-static rpc_server_config server_config(size_t max_message_bytes) {
-  return (rpc_server_config){.listen = "127.0.0.1:0", .methods = methods, .method_count = 1,
-                             .handler = handler, .threads = 2,
-                             .max_message_bytes = max_message_bytes,
-                             .token = "the-right-token-0123"};
+/* A server taking the token and messages up to MAX_MESSAGE_BYTES; its address in TARGET. */
+static rpc_server *start_server(size_t max_message_bytes, char target[64]) {
+  ps_error err;
+  rpc_server_config cfg = {.listen = "127.0.0.1:0", .methods = methods, .method_count = 1,
+                           .handler = handler, .threads = 2,
+                           .max_message_bytes = max_message_bytes,
+                           .token = "the-right-token-0123"};
+  rpc_server *srv;
+  int port;
+  REQUIRE(rpc_server_start(&srv, &cfg, &port, &err) == PS_ERR_OK);
+  snprintf(target, 64, "127.0.0.1:%d", port);
+  return srv;
 }
 
 /* A call without the token is refused before its body is read; one with
  * the token is read whole and handled. */
 static void case_token_checked_before_body(void) {
-  ps_error err;
-  rpc_server_config cfg = server_config(BODY_BYTES + (1 << 20));
-  rpc_server *srv;
-  int port;
-  REQUIRE(rpc_server_start(&srv, &cfg, &port, &err) == PS_ERR_OK);
   char target[64];
-  snprintf(target, sizeof target, "127.0.0.1:%d", port);
+  rpc_server *srv = start_server(BODY_BYTES + (1 << 20), target);
   int handled0 = atomic_load(&handled);
   unsigned long long refused_moved, accepted_moved;
   size_t received0 = rpc_server_received_bytes(srv);
@@ -161,13 +163,8 @@ static void case_token_checked_before_body(void) {
 
 /* Over the limit: the read fails, the handler never runs. */
 static void case_over_limit_never_handled(void) {
-  ps_error err;
-  rpc_server_config cfg = server_config(1 << 20);
-  rpc_server *small;
-  int port;
-  REQUIRE(rpc_server_start(&small, &cfg, &port, &err) == PS_ERR_OK);
   char target[64];
-  snprintf(target, sizeof target, "127.0.0.1:%d", port);
+  rpc_server *small = start_server(1 << 20, target);
   int handled0 = atomic_load(&handled);
   unsigned long long over_moved;
   CHECK_EQ_INT(send_body(target, "the-right-token-0123", body, netns, &over_moved),
@@ -179,13 +176,8 @@ static void case_over_limit_never_handled(void) {
 
 /* A stop while a body is on its way: the call ends, answered or cut off. */
 static void case_stop_during_body(void) {
-  ps_error err;
-  rpc_server_config cfg = server_config(BODY_BYTES + (1 << 20));
-  rpc_server *srv;
-  int port;
-  REQUIRE(rpc_server_start(&srv, &cfg, &port, &err) == PS_ERR_OK);
   char target[64];
-  snprintf(target, sizeof target, "127.0.0.1:%d", port);
+  rpc_server *srv = start_server(BODY_BYTES + (1 << 20), target);
   sender bg = {target, body, PS_ERR_INTERNAL};
   pthread_t thread;
   REQUIRE(pthread_create(&thread, NULL, send_in_background, &bg) == 0);
