@@ -103,6 +103,34 @@ static void case_limit_keeps_first_samples(void) {
   dataset_free(&plain);
 }
 
+/* With a limit only the first records are read: a file damaged after them
+ * loads (what is read is still checked), and the count is the file's. */
+static void case_limit_reads_only_the_prefix(void) {
+  char path[256];
+  ps_error err;
+  long count;
+  int rows, cols;
+  uint8_t *pixels, *labels, img[256], lab[64];
+  size_t img_len = make_images(img, IDX_IMAGES_MAGIC, 4);
+  write_file("prefix-images.gz", img, img_len - 5, 1);
+  path_of("prefix-images.gz", path, sizeof path);
+  REQUIRE(idx_read_images(path, 3, &count, &rows, &cols, &pixels, &err) == PS_ERR_OK);
+  CHECK_EQ_INT(count, 4);
+  CHECK_EQ_INT(pixels[2 * 6 + 4], 24);
+  free(pixels);
+  CHECK_EQ_INT(idx_read_images(path, 4, &count, &rows, &cols, &pixels, &err), PS_ERR_CORRUPT_DATA);
+  CHECK_CONTAINS(err.msg, "truncated");
+  const uint8_t bad_last[4] = {3, 0, 9, 10};
+  size_t lab_len = make_labels(lab, 4, bad_last);
+  write_file("prefix-labels", lab, lab_len, 0);
+  path_of("prefix-labels", path, sizeof path);
+  REQUIRE(idx_read_labels(path, 3, &count, &labels, &err) == PS_ERR_OK);
+  CHECK_EQ_INT(labels[2], 9);
+  free(labels);
+  CHECK_EQ_INT(idx_read_labels(path, 0, &count, &labels, &err), PS_ERR_CORRUPT_DATA);
+  CHECK_CONTAINS(err.msg, "label 10 at index 3");
+}
+
 /* Wrong magic: a label file where images are expected. */
 static void case_wrong_magic(void) {
   char path[256];
@@ -112,7 +140,7 @@ static void case_wrong_magic(void) {
   uint8_t *pixels;
   good_files_fixture();
   path_of("train-labels-idx1-ubyte", path, sizeof path);
-  CHECK_EQ_INT(idx_read_images(path, &count, &rows, &cols, &pixels, &err), PS_ERR_CORRUPT_DATA);
+  CHECK_EQ_INT(idx_read_images(path, 0, &count, &rows, &cols, &pixels, &err), PS_ERR_CORRUPT_DATA);
   CHECK_CONTAINS(err.msg, "wrong magic number 0x00000801");
   CHECK_CONTAINS(err.msg, "train-labels-idx1-ubyte");
 }
@@ -128,15 +156,15 @@ static void case_truncated_files(void) {
   size_t img_len = make_images(img, IDX_IMAGES_MAGIC, 4);
   write_file("short-images", img, img_len - 5, 0);
   path_of("short-images", path, sizeof path);
-  CHECK_EQ_INT(idx_read_images(path, &count, &rows, &cols, &pixels, &err), PS_ERR_CORRUPT_DATA);
+  CHECK_EQ_INT(idx_read_images(path, 0, &count, &rows, &cols, &pixels, &err), PS_ERR_CORRUPT_DATA);
   CHECK_CONTAINS(err.msg, "truncated (19 of 24 bytes)");
   write_file("short-images.gz", img, img_len - 5, 1);
   path_of("short-images.gz", path, sizeof path);
-  CHECK_EQ_INT(idx_read_images(path, &count, &rows, &cols, &pixels, &err), PS_ERR_CORRUPT_DATA);
+  CHECK_EQ_INT(idx_read_images(path, 0, &count, &rows, &cols, &pixels, &err), PS_ERR_CORRUPT_DATA);
   CHECK_CONTAINS(err.msg, "truncated");
   write_file("short-header", img, 10, 0);
   path_of("short-header", path, sizeof path);
-  CHECK_EQ_INT(idx_read_images(path, &count, &rows, &cols, &pixels, &err), PS_ERR_CORRUPT_DATA);
+  CHECK_EQ_INT(idx_read_images(path, 0, &count, &rows, &cols, &pixels, &err), PS_ERR_CORRUPT_DATA);
   CHECK_CONTAINS(err.msg, "reading the header");
 }
 
@@ -151,7 +179,7 @@ static void case_trailing_bytes(void) {
   size_t img_len = make_images(img, IDX_IMAGES_MAGIC, 4);
   write_file("long-images", img, img_len + 6, 0);
   path_of("long-images", path, sizeof path);
-  CHECK_EQ_INT(idx_read_images(path, &count, &rows, &cols, &pixels, &err), PS_ERR_CORRUPT_DATA);
+  CHECK_EQ_INT(idx_read_images(path, 0, &count, &rows, &cols, &pixels, &err), PS_ERR_CORRUPT_DATA);
   CHECK_CONTAINS(err.msg, "data continues after");
 }
 
@@ -166,7 +194,7 @@ static void case_zero_dimensions(void) {
   make_images(img, IDX_IMAGES_MAGIC, 0);
   write_file("empty-images", img, 16, 0);
   path_of("empty-images", path, sizeof path);
-  CHECK_EQ_INT(idx_read_images(path, &count, &rows, &cols, &pixels, &err), PS_ERR_CORRUPT_DATA);
+  CHECK_EQ_INT(idx_read_images(path, 0, &count, &rows, &cols, &pixels, &err), PS_ERR_CORRUPT_DATA);
   CHECK_CONTAINS(err.msg, "implausible dimensions 0 x 2 x 3");
 }
 
@@ -181,7 +209,7 @@ static void case_label_out_of_range(void) {
   make_labels(lab, 4, bad_labels);
   write_file("bad-labels", lab, lab_len, 0);
   path_of("bad-labels", path, sizeof path);
-  CHECK_EQ_INT(idx_read_labels(path, &count, &labels, &err), PS_ERR_CORRUPT_DATA);
+  CHECK_EQ_INT(idx_read_labels(path, 0, &count, &labels, &err), PS_ERR_CORRUPT_DATA);
   CHECK_CONTAINS(err.msg, "label 10 at index 2 is not 0..9");
 }
 
@@ -228,7 +256,7 @@ static void case_damaged_gzip(void) {
   REQUIRE(fseek(f, 12, SEEK_SET) == 0);
   REQUIRE(fwrite("\xff\xff\xff\xff\xff\xff", 1, 6, f) == 6);
   REQUIRE(fclose(f) == 0);
-  CHECK_EQ_INT(idx_read_images(path, &count, &rows, &cols, &pixels, &err), PS_ERR_CORRUPT_DATA);
+  CHECK_EQ_INT(idx_read_images(path, 0, &count, &rows, &cols, &pixels, &err), PS_ERR_CORRUPT_DATA);
 }
 
 /* A folder is not a data file. */
@@ -237,7 +265,7 @@ static void case_folder_not_data_file(void) {
   long count;
   int rows, cols;
   uint8_t *pixels;
-  CHECK_EQ_INT(idx_read_images(dir, &count, &rows, &cols, &pixels, &err), PS_ERR_IO);
+  CHECK_EQ_INT(idx_read_images(dir, 0, &count, &rows, &cols, &pixels, &err), PS_ERR_IO);
   CHECK_CONTAINS(err.msg, "not a regular file");
 }
 
@@ -245,6 +273,7 @@ int main(void) {
   REQUIRE(mkdtemp(dir) != NULL);
   RUN_CASE(case_plain_and_gzip_read_alike);
   RUN_CASE(case_limit_keeps_first_samples);
+  RUN_CASE(case_limit_reads_only_the_prefix);
   RUN_CASE(case_wrong_magic);
   RUN_CASE(case_truncated_files);
   RUN_CASE(case_trailing_bytes);

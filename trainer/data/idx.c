@@ -100,8 +100,8 @@ static ps_err close_gz(gzFile f, const char *path, ps_err status, ps_error *err)
   return status;
 }
 
-ps_err idx_read_images(const char *path, long *count, int *rows, int *cols, uint8_t **pixels,
-                       ps_error *err) {
+ps_err idx_read_images(const char *path, long limit, long *count, int *rows, int *cols,
+                       uint8_t **pixels, ps_error *err) {
   gzFile f;
   if (open_gz(path, &f, err) != PS_ERR_OK) return err->code;
   long dims[3];
@@ -113,13 +113,15 @@ ps_err idx_read_images(const char *path, long *count, int *rows, int *cols, uint
     status = ps_error_set(err, PS_ERR_CORRUPT_DATA, "%s: implausible dimensions %ld x %ld x %ld",
                           path, dims[0], dims[1], dims[2]);
   }
+  long keep = limit > 0 && limit < dims[0] ? limit : dims[0];
   if (status == PS_ERR_OK) {
-    size_t len = (size_t)dims[0] * (size_t)dims[1] * (size_t)dims[2];
+    size_t len = (size_t)keep * (size_t)dims[1] * (size_t)dims[2];
     data = malloc(len);
     if (data == NULL) {
       status = ps_error_set(err, PS_ERR_NO_MEMORY, "%s: cannot allocate %zu bytes of images", path,
                             len);
-    } else if ((status = read_exact(f, path, data, len, "the images", err)) == PS_ERR_OK) {
+    } else if ((status = read_exact(f, path, data, len, "the images", err)) == PS_ERR_OK &&
+               keep == dims[0]) {
       status = expect_end(f, path, err);
     }
   }
@@ -135,7 +137,8 @@ ps_err idx_read_images(const char *path, long *count, int *rows, int *cols, uint
   return PS_ERR_OK;
 }
 
-ps_err idx_read_labels(const char *path, long *count, uint8_t **labels, ps_error *err) {
+ps_err idx_read_labels(const char *path, long limit, long *count, uint8_t **labels,
+                       ps_error *err) {
   gzFile f;
   if (open_gz(path, &f, err) != PS_ERR_OK) return err->code;
   long n = 0;
@@ -144,15 +147,18 @@ ps_err idx_read_labels(const char *path, long *count, uint8_t **labels, ps_error
   if (status == PS_ERR_OK && (n < 1 || n > IDX_MAX_COUNT)) {
     status = ps_error_set(err, PS_ERR_CORRUPT_DATA, "%s: implausible label count %ld", path, n);
   }
+  long keep = limit > 0 && limit < n ? limit : n;
   if (status == PS_ERR_OK) {
-    data = malloc((size_t)n);
+    data = malloc((size_t)keep);
     if (data == NULL) {
-      status = ps_error_set(err, PS_ERR_NO_MEMORY, "%s: cannot allocate %ld labels", path, n);
-    } else if ((status = read_exact(f, path, data, (size_t)n, "the labels", err)) == PS_ERR_OK) {
+      status = ps_error_set(err, PS_ERR_NO_MEMORY, "%s: cannot allocate %ld labels", path, keep);
+    } else if ((status = read_exact(f, path, data, (size_t)keep, "the labels", err)) ==
+                   PS_ERR_OK &&
+               keep == n) {
       status = expect_end(f, path, err);
     }
   }
-  for (long i = 0; status == PS_ERR_OK && i < n; i++) {
+  for (long i = 0; status == PS_ERR_OK && i < keep; i++) {
     if (data[i] >= DATASET_CLASSES) {
       status = ps_error_set(err, PS_ERR_CORRUPT_DATA, "%s: label %u at index %ld is not 0..%d",
                             path, data[i], i, DATASET_CLASSES - 1);
@@ -184,11 +190,11 @@ ps_err dataset_load(const char *dir, const char *prefix, long limit, dataset *ds
   data_path(dir, name, labels_path, sizeof labels_path);
 
   long image_count, label_count;
-  if (idx_read_images(images_path, &image_count, &ds->rows, &ds->cols, &ds->pixels, err) !=
-      PS_ERR_OK) {
+  if (idx_read_images(images_path, limit, &image_count, &ds->rows, &ds->cols, &ds->pixels,
+                      err) != PS_ERR_OK) {
     return err->code;
   }
-  if (idx_read_labels(labels_path, &label_count, &ds->labels, err) != PS_ERR_OK) {
+  if (idx_read_labels(labels_path, limit, &label_count, &ds->labels, err) != PS_ERR_OK) {
     dataset_free(ds);
     return err->code;
   }

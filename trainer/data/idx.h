@@ -31,12 +31,18 @@ static inline size_t dataset_image_size(const dataset *ds) {
   return (size_t)ds->channels * (size_t)ds->rows * (size_t)ds->cols;
 }
 
-/* Reads an image file. On success *pixels is owned by the caller. */
-ps_err idx_read_images(const char *path, long *count, int *rows, int *cols, uint8_t **pixels,
-                       ps_error *err);
+/* Reads an image file: its first `limit` images when 0 < limit < the file's
+ * count (the rest is neither decompressed nor checked: most of a trainer's
+ * start-up on Fashion-MNIST was inflating images it did not use), else all
+ * of them and checks that the file ends there. *count is the file's count.
+ * On success *pixels is owned by the caller. */
+ps_err idx_read_images(const char *path, long limit, long *count, int *rows, int *cols,
+                       uint8_t **pixels, ps_error *err);
 
-/* Reads a label file. On success *labels is owned by the caller. */
-ps_err idx_read_labels(const char *path, long *count, uint8_t **labels, ps_error *err);
+/* Reads a label file's first `limit` labels (all when limit <= 0), as
+ * idx_read_images. On success *labels is owned by the caller. */
+ps_err idx_read_labels(const char *path, long limit, long *count, uint8_t **labels,
+                       ps_error *err);
 
 /* Loads DIR/PREFIX-images-idx3-ubyte[.gz] and DIR/PREFIX-labels-idx1-ubyte[.gz]
  * (PREFIX is "train" or "t10k"), keeping the first `limit` samples when
