@@ -7,6 +7,8 @@
  * norm, relu, add, copy) are compared with a double-precision reference kept
  * here and, where the CPU backend has the op, with the CPU backend too:
  * 1e-5 element-wise (relu, add, copy, pooling), 1e-4 conv and batch norm.
+ * The CUDA backend comes from the CUDA module, as the trainer's does
+ * (cuda_load.h; ctest sets PSTRAIN_CUDA_MODULE).
  * Exits 77 (skipped) where no GPU is visible or the build has no CUDA. */
 #include <math.h>
 #include <stdlib.h>
@@ -17,6 +19,9 @@
 #include "tests/check.h"
 #include "trainer/backend/backend.h"
 #include "trainer/model/mlp.h"
+#ifdef PSTRAIN_HAVE_CUDA
+#include "trainer/backend/cuda_load.h"
+#endif
 
 #ifndef PSTRAIN_HAVE_CUDA
 int main(void) {
@@ -27,6 +32,7 @@ int main(void) {
 
 static rng r;
 static backend *cpu, *gpu;
+static const cuda_module *cuda;
 
 static void fill(float *x, size_t n) {
   for (size_t i = 0; i < n; i++) x[i] = (float)(rng_next(&r) >> 40) / 16777216.0f * 2.0f - 1.0f;
@@ -568,11 +574,7 @@ static void case_layers(void) {
   check_elementwise();
   check_avgpool(4, 16, 64);
   check_avgpool(3, 5, 49);
-#ifdef PSTRAIN_HAVE_CUDNN
-  const int have_cudnn = 1;
-#else
-  const int have_cudnn = 0;
-#endif
+  const int have_cudnn = cuda->cudnn;
   if (!have_cudnn) {
     /* Without cuDNN the cuDNN ops say so. */
     conv_shape s = conv_of(2, 3, 8, 8, 4, 3, 1, 1);
@@ -758,13 +760,19 @@ static void case_mlp_step(void) {
 int main(void) {
   fp_env_flush_denormals(); /* as the trainer and pserver run (common/fp_env.h) */
   char why[256] = "";
-  if (backend_cuda_device_count(why, sizeof why) == 0) {
+  ps_error err;
+  /* The build made the module: its failing to load is a failure, not a skip. */
+  cuda = cuda_module_load(&err);
+  if (cuda == NULL) {
+    fprintf(stderr, "FAIL: %s\n", err.msg);
+    return 1;
+  }
+  if (cuda->device_count(why, sizeof why) == 0) {
     fprintf(stderr, "SKIP: no GPU is visible (%s)\n", why);
     return 77;
   }
-  ps_error err;
   REQUIRE(backend_cpu_create(&cpu, 1, &err) == PS_ERR_OK);
-  if (backend_cuda_create(&gpu, 0, &err) != PS_ERR_OK) {
+  if (cuda->backend_create(&gpu, 0, &err) != PS_ERR_OK) {
     fprintf(stderr, "FAIL: a GPU is visible but the CUDA backend did not open: %s\n", err.msg);
     return 1;
   }

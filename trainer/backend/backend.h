@@ -108,16 +108,15 @@ struct backend {
 /* The CPU backend; threads > 0 sets the BLAS thread count, 0 keeps its default. */
 ps_err backend_cpu_create(backend **out, int threads, ps_error *err);
 
-/* The CUDA backend on GPU `device` (built only with the CUDA toolkit). */
-ps_err backend_cuda_create(backend **out, int device, ps_error *err);
-/* GPUs visible to this process; 0 with the reason in why when none is. */
-int backend_cuda_device_count(char *why, size_t why_len);
+/* The CUDA backend lives in the CUDA module (cuda_module.h), loaded by
+ * backend_open or cuda_module_load (cuda_load.h) when a GPU is wanted. */
 
 /* Picks a backend for --device auto|cpu|cuda (gpu: which device; -1 takes
  * OMPI_COMM_WORLD_LOCAL_RANK or SLURM_LOCALID modulo the GPUs, else 0). Fails
  * with PS_ERR_UNSUPPORTED, saying which, when cuda is asked for and this
- * build has no CUDA backend or no GPU is visible; auto falls back to the CPU
- * and logs why. */
+ * build has no CUDA backend, the CUDA module does not load or no GPU is
+ * visible; auto falls back to the CPU and logs why. cpu never loads the
+ * module; auto loads it only when the CUDA driver sees a GPU. */
 ps_err backend_open(backend **out, const char *device, int threads, int gpu, ps_error *err);
 
 static inline void backend_destroy(backend *b) {

@@ -13,6 +13,7 @@
 #include "trainer/backend/backend.h"
 #include "trainer/backend/cuda_kernels.h"
 #include "trainer/backend/cuda_layers.h"
+#include "trainer/backend/cuda_module.h"
 #include "trainer/backend/cuda_try.h"
 
 typedef struct cuda_backend {

@@ -1,5 +1,5 @@
 /* MPI collective mode: start-up checks and the gradient all-reduce. Built
- * only with MPI; the NCCL part only with NCCL. */
+ * only with MPI; the NCCL calls are the CUDA module's (cuda_nccl.c). */
 #include "trainer/replica/collective.h"
 
 #include <mpi.h>
@@ -11,18 +11,8 @@
 #include "common/hash.h"
 #include "common/log.h"
 
-#ifdef PSTRAIN_HAVE_NCCL
-#include <cuda_runtime_api.h>
-#include <nccl.h>
-
-#define NCCL_TRY(err, expr)                                                                     \
-  do {                                                                                          \
-    ncclResult_t nccl_rc_ = (expr);                                                             \
-    if (nccl_rc_ != ncclSuccess) {                                                              \
-      return ps_error_set((err), PS_ERR_UNAVAILABLE, "%s:%d: %s failed: %s", __FILE__, __LINE__, \
-                          #expr, ncclGetErrorString(nccl_rc_));                                 \
-    }                                                                                           \
-  } while (0)
+#ifdef PSTRAIN_HAVE_CUDA
+#include "trainer/backend/cuda_load.h"
 #endif
 
 const char *collective_mpi_text(int rc, char *buf) {
@@ -160,88 +150,32 @@ ps_err collective_broadcast(collective *c, void *data, size_t bytes, ps_error *e
   return PS_ERR_OK;
 }
 
-#ifdef PSTRAIN_HAVE_NCCL
+#ifdef PSTRAIN_HAVE_CUDA
+/* The NCCL calls are the CUDA module's; the id travels over MPI here. */
 ps_err collective_use_nccl(collective *c, int device, void *stream, ps_error *err) {
-  ncclUniqueId id;
-  if (c->rank == 0) NCCL_TRY(err, ncclGetUniqueId(&id));
-  MPI_TRY(err, MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD));
-  cudaError_t crc = cudaSetDevice(device);
-  if (crc != cudaSuccess) {
-    return ps_error_set(err, PS_ERR_BACKEND, "cudaSetDevice(%d) for NCCL: %s", device,
-                        cudaGetErrorString(crc));
+  const cuda_module *m = cuda_module_load(err);
+  if (m == NULL) return err->code;
+  if (m->nccl_init == NULL) {
+    return ps_error_set(err, PS_ERR_UNSUPPORTED, "the CUDA module was built without NCCL (%s)",
+                        m->built_with);
   }
-  ncclComm_t comm;
-  NCCL_TRY(err, ncclCommInitRank(&comm, c->size, id, c->rank));
-  c->nccl = comm;
-  c->stream = stream;
-  return PS_ERR_OK;
-}
-
-#define CUDA_TRY(err, what, expr)                                                              \
-  do {                                                                                         \
-    cudaError_t cuda_rc_ = (expr);                                                             \
-    if (cuda_rc_ != cudaSuccess) {                                                             \
-      return ps_error_set((err), PS_ERR_BACKEND, "%s: %s", (what), cudaGetErrorString(cuda_rc_)); \
-    }                                                                                          \
-  } while (0)
-
-/* The non-trainable floats' sums, out of place into c->frozen_sums, before
- * the average overwrites them; put back after. */
-static ps_err frozen_sums(collective *c, float *grads, const tensor_layout *layout, int restore,
-                          ps_error *err) {
-  size_t at = 0;
-  for (int t = 0; layout != NULL && t < layout->count; t++) {
-    const tensor_info *info = &layout->tensors[t];
-    if (info->trainable) continue;
-    if (!restore && at + info->count > c->frozen_len) {
-      if (c->frozen_sums != NULL) CUDA_TRY(err, "freeing the NCCL sums", cudaFree(c->frozen_sums));
-      c->frozen_sums = NULL;
-      c->frozen_len = 0;
-      size_t want = layout->total; /* an upper bound: grown once */
-      CUDA_TRY(err, "allocating the NCCL sums", cudaMalloc((void **)&c->frozen_sums, want * sizeof(float)));
-      c->frozen_len = want;
-    }
-    float *side = c->frozen_sums + at, *own = grads + info->offset;
-    if (restore) {
-      CUDA_TRY(err, "copying the NCCL sums back",
-               cudaMemcpyAsync(own, side, info->count * sizeof(float), cudaMemcpyDeviceToDevice,
-                               (cudaStream_t)c->stream));
-    } else {
-      NCCL_TRY(err, ncclAllReduce(own, side, info->count, ncclFloat, ncclSum, (ncclComm_t)c->nccl,
-                                  (cudaStream_t)c->stream));
-    }
-    at += info->count;
-  }
+  unsigned char id[CUDA_MODULE_NCCL_ID_BYTES];
+  if (c->rank == 0) PS_TRY(m->nccl_unique_id(id, err));
+  MPI_TRY(err, MPI_Bcast(id, (int)sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD));
+  PS_TRY(m->nccl_init(&c->nccl, device, c->size, c->rank, id, stream, err));
+  c->cuda = m;
   return PS_ERR_OK;
 }
 
 ps_err collective_allreduce_mean_device(collective *c, float *grads, size_t n,
                                         const tensor_layout *layout, ps_error *err) {
-  PS_TRY(frozen_sums(c, grads, layout, 0, err));
-  NCCL_TRY(err, ncclAllReduce(grads, grads, n, ncclFloat, ncclAvg, (ncclComm_t)c->nccl,
-                              (cudaStream_t)c->stream));
-  PS_TRY(frozen_sums(c, grads, layout, 1, err));
-  cudaError_t crc = cudaStreamSynchronize((cudaStream_t)c->stream);
-  if (crc != cudaSuccess) {
-    return ps_error_set(err, PS_ERR_BACKEND, "waiting for ncclAllReduce: %s",
-                        cudaGetErrorString(crc));
-  }
-  return PS_ERR_OK;
+  return c->cuda->nccl_allreduce_mean(&c->nccl, grads, n, layout, err);
 }
 #endif
 
 void collective_finalize(collective *c) {
-#ifdef PSTRAIN_HAVE_NCCL
-  if (c->frozen_sums != NULL && cudaFree(c->frozen_sums) != cudaSuccess) {
-    LOG_WARN("freeing the NCCL sums failed");
-  }
-  c->frozen_sums = NULL;
-  if (c->nccl != NULL) {
-    ncclResult_t rc = ncclCommDestroy((ncclComm_t)c->nccl);
-    if (rc != ncclSuccess) LOG_WARN("ncclCommDestroy: %s", ncclGetErrorString(rc));
-    c->nccl = NULL;
-  }
-#endif
+  if (c->cuda != NULL) c->cuda->nccl_finalize(&c->nccl);
+  c->cuda = NULL;
   if (c->initialized) {
     int rc = MPI_Finalize();
     if (rc != MPI_SUCCESS) LOG_WARN("MPI_Finalize failed (error %d)", rc);

@@ -1,8 +1,8 @@
 /* Collective mode over MPI: rank and size from the launcher, a check at
  * start that every rank trains the same job (naming the rank and the field
  * that differ), and the all-reduce that averages gradients each step. Built
- * only when CMake found MPI (PSTRAIN_HAVE_MPI); its NCCL part only when it
- * found NCCL too (PSTRAIN_HAVE_NCCL). */
+ * only when CMake found MPI (PSTRAIN_HAVE_MPI); its NCCL part only with the
+ * CUDA toolkit (PSTRAIN_HAVE_CUDA), through the CUDA module's NCCL calls. */
 #ifndef PSTRAIN_TRAINER_COLLECTIVE_H
 #define PSTRAIN_TRAINER_COLLECTIVE_H
 
@@ -10,14 +10,13 @@
 
 #include "common/error.h"
 #include "common/tensor.h"
+#include "trainer/backend/cuda_module.h"
 
 typedef struct collective {
   int rank, size;
   int initialized; /* MPI_Init was called here */
-  void *nccl;      /* the NCCL communicator once collective_use_nccl succeeded */
-  void *stream;    /* the CUDA stream NCCL runs on */
-  float *frozen_sums; /* device: non-trainable tensors' sums (NCCL), NULL until needed */
-  size_t frozen_len;
+  const cuda_module *cuda; /* set once collective_use_nccl succeeded */
+  cuda_nccl nccl;          /* NCCL's communicator, stream and sums */
 } collective;
 
 /* Initializes MPI, reads rank and size, and checks them against
@@ -35,11 +34,11 @@ ps_err collective_check_agreement(collective *c, const char *config, ps_error *e
 ps_err collective_allreduce_mean(collective *c, float *grads, size_t n,
                                  const tensor_layout *layout, ps_error *err);
 
-#ifdef PSTRAIN_HAVE_NCCL
+#ifdef PSTRAIN_HAVE_CUDA
 /* Sets up NCCL on GPU `device` with its unique id sent over MPI, so that
  * gradients in device memory are averaged on the GPUs (collective_
  * allreduce_mean_device). `stream` is the CUDA backend's cudaStream_t. Every
- * rank must call it. */
+ * rank must call it. PS_ERR_UNSUPPORTED when the CUDA module has no NCCL. */
 ps_err collective_use_nccl(collective *c, int device, void *stream, ps_error *err);
 
 /* ncclAllReduce with ncclAvg of n floats in device memory, in place; the

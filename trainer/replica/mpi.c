@@ -72,7 +72,7 @@ static ps_err mpi_start(replica *r, ps_error *err) {
     LOG_INFO("collective mode: rank %d of %d, every rank holds every table", t->id, t->trainers);
   }
   if (strcmp(t->be->name, "cuda") != 0) return PS_ERR_OK;
-#ifdef PSTRAIN_HAVE_NCCL
+#ifdef PSTRAIN_HAVE_CUDA
   if (t->model->tables > 0) {
     LOG_INFO("collective: the dense gradients are summed in host memory, scaled by each rank's "
              "examples");
@@ -146,7 +146,7 @@ static ps_err push_dense(mpi_replica *m, long step, ps_error *err) {
   trainer *t = m->base.t;
   size_t n = t->model->layout.total;
   double start = now_s();
-#ifdef PSTRAIN_HAVE_NCCL
+#ifdef PSTRAIN_HAVE_CUDA
   if (m->nccl) {
     PS_TRY(replica_nccl_mean(&m->coll, t, err));
     m->base.comm_seconds += now_s() - start;

@@ -46,7 +46,7 @@ static inline double replica_ring_bytes(int ranks, size_t n) {
   return 4.0 * (ranks - 1) / ranks * (double)n * sizeof(float);
 }
 
-#ifdef PSTRAIN_HAVE_NCCL
+#ifdef PSTRAIN_HAVE_CUDA
 /* nccl.c: NCCL on the backend's GPU; every rank calls it. */
 ps_err replica_nccl_start(collective *coll, trainer *t, ps_error *err);
 /* The dense gradients averaged on the GPUs (the model's grads_device). */

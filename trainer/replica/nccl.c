@@ -1,7 +1,8 @@
 /* Collective mode's dense half on GPUs with NCCL: the gradients are
  * averaged in device memory and never leave the GPUs. The job is MPI's
  * (mpi.c), which carries the start-up messages and the tables' rows. Built
- * only with NCCL (PSTRAIN_HAVE_NCCL). */
+ * with the CUDA toolkit (PSTRAIN_HAVE_CUDA); NCCL itself is the CUDA
+ * module's, which says when it was built without (PS_ERR_UNSUPPORTED). */
 #include "common/log.h"
 #include "trainer/replica/mpi_replica.h"
 
