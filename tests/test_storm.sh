@@ -19,7 +19,7 @@
 require_data
 STORM="$BIN/tests/storm_client"
 [ -x "$STORM" ] || { echo "FAIL: $STORM is not built" >&2; exit 1; }
-COMMON=(--train-samples 60000 --test-samples 200 --max-steps 6000 --optimizer momentum --lr 0.05
+COMMON=(--train-samples 60000 --test-samples 200 --max-steps 3000 --optimizer momentum --lr 0.05
         --lr-schedule constant --seed 5 --batch 32 --progress-interval 0 --model mlp:784,64,10)
 
 run_job() { # run_job TAG FLAGS...: 2 pservers and 2 trainers; trainer 0 exports TAG.safetensors
@@ -78,13 +78,13 @@ storm_job() {
 # 1. An MLP job.
 run_job calm-storm "${COMMON[@]}"
 wait_job calm-storm
-storm_job storm 45 40000 10000 "${COMMON[@]}"
+storm_job storm 25 40000 10000 "${COMMON[@]}"
 
 # 2. A CTR job: sparse rows in every push and pull.
 D="$SCRATCH/ctr-data"
 "$BIN/gen_ctr" --out "$D" --train-rows 20000 --test-rows 1000 --scale 0.0005 --seed 5 \
   >"$SCRATCH/gen.json" || { fail "gen_ctr failed"; finish; }
-CTR=(--data "$D/train.tsv" --test-data "$D/test.tsv" --model ctr:8:32,16 --epochs 20 --batch 64
+CTR=(--data "$D/train.tsv" --test-data "$D/test.tsv" --model ctr:8:32,16 --epochs 10 --batch 64
      --seed 3 --threads 1 --progress-interval 0 --wire-dtype bf16)
 # The storm itself first: registered on spare (async) pservers, its plain
 # CTR requests are accepted and each sparse mutation gets INVALID_ARGUMENT.
@@ -105,7 +105,7 @@ done
 
 run_job calm-ctr "${CTR[@]}"
 wait_job calm-ctr
-storm_job ctr 30 40000 10000 "${CTR[@]}"
+storm_job ctr 15 40000 10000 "${CTR[@]}"
 for i in 0 1; do
   grep -q "refused Pull" "$SCRATCH/ctr-s$i.log" || fail "ctr: pserver $i logged no refusal of a Pull"
 done
