@@ -67,7 +67,7 @@ run sync 1 "" "${EQUAL[*]}" "" && run ssp0 1 "" "${EQUAL[*]} --update ssp --stal
 
 # 3. A trainer killed under ssp: as in sync, stop fails the job naming it,
 # continue drops it from the slowest and the job completes.
-DEATH=(--train-samples 30000 --test-samples 200 --max-steps 1500 --batch 32 --progress-interval 0
+DEATH=(--train-samples 30000 --test-samples 200 --max-steps 800 --batch 32 --progress-interval 0
        --update ssp --staleness 2)
 for policy in stop continue; do
   start_pservers "$policy" 1 --trainers 2 --step-timeout 2 --on-trainer-loss "$policy" || continue
@@ -93,7 +93,7 @@ for policy in stop continue; do
     [ "$t_status" -eq 0 ] || fail "continue: trainer 0 exited $t_status: $(tail -2 "$SCRATCH/continue-t0.log")"
     grep -q "trainer 1 has not pushed step .* continuing with 1 trainer" "$SCRATCH/continue-s0.log" ||
       fail "continue: the pserver did not say it dropped trainer 1"
-    grep -q "(1500 steps)" "$SCRATCH/continue-t0.log" || fail "continue: trainer 0 did not finish its steps"
+    grep -q "(800 steps)" "$SCRATCH/continue-t0.log" || fail "continue: trainer 0 did not finish its steps"
     lead=$(max_lead "$SCRATCH/continue-s0.log")
     [ -n "$lead" ] && [ "$lead" -le 2 ] || fail "continue: max lead '$lead' above the staleness 2"
   fi
@@ -101,15 +101,15 @@ done
 
 # A trainer killed and started again (a new incarnation) within
 # --step-timeout: it is told the step it had reached and goes on from there,
-# so every step of both trainers is pushed once (2 x 1500).
+# so every step of both trainers is pushed once (2 x 800).
 start_pservers again 1 --trainers 2 --step-timeout 30 || finish
 restart_trainer_1 again "${SPIDS[0]}" "${DEATH[@]}"
 grep -q "resuming at step [1-9][0-9]* .*where the pservers are" "$SCRATCH/again-t1b.log" ||
   fail "trainer restart: trainer 1 did not resume where it was: $(grep resum "$SCRATCH/again-t1b.log")"
 read -r h n <<<"$(held "$SCRATCH/again-s0.log")"
 lead=$(max_lead "$SCRATCH/again-s0.log")
-[ "${n:-0}" -eq 3000 ] && [ "${lead:-9}" -le 2 ] ||
-  fail "trainer restart: $n pushes (expected 3000), max lead '$lead' (at most 2)"
+[ "${n:-0}" -eq 1600 ] && [ "${lead:-9}" -le 2 ] ||
+  fail "trainer restart: $n pushes (expected 1600), max lead '$lead' (at most 2)"
 
 # 4. CTR jobs: the sparse rows are applied on arrival as in async, the next
 # keys' rows come back when a held push is let go; trains like sync.
@@ -147,7 +147,7 @@ PY
 CK="$SCRATCH/ck"
 (timeout 200 "$(dirname "$0")/../scripts/launch" --bin "$BIN" --mode async --pservers 2 --trainers 2 \
    --quiet --log-dir "$SCRATCH/restart" --pserver-args "--checkpoint-dir $CK --checkpoint-every 50" \
-   --restart-pservers 1 -- --train-samples 30000 --test-samples 1000 --max-steps 4000 --batch 32 \
+   --restart-pservers 1 -- --train-samples 30000 --test-samples 1000 --max-steps 2000 --batch 32 \
    --progress-interval 0 --update ssp --staleness 2 --metrics "$SCRATCH/restart.jsonl" \
    >"$SCRATCH/restart.log" 2>&1; echo "$?" >"$SCRATCH/restart.rc") &
 LAUNCHER=$!
