@@ -27,8 +27,9 @@ for r in rows:
     acc = float(cells[4])
     assert rate > 1000 and 0.3 < acc <= 1.0, r
     # Two quick epochs of 3,000 samples: under a loaded CI machine one can take
-    # 4x the other (a collective first epoch did), so only a sane ratio.
-    assert 0.1 < epoch_ratio < 10.0, r
+    # many times the other (a collective first epoch, its ranks polling on
+    # shared cores, took 14x the second), so only that speed did not fall 10x.
+    assert epoch_ratio > 0.1, r
 gates = {l.split("|")[1].strip(): float(l.split("|")[2]) for l in gates_table.splitlines()
          if l.startswith("| ") and not l.startswith("| ratio")}
 want_gates = ["pserver 1p sgd / local sgd", "default recipe: min epoch / first epoch",
