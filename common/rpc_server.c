@@ -47,6 +47,7 @@ struct rpc_server {
   atomic_int workers_done;      /* workers past their loop (stop waits for all) */
   atomic_size_t received_bytes; /* request bodies read, for rpc_server_received_bytes */
   atomic_int open_calls;        /* arrived and not yet freed */
+  atomic_int live_calls;        /* allocated and not yet freed: posted slots and open calls */
   atomic_uint_least64_t refused_busy, unimplemented;
   pthread_mutex_t stats_lock;   /* guards last_unknown */
   char last_unknown[192];
@@ -59,6 +60,7 @@ static const char *method_of(const rpc_call *c) {
 
 static void call_free(rpc_call *c) {
   if (c->counted) atomic_fetch_sub(&c->srv->open_calls, 1);
+  atomic_fetch_sub(&c->srv->live_calls, 1);
   if (c->method < 0) grpc_call_details_destroy(&c->asked);
   grpc_metadata_array_destroy(&c->request_metadata);
   if (c->payload != NULL) grpc_byte_buffer_destroy(c->payload);
@@ -81,6 +83,7 @@ static void post_request(rpc_server *srv, int method) {
               method >= 0 ? srv->cfg.methods[method] : "unknown methods");
     return;
   }
+  atomic_fetch_add(&srv->live_calls, 1);
   c->srv = srv;
   c->method = method;
   c->details = grpc_empty_slice();
@@ -538,6 +541,16 @@ static int wait_until(atomic_int *flag, int want, double deadline) {
   return 1;
 }
 
+/* Waits until *count falls to 0 or the clock passes deadline; whether it did. */
+static int wait_for_zero(atomic_int *count, double deadline) {
+  const struct timespec pause = {0, 1000 * 1000};
+  while (atomic_load(count) > 0) {
+    if (monotonic_s() >= deadline) return 0;
+    nanosleep(&pause, NULL);
+  }
+  return 1;
+}
+
 ps_err rpc_server_stop_within(rpc_server *srv, double timeout_s) {
   if (srv == NULL) return PS_ERR_OK;
   double start = monotonic_s(), deadline = start + timeout_s;
@@ -557,6 +570,17 @@ ps_err rpc_server_stop_within(rpc_server *srv, double timeout_s) {
       LOG_ERROR("rpc: stopping the server: %d call(s) still open %.1f s after cancelling them "
                 "(a handler that has not answered, or gRPC still closing connections): leaving "
                 "the server to the process's exit", atomic_load(&srv->open_calls), timeout_s);
+      return PS_ERR_TIMEOUT;
+    }
+    /* The shutdown is published once the connections are gone, while a call
+     * may still be between a worker and its reply (a failed read being
+     * answered, a handler answering later): a batch started on it after the
+     * queue's shutdown aborts the process in gRPC. So every call is freed
+     * first; the slots came back failed at the shutdown. */
+    if (!wait_for_zero(&srv->live_calls, deadline)) {
+      LOG_ERROR("rpc: stopping the server: %d call(s) not yet answered %.1f s after the stop "
+                "began (a handler holding a call): leaving the server to the process's exit",
+                atomic_load(&srv->open_calls), monotonic_s() - start);
       return PS_ERR_TIMEOUT;
     }
   } else {

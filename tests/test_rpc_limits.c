@@ -6,8 +6,11 @@
  * handler, and is taken again once the held ones are answered; and
  * rpc_server_stop_within returns within its time even when every worker is
  * stuck in a handler (the stop used to wait for ever for the shutdown that
- * only a worker can see). Each case has a server of its own; the last one
- * abandons its server. */
+ * only a worker can see); a call the handler answers after the stop has
+ * cancelled it and its connection is gone is still answered and freed, and
+ * the stop then returns OK (the stop used to shut the completion queue
+ * under such a call, and the late answer aborted the process in gRPC).
+ * Each case has a server of its own; the last one abandons its server. */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
 #include <stdio.h>
@@ -188,6 +191,50 @@ static void case_open_call_limit(void) {
   server_stop();
 }
 
+typedef struct stopper {
+  double timeout_s;
+  ps_err result;
+  double took;
+} stopper;
+
+static void *stop_in_background(void *arg) {
+  stopper *s = arg;
+  double t0 = now_s();
+  s->result = rpc_server_stop_within(srv, s->timeout_s);
+  s->took = now_s() - t0;
+  return NULL;
+}
+
+/* A held call answered late in the stop: after the cancel reached the
+ * client and the client's connection closed (the server then publishes its
+ * shutdown). The answer goes nowhere, the call is freed, the stop ends OK
+ * without waiting out its time. */
+static void case_answer_after_stop_began(void) {
+  server_start();
+  rpc_op hold = {.channel = ch, .method = methods[METHOD_HOLD], .parts = &one, .part_count = 1,
+                 .timeout_s = 20};
+  rpc_client_start(client, &hold);
+  for (int i = 0; i < 500 && held_now() < 1; i++) pause_ms(10);
+  REQUIRE(held_now() == 1);
+  stopper st = {.timeout_s = 8.0, .result = PS_ERR_INTERNAL};
+  pthread_t thread;
+  REQUIRE(pthread_create(&thread, NULL, stop_in_background, &st) == 0);
+  rpc_op *gone = rpc_client_next(client, 10); /* the stop's cancel (after its 2-s grace) */
+  REQUIRE(gone == &hold);
+  printf("held call at the stop: %s (%s)\n", ps_err_name(hold.code), hold.message);
+  CHECK(hold.code != PS_ERR_OK);
+  rpc_reply_free(&hold.reply);
+  rpc_client_destroy(client);
+  /* Not needed to pass: time for a stop that does not wait for the call to
+   * shut its queue first, so the answer below would abort the process. */
+  pause_ms(200);
+  answer_held();
+  REQUIRE(pthread_join(thread, NULL) == 0);
+  printf("stop with a call answered late: %s after %.2f s\n", ps_err_name(st.result), st.took);
+  CHECK_EQ_INT(st.result, PS_ERR_OK);
+  CHECK(st.took < 7.0);
+}
+
 /* Both workers stuck in a handler: the stop still returns within its
  * time, abandoning the server (so no rpc_global_shutdown after it). */
 static void case_stop_within_when_workers_stuck(void) {
@@ -218,6 +265,7 @@ int main(void) {
   rpc_global_init();
   RUN_CASE(case_unknown_methods_unimplemented);
   RUN_CASE(case_open_call_limit);
+  RUN_CASE(case_answer_after_stop_began);
   RUN_CASE(case_stop_within_when_workers_stuck); /* last: it abandons its server */
   return check_report("test_rpc_limits");
 }
