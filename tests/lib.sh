@@ -53,12 +53,50 @@ with open(path, "r+b") as f:
     f.seek(at); f.write(bytes([b[0] ^ (1 << bit)]))' "$1" "$2" "${3:-0}"
 }
 
-# free_ports N: N TCP ports on 127.0.0.1 that were free a moment ago.
+# free_ports N: N TCP ports on 127.0.0.1 for a daemon that cannot take port
+# 0 (its port must be known before it starts). They lie below the kernel's
+# ephemeral range, so no connect() or bind to port 0 of any process takes
+# one before the daemon binds it (a port from bind(0), released, was once
+# taken that way under load), and they are reserved for 30 minutes in a
+# file shared by the tests (under flock), so two tests never get the same.
 free_ports() {
-  python3 -c 'import socket,sys
-socks=[socket.socket() for _ in range(int(sys.argv[1]))]
-for s in socks: s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in socks))' "$1"
+  "$PY" - "$1" <<'PY'
+import fcntl, json, os, random, socket, sys, time
+want = int(sys.argv[1])
+with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+    ephemeral_low = int(f.read().split()[0])
+low, high = 10000, ephemeral_low - 1
+assert high - low > 1000, f"ephemeral ports start at {ephemeral_low}: no room below"
+path = f"/tmp/pstrain-test-ports-{os.getuid()}.json"
+with open(path, "a+") as f:
+    fcntl.flock(f, fcntl.LOCK_EX)
+    f.seek(0)
+    try:
+        reserved = {int(p): t for p, t in json.loads(f.read() or "{}").items()}
+    except ValueError:
+        reserved = {}
+    now = time.time()
+    reserved = {p: t for p, t in reserved.items() if now - t < 1800}
+    picked = []
+    while len(picked) < want:
+        port = random.randint(low, high)
+        if port in reserved or port in picked:
+            continue
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        finally:
+            s.close()
+        picked.append(port)
+    for port in picked:
+        reserved[port] = now
+    f.seek(0)
+    f.truncate()
+    f.write(json.dumps(reserved))
+print(" ".join(map(str, picked)))
+PY
 }
 
 # start_pservers PREFIX COUNT [PSERVER FLAGS...]: starts COUNT pservers (logs
