@@ -123,6 +123,7 @@ void st_storage_free(sparse_table *t) {
 void sparse_table_destroy(sparse_table *t) {
   if (t == NULL) return;
   st_storage_free(t);
+  if (t->cfg.budget != NULL) atomic_fetch_sub(&t->cfg.budget->used, t->charged);
   free(t->filter);
   free(t->scratch);
   free(t);
@@ -236,13 +237,48 @@ no_memory:
                       t->cfg.name, rows, row_bytes);
 }
 
+int st_budget_take(sparse_budget *b, size_t bytes) {
+  size_t used = atomic_load(&b->used);
+  do {
+    if (used + bytes > b->limit) return 0;
+  } while (!atomic_compare_exchange_weak(&b->used, &used, used + bytes));
+  return 1;
+}
+
+void st_budget_settle(sparse_table *t) {
+  size_t now = st_bytes_for(t, 0, 0);
+  if (now >= t->charged) atomic_fetch_add(&t->cfg.budget->used, now - t->charged);
+  else atomic_fetch_sub(&t->cfg.budget->used, t->charged - now);
+  t->charged = now;
+}
+
+ps_err st_budget_error(const sparse_table *t, size_t live, size_t need, ps_error *err) {
+  const sparse_budget *b = t->cfg.budget;
+  size_t others = atomic_load(&b->used) - t->charged;
+  return ps_error_set(err, PS_ERR_RESOURCE_EXHAUSTED,
+                      "table '%s' would hold %zu rows in %.1f MiB, and this pserver's tables "
+                      "together %.1f MiB: past their budget of %.1f MiB (%s)",
+                      t->cfg.name, live, (double)need / 1048576.0,
+                      (double)(others + need) / 1048576.0, (double)b->limit / 1048576.0,
+                      b->source);
+}
+
 ps_err st_reserve(sparse_table *t, size_t high_water, size_t live, ps_error *err) {
-  size_t cap = map_cap_for(live);
-  if (cap > t->map_cap) {
-    ps_err rc = map_grow(t, cap, err);
-    if (rc != PS_ERR_OK) return rc;
+  sparse_budget *b = t->cfg.budget;
+  size_t need = st_bytes_for(t, high_water, live), taken = 0;
+  if (b != NULL && need > t->charged) {
+    taken = need - t->charged;
+    if (!st_budget_take(b, taken)) return st_budget_error(t, live, need, err);
   }
-  return slabs_grow(t, high_water, err);
+  ps_err rc = PS_ERR_OK;
+  size_t cap = map_cap_for(live);
+  if (cap > t->map_cap) rc = map_grow(t, cap, err);
+  if (rc == PS_ERR_OK) rc = slabs_grow(t, high_water, err);
+  if (b != NULL) {
+    t->charged += taken;
+    st_budget_settle(t);
+  }
+  return rc;
 }
 
 uint32_t st_take_row(sparse_table *t) {

@@ -12,6 +12,7 @@
 #ifndef PSTRAIN_COMMON_SPARSE_TABLE_H
 #define PSTRAIN_COMMON_SPARSE_TABLE_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -36,6 +37,16 @@ typedef struct sparse_optimizer_config {
   double beta1, beta2; /* Adam */
 } sparse_optimizer_config;
 
+/* Memory several tables share (a pserver's --table-memory-mb): every
+ * table's growth is charged to it before it happens and refused,
+ * RESOURCE_EXHAUSTED naming the table, where the tables together would pass
+ * the limit. Shrinking (a table destroyed, its storage replaced) gives back. */
+typedef struct sparse_budget {
+  size_t limit;       /* bytes */
+  atomic_size_t used; /* bytes the tables charged to it hold */
+  char source[256];   /* the limit and where it came from, for errors */
+} sparse_budget;
+
 typedef struct sparse_table_config {
   char name[SPARSE_TABLE_NAME_MAX]; /* "wide", "embedding": named in errors and logs */
   uint32_t id;         /* part of every row's initialization stream */
@@ -46,6 +57,7 @@ typedef struct sparse_table_config {
   size_t max_bytes;    /* 0: no limit. Reaching it fails (RESOURCE_EXHAUSTED) unless evicting */
   int admit_after;     /* a key gets a row at its N-th occurrence; 0 or 1: at once; at most 255 */
   long evict_after;    /* rows unseen for this many steps are dropped; 0: never */
+  sparse_budget *budget; /* shared with other tables (NULL: none); not part of the job */
 } sparse_table_config;
 
 typedef struct sparse_table_stats {

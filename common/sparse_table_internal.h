@@ -55,6 +55,7 @@ struct sparse_table {
   size_t row_cap;     /* rows the slabs hold: slab 0 1024..64Ki, the others 64Ki */
   size_t high_water;  /* rows ever handed out: indices below it are live or free */
   size_t live;
+  size_t charged;     /* bytes charged to cfg.budget */
   uint32_t free_head; /* ST_EMPTY: none */
   size_t n_free;
   long last_step;     /* highest step seen: a loaded row without meta starts there */
@@ -138,7 +139,14 @@ ps_err st_limit_error(const sparse_table *t, size_t rows, ps_error *err);
  * least recently seen rows; fails, changing nothing, when it cannot. */
 ps_err st_evict_for_limit(sparse_table *t, const uint32_t *rows, size_t n, size_t missing, long step,
                           ps_error *err);
-/* Frees the map and the slabs (not the filter or scratch). */
+/* The shared budget (cfg.budget, not NULL): takes `bytes` more, 0 (nothing
+ * taken) past its limit; charges what the table holds now in place of
+ * t->charged; the error naming the table at `live` rows needing `need` bytes. */
+int st_budget_take(sparse_budget *b, size_t bytes);
+void st_budget_settle(sparse_table *t);
+ps_err st_budget_error(const sparse_table *t, size_t live, size_t need, ps_error *err);
+/* Frees the map and the slabs (not the filter or scratch); the budget keeps
+ * its charge (sparse_table_destroy gives it back). */
 void st_storage_free(sparse_table *t);
 
 #endif

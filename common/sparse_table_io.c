@@ -123,9 +123,20 @@ ps_err sparse_table_load(sparse_table *t, size_t n, const uint64_t *keys, const 
                         "table '%s' would pass its limit of %.6g MB (--max-table-mb) at %zu rows",
                         name, (double)t->cfg.max_bytes / (1024.0 * 1024.0), n);
   }
+  /* Against a shared budget the new rows count in place of the old ones
+   * (both are held for the swap's moment, not counted twice). */
+  sparse_budget *budget = t->cfg.budget;
+  size_t need = st_bytes_for(&fresh, n, n), taken = 0;
+  fresh.cfg.budget = NULL;
+  fresh.charged = 0;
+  if (budget != NULL && need > t->charged) {
+    taken = need - t->charged;
+    if (!st_budget_take(budget, taken)) return st_budget_error(t, n, need, err);
+  }
   ps_err rc = st_reserve(&fresh, n, n, err);
   if (rc != PS_ERR_OK) {
     st_storage_free(&fresh);
+    if (taken > 0) atomic_fetch_sub(&budget->used, taken);
     return rc;
   }
   size_t dim = t->dim, sf = t->state_floats;
@@ -133,6 +144,7 @@ ps_err sparse_table_load(sparse_table *t, size_t n, const uint64_t *keys, const 
     uint32_t r = st_take_row(&fresh);
     if (!st_map_insert(&fresh, keys[i], r)) {
       st_storage_free(&fresh);
+      if (taken > 0) atomic_fetch_sub(&budget->used, taken);
       return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "table '%s': key %llu appears twice (row %zu)",
                           name, (unsigned long long)keys[i], i);
     }
@@ -147,6 +159,9 @@ ps_err sparse_table_load(sparse_table *t, size_t n, const uint64_t *keys, const 
   st_storage_free(t);
   fresh.last_step = last_step;
   fresh.generation++; /* every row moved (and with no rows, every row went) */
+  fresh.cfg.budget = budget;
+  fresh.charged = t->charged + taken;
   *t = fresh;
+  if (budget != NULL) st_budget_settle(t);
   return PS_ERR_OK;
 }

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,7 @@
 #include "server/pserver_flags.h"
 #include "server/pserver_reshard.h"
 #include "server/pserver_metrics.h"
+#include "server/memory_limit.h"
 #include "server/pserver_watch.h"
 
 
@@ -111,6 +113,7 @@ typedef struct pserver_start {
   metrics_http *http;
   long fd_limit;              /* RLIMIT_NOFILE in force (-1: none) */
   size_t receive_limit;       /* --max-receive-mb in bytes, the default worked out (0: none) */
+  sparse_budget table_budget; /* --table-memory-mb, the default worked out */
 } pserver_start;
 
 /* Options and log level; returns -1 to go on, else the exit status. */
@@ -202,12 +205,13 @@ static ps_err check_security(pserver_start *st, ps_error *err) {
   return PS_ERR_OK;
 }
 
-static pserver_config service_config(const pserver_start *st) {
+static pserver_config service_config(pserver_start *st) {
   const pserver_options *o = &st->opt;
   return (pserver_config){.id = st->id, .pservers = st->list.count, .trainers = (int)o->trainers,
                           .step_timeout = o->step_timeout, .log_every = o->log_every,
                           .max_shard_mb = o->max_shard_mb,
                           .max_table_bytes = (size_t)(o->max_table_mb * 1048576.0),
+                          .table_budget = &st->table_budget,
                           .checkpoint_dir = o->checkpoint_dir,
                           .continue_on_trainer_loss = strcmp(o->on_trainer_loss, "continue") == 0,
                           .checkpoint_every = o->checkpoint_every,
@@ -340,17 +344,17 @@ static ps_err metrics_serve(pserver_start *st, ps_error *err) {
 /* --max-receive-mb in bytes: as given, or half the memory limit (logged). */
 static size_t receive_limit(const pserver_options *o) {
   long mib = o->max_receive_mb;
-  char why[96] = "--max-receive-mb";
+  char why[MEMORY_LIMIT_SOURCE_MAX + 64] = "--max-receive-mb";
   if (mib == 0) {
-    const char *which;
-    long kib = pserver_memory_limit_kib(&which);
-    if (kib <= 0) {
+    memory_limit m;
+    memory_limit_get(&m);
+    if (m.kib <= 0) {
       LOG_WARN("receive memory: no memory limit could be read: gRPC may hold any amount for "
                "bodies being received (set --max-receive-mb)");
       return 0;
     }
-    mib = kib / 2048 > 0 ? kib / 2048 : 1;
-    snprintf(why, sizeof why, "--max-receive-mb; half of %s, %ld MiB", which, kib / 1024);
+    mib = m.kib / 2048 > 0 ? m.kib / 2048 : 1;
+    snprintf(why, sizeof why, "--max-receive-mb; half of %ld MiB, %s", m.kib / 1024, m.source);
   }
   LOG_INFO("receive memory: gRPC may hold %ld MiB for connections and bodies being received "
            "(%s)", mib, why);
@@ -359,6 +363,35 @@ static size_t receive_limit(const pserver_options *o) {
              "would be reset", mib, o->max_message_mb);
   }
   return (size_t)mib << 20;
+}
+
+/* The sparse tables' share of the memory limit by default: beside them a
+ * checkpoint's copy of their rows, bodies being received and the dense
+ * shard must fit. */
+#define TABLE_MEMORY_DEFAULT_PERCENT 40
+
+/* --table-memory-mb as a budget: as given, or a share of the memory limit (logged). */
+static void table_budget_init(sparse_budget *b, const pserver_options *o) {
+  atomic_init(&b->used, 0);
+  if (o->table_memory_mb > 0) {
+    b->limit = (size_t)(o->table_memory_mb * 1048576.0);
+    snprintf(b->source, sizeof b->source, "--table-memory-mb %g", o->table_memory_mb);
+  } else {
+    memory_limit m;
+    memory_limit_get(&m);
+    if (m.kib <= 0) {
+      LOG_WARN("table memory: no memory limit could be read: the sparse tables may grow until "
+               "allocations fail (set --table-memory-mb)");
+      b->limit = SIZE_MAX;
+      snprintf(b->source, sizeof b->source, "no memory limit could be read");
+      return;
+    }
+    b->limit = (size_t)m.kib * 1024 / 100 * TABLE_MEMORY_DEFAULT_PERCENT;
+    snprintf(b->source, sizeof b->source, "--table-memory-mb 0: %d%% of %ld MiB, %.180s",
+             TABLE_MEMORY_DEFAULT_PERCENT, m.kib / 1024, m.source);
+  }
+  LOG_INFO("table memory: a CTR job's sparse tables may hold %.1f MiB here together (%s)",
+           (double)b->limit / 1048576.0, b->source);
 }
 
 /* What the pserver allows its peers (docs/security.md "Hostile input"). */
@@ -492,6 +525,7 @@ int main(int argc, char **argv) {
   process_tune_malloc();
   raise_fd_limit(&st);
   st.receive_limit = receive_limit(&st.opt);
+  table_budget_init(&st.table_budget, &st.opt);
   static pserver ps;
   if (metrics_prepare(&st, &err) != PS_ERR_OK) {
     LOG_ERROR("%s", err.msg);

@@ -39,6 +39,11 @@ const option_def pserver_option_table[] = {
      "CTR models: MiB each sparse table's rows on this pserver may hold (0: no limit); a pull "
      "that would pass it gets RESOURCE_EXHAUSTED naming the table, unless the job evicts",
      NULL, .min = 0, .max = 1e9},
+    {"table-memory-mb", NULL, OPT_DOUBLE, OFF(table_memory_mb), "0",
+     "CTR models: MiB all sparse tables on this pserver may hold together (0: 40% of the "
+     "memory limit: RAM, the cgroup's limit or ulimit -v, the smallest); a pull that would "
+     "pass it gets RESOURCE_EXHAUSTED naming the table and the limit, and the job stops",
+     NULL, .min = 0, .max = 1e9},
     {"max-blocks-per-request", NULL, OPT_INT, OFF(max_blocks), "65536",
      "refuse a job whose push to this pserver carries more blocks (a small --block-size "
      "multiplies the per-block cost of every step and of the shard map)", NULL, .min = 1,

@@ -20,6 +20,7 @@ typedef struct pserver_options {
   long max_message_mb;
   long max_shard_mb;
   double max_table_mb;
+  double table_memory_mb;
   long max_blocks;
   long max_registrations;
   const char *on_trainer_loss;

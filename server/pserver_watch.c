@@ -11,6 +11,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "server/memory_limit.h"
 
 #define WATCH_EVERY_S 1.0
 #define WATCH_LOG_EVERY_S 10.0
@@ -41,48 +42,6 @@ static int resident_kib(long *rss) {
   return 0;
 }
 
-/* memory.max of this process's cgroup (v2) in KiB; -1 for "max" or none. */
-static long cgroup_memory_max_kib(void) {
-  FILE *f = fopen("/proc/self/cgroup", "r");
-  if (f == NULL) return -1;
-  char line[512], path[600];
-  path[0] = '\0';
-  while (fgets(line, sizeof line, f) != NULL) {
-    if (strncmp(line, "0::", 3) == 0) {
-      line[strcspn(line, "\n")] = '\0';
-      snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.max", line + 3);
-    }
-  }
-  fclose(f);
-  if (path[0] == '\0' || (f = fopen(path, "r")) == NULL) return -1;
-  long long bytes = -1;
-  if (fscanf(f, "%lld", &bytes) != 1) bytes = -1; /* "max" */
-  fclose(f);
-  return bytes < 0 ? -1 : (long)(bytes / 1024);
-}
-
-long pserver_memory_limit_kib(const char **which) {
-  long limit = -1;
-  *which = "none";
-  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  if (pages > 0 && page > 0) {
-    limit = pages * (page / 1024);
-    *which = "RAM";
-  }
-  long cgroup = cgroup_memory_max_kib();
-  if (cgroup >= 0 && (limit < 0 || cgroup < limit)) {
-    limit = cgroup;
-    *which = "cgroup memory.max";
-  }
-  struct rlimit rl;
-  if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
-      (limit < 0 || (long)(rl.rlim_cur / 1024) < limit)) {
-    limit = (long)(rl.rlim_cur / 1024);
-    *which = "RLIMIT_AS";
-  }
-  return limit;
-}
-
 void pserver_watch_init(pserver_watch *w, rpc_server *rpc, pserver_metrics *pm,
                         long max_pending, long fd_limit) {
   memset(w, 0, sizeof *w);
@@ -95,11 +54,15 @@ void pserver_watch_init(pserver_watch *w, rpc_server *rpc, pserver_metrics *pm,
   if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
     w->as_limit_kib = (long)(rl.rlim_cur / 1024);
   }
-  w->cgroup_limit_kib = cgroup_memory_max_kib();
-  char as[32] = "none", cg[32] = "none";
+  memory_limit_cgroup("", &w->cgroup);
+  memory_limit limit;
+  memory_limit_get(&limit);
+  char as[32] = "none", cg[32] = "none", all[32] = "unknown";
   if (w->as_limit_kib >= 0) snprintf(as, sizeof as, "%ld MiB", w->as_limit_kib / 1024);
-  if (w->cgroup_limit_kib >= 0) snprintf(cg, sizeof cg, "%ld MiB", w->cgroup_limit_kib / 1024);
-  LOG_INFO("limits: memory RLIMIT_AS %s, cgroup memory.max %s; watched once a second", as, cg);
+  if (w->cgroup.kib >= 0) snprintf(cg, sizeof cg, "%ld MiB", w->cgroup.kib / 1024);
+  if (limit.kib >= 0) snprintf(all, sizeof all, "%ld MiB", limit.kib / 1024);
+  LOG_INFO("limits: memory %s from %s (RLIMIT_AS %s, cgroup %s: %s); watched once a second",
+           all, limit.source, as, cg, w->cgroup.source);
 }
 
 static void check_fds(pserver_watch *w, double now, long fds) {
@@ -138,10 +101,10 @@ static void check_memory(pserver_watch *w, double now, long rss) {
     which = "RLIMIT_AS (ulimit -v), against resident memory";
     used = rss;
     limit = w->as_limit_kib;
-  } else if (w->cgroup_limit_kib > 0 && rss * 10 >= w->cgroup_limit_kib * 9) {
-    which = "the cgroup's memory.max (the container's memory limit), against resident memory";
+  } else if (w->cgroup.kib > 0 && rss * 10 >= w->cgroup.kib * 9) {
+    which = w->cgroup.source; /* the container's memory limit, against resident memory */
     used = rss;
-    limit = w->cgroup_limit_kib;
+    limit = w->cgroup.kib;
   }
   if (which == NULL) {
     w->mem_warned = 0;

@@ -1,7 +1,9 @@
 /* Sparse tables' rows over time: eviction (with a map stress test against a
- * plain reference), admission, the memory limit, GEO's add and set of rows,
- * dump and load, and the bytes the table reports. */
+ * plain reference), admission, the memory limit, the budget tables share,
+ * GEO's add and set of rows, dump and load, and the bytes the table reports. */
 #include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -218,6 +220,73 @@ static void test_limit(void) {
   free(out);
 }
 
+/* Two tables on one budget: it holds what both hold; growth past it is
+ * refused naming the table, its rows and bytes, the budget and its source,
+ * changing nothing; a load counts in place of the old rows; a table
+ * destroyed gives its bytes back. */
+static void test_budget(void) {
+  sparse_budget budget = {.limit = 0};
+  atomic_init(&budget.used, 0);
+  snprintf(budget.source, sizeof budget.source, "--table-memory-mb 0.3");
+  budget.limit = (size_t)(0.3 * 1048576);
+  sparse_table_config c = config(SPARSE_OPT_ADAGRAD, 16); /* rows of 19 floats */
+  c.budget = &budget;
+  sparse_table *a = make(&c);
+  snprintf(c.name, sizeof c.name, "wide");
+  c.dim = 1;
+  c.id = 1;
+  sparse_table *w = make(&c);
+  sparse_table_stats sa, sw;
+  sparse_table_stats_get(a, &sa);
+  sparse_table_stats_get(w, &sw);
+  CHECK_EQ_INT(atomic_load(&budget.used), sa.bytes + sw.bytes);
+  uint64_t keys[4000];
+  for (int i = 0; i < 4000; i++) keys[i] = 77 + (uint64_t)i * 3;
+  float *out = malloc(4000 * 16 * sizeof(float));
+  REQUIRE(out);
+  pull_ok(w, keys, 4000, NULL, 0, out);   /* the wide table: 4000 rows of 1 + 3 floats */
+  pull_ok(a, keys, 1000, NULL, 0, out);   /* slab 0 of the embedding: 1024 rows */
+  sparse_table_stats_get(a, &sa);
+  sparse_table_stats_get(w, &sw);
+  CHECK_EQ_INT(atomic_load(&budget.used), sa.bytes + sw.bytes);
+  snap before = take(a);
+  ps_error err;
+  /* 2048 rows of 76 bytes and a map of 4096 slots (200 KiB): with the wide
+   * table's 160 KiB past 0.3 MiB. */
+  CHECK(sparse_table_pull(a, keys, 2000, NULL, 1, out, &err) == PS_ERR_RESOURCE_EXHAUSTED);
+  CHECK_CONTAINS(err.msg, "table 'embedding' would hold 2000 rows in");
+  CHECK_CONTAINS(err.msg, "past their budget of 0.3 MiB (--table-memory-mb 0.3)");
+  snap after = take(a);
+  CHECK(snap_equal(&before, &after));
+  sparse_table_stats stats;
+  sparse_table_stats_get(a, &stats);
+  CHECK_EQ_INT(stats.bytes, sa.bytes);
+  CHECK_EQ_INT(atomic_load(&budget.used), sa.bytes + sw.bytes);
+  /* GEO's add is refused the same way; a load of the same rows fits in place of them. */
+  CHECK(sparse_table_add_rows(a, keys, 2000, out, 1.0f, 1, &err) == PS_ERR_RESOURCE_EXHAUSTED);
+  CHECK_CONTAINS(err.msg, "budget");
+  REQUIRE(sparse_table_load(a, before.n, before.keys, before.values, before.state, before.meta,
+                            &err) == PS_ERR_OK);
+  sparse_table_stats_get(a, &stats);
+  CHECK_EQ_INT(atomic_load(&budget.used), stats.bytes + sw.bytes);
+  CHECK(sparse_table_load(a, 2000, keys, out, NULL, NULL, &err) == PS_ERR_RESOURCE_EXHAUSTED);
+  CHECK_CONTAINS(err.msg, "budget");
+  CHECK_EQ_INT(atomic_load(&budget.used), stats.bytes + sw.bytes);
+  /* Without the wide table the embedding grows. */
+  sparse_table_destroy(w);
+  sparse_table_stats_get(a, &stats);
+  CHECK_EQ_INT(atomic_load(&budget.used), stats.bytes);
+  pull_ok(a, keys, 2000, NULL, 1, out);
+  sparse_table_stats_get(a, &stats);
+  CHECK_EQ_INT(atomic_load(&budget.used), stats.bytes);
+  CHECK(stats.bytes <= budget.limit);
+  sparse_table_destroy(a);
+  CHECK_EQ_INT(atomic_load(&budget.used), 0);
+  snap_free(&before);
+  snap_free(&after);
+  free(out);
+}
+
 /* add_rows: row += v * scale, missing rows made from their initial values
  * even where admission would refuse them; set_rows: row = v; neither
  * touches optimizer state; past max_bytes nothing changes. */
@@ -414,6 +483,7 @@ int main(void) {
   test_eviction_stress();
   test_admission();
   test_limit();
+  test_budget();
   test_add_set_rows();
   test_dump_load();
   test_dump_order();

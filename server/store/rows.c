@@ -423,6 +423,7 @@ static void refuse_all(rpc_call *const *calls, int count, ps_err rc, const char 
  * the memory kept for the next, then what follows the replies. */
 static void pull_done(pserver *ps, store_lookup *l, ps_err rc, void *ctx) {
   rows_pull *p = ctx;
+  if (rc == PS_ERR_RESOURCE_EXHAUSTED) store_rows_stop_at_limit(ps, l->err.msg);
   if (rc != PS_ERR_OK) {
     refuse_all(p->calls, p->count, rc, l->err.msg);
   } else {
@@ -625,11 +626,19 @@ void store_rows_keep_push(pserver *ps, int id) {
 
 /* --- geo ------------------------------------------------------------------------- */
 
+void store_rows_stop_at_limit(pserver *ps, const char *why) {
+  if (ps->status != PSERVER_RUNNING) return;
+  snprintf(ps->failure, sizeof ps->failure, "%.500s", why);
+  ps->status = PSERVER_FAILED;
+}
+
 ps_err store_rows_add(pserver *ps, float scale, long step, uint64_t *added, ps_error *err) {
   for (int t = 0; t < ps->store.table_count; t++) {
     const sparse_rows *r = &ps->store.rows->req[SPARSE_FIELD_GRADS][t];
     if (sparse_table_add_rows(ps->store.tables[t], r->keys, r->n, r->values, scale, step, err) !=
         PS_ERR_OK) {
+      /* An earlier table may hold this push already: it cannot be taken again. */
+      if (err->code == PS_ERR_RESOURCE_EXHAUSTED) store_rows_stop_at_limit(ps, err->msg);
       return err->code;
     }
     *added += r->n;

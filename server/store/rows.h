@@ -81,6 +81,10 @@ void store_rows_reply_async(pserver *ps, rpc_call *call);
 void store_rows_reply_lookup(pserver *ps, rpc_call *call);
 /* Geo: the checked push's row changes * scale added; *added counts them. */
 ps_err store_rows_add(pserver *ps, float scale, long step, uint64_t *added, ps_error *err);
+/* A table at its limit (--max-table-mb, --table-memory-mb): the job stops
+ * now, naming why, not at a step timeout; its last checkpoint stays as it
+ * was, to resume with more memory. */
+void store_rows_stop_at_limit(pserver *ps, const char *why);
 /* Geo: the parameters and the fresh rows of the pushed keys. */
 void store_rows_reply_fresh(pserver *ps, rpc_call *call);
 

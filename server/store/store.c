@@ -15,6 +15,7 @@ ps_err store_init(pserver *ps, const job_config *job, int slots, ps_error *err) 
   for (int i = 0; i < ctr_table_count(&job->model); i++) {
     sparse_table_config c;
     ctr_table_config(job, i, ps->cfg.max_table_bytes, &c);
+    c.budget = ps->cfg.table_budget;
     if (sparse_table_create(&s->tables[i], &c, err) != PS_ERR_OK) return err->code;
     s->table_count = i + 1;
   }
