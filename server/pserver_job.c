@@ -240,6 +240,13 @@ void pserver_log_table_stats(const pserver *ps, long step) {
              (unsigned long long)st.admitted, (unsigned long long)st.refused,
              (unsigned long long)st.evicted);
   }
+  const sparse_budget *b = ps->cfg.table_budget;
+  if (b != NULL && ps->store.table_count > 0 && b->limit != SIZE_MAX) {
+    double used = (double)atomic_load(&((sparse_budget *)b)->used);
+    LOG_INFO("step %ld: tables: %.1f MiB of their %.1f MiB budget (%.0f%%, %s)", step,
+             used / 1048576.0, (double)b->limit / 1048576.0, 100.0 * used / (double)b->limit,
+             b->source);
+  }
 }
 
 /* The statistics line's values as one TensorBoard event (--tensorboard).

@@ -9,7 +9,7 @@
 #include "server/pserver.h"
 
 struct pserver_metrics {
-  metric_family *pushes, *bytes, *step, *rpc, *wait, *last, *rows, *table_bytes, *ckpt, *ckpt_fail,
+  metric_family *pushes, *bytes, *step, *rpc, *wait, *last, *rows, *table_bytes, *budget, *ckpt, *ckpt_fail,
       *ssp_held, *ssp_lead, *open_calls, *refused, *fds, *rss;
 };
 
@@ -50,6 +50,9 @@ ps_err pserver_metrics_create(pserver_metrics **out, metrics_registry *reg, ps_e
        "CTR jobs: rows each sparse table holds on this pserver.", "table", NULL, 0},
       {&pm->table_bytes, METRIC_GAUGE, "pstrain_pserver_table_bytes",
        "CTR jobs: memory each sparse table holds on this pserver.", "table", NULL, 0},
+      {&pm->budget, METRIC_GAUGE, "pstrain_pserver_table_memory_budget_bytes",
+       "CTR jobs: memory all sparse tables on this pserver may hold together "
+       "(--table-memory-mb); past it the job stops.", NULL, NULL, 0},
       {&pm->ckpt, METRIC_HISTOGRAM, "pstrain_pserver_checkpoint_duration_seconds",
        "Time to write a checkpoint, on the disk thread.", NULL, checkpoint_bounds,
        COUNT(checkpoint_bounds)},
@@ -122,6 +125,10 @@ void pserver_metrics_after_step(pserver_metrics *pm, const pserver *ps, const in
     const char *name[] = {sparse_table_config_of(ps->store.tables[t])->name};
     metric_set(pm->rows, name, (double)st.rows);
     metric_set(pm->table_bytes, name, (double)st.bytes);
+  }
+  const sparse_budget *b = ps->cfg.table_budget;
+  if (b != NULL && ps->store.table_count > 0 && b->limit != SIZE_MAX) {
+    metric_set(pm->budget, NULL, (double)b->limit);
   }
 }
 

@@ -39,6 +39,8 @@ job free --model ctr:8:32,16 --export "$SCRATCH/free.safetensors" -- --log-every
 [ "$T_STATUS$S_STATUS" = 00 ] || fail "uninterrupted run: trainer $T_STATUS, pserver $S_STATUS"
 grep -q "table memory: a CTR job's sparse tables may hold .* MiB here together (--table-memory-mb 0: 40% of" \
   "$SCRATCH/free-s0.log" || fail "the default budget is not logged: $(grep 'table memory' "$SCRATCH/free-s0.log")"
+grep -q "step [0-9]*: tables: [0-9.]* MiB of their [0-9.]* MiB budget ([0-9]*%, --table-memory-mb 0: 40% of" \
+  "$SCRATCH/free-s0.log" || fail "the statistics line does not show the budget's use"
 last_mib() { # LOG TABLE: the table's MiB in the log's last statistics line
   sed -n "s/.*table $2: [0-9]* rows, \([0-9.]*\) MiB.*/\1/p" "$1" | tail -1
 }
