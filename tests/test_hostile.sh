@@ -2,8 +2,8 @@
 # Hostile peers (label "security"), each case on live pservers with
 # soak_client:
 # 1. 300 calls of methods the pserver does not serve (wrong case, another
-#    service, garbage) all get UNIMPLEMENTED, each batch of 8 within 100 ms,
-#    and the pserver logs them as a sum.
+#    service, garbage) all get UNIMPLEMENTED, each batch of 8 within 1 s (not
+#    held), and the pserver logs them as sums.
 # 2. --max-pending-calls 8 with 8 calls held (bodies sent a few bytes at a
 #    time): the next call gets RESOURCE_EXHAUSTED naming the flag, counted in
 #    pstrain_pserver_rpc_refused_total{reason="busy"}; once they go, calls
@@ -51,10 +51,17 @@ start_pservers unknown 1 --trainers 1
 out=$("$CLIENT" unknown --target "$PS" --count 300) || fail "unknown: soak_client: $out"
 echo "unknown: $out" >&2
 max_ms=$(sed -n 's/.* max_ms=\([0-9.]*\).*/\1/p' <<<"$out")
-awk -v m="$max_ms" 'BEGIN { exit !(m < 100) }' || fail "unknown: a batch took $max_ms ms"
-sleep 11 # the watch logs refusals as sums every 10 s
-grep -q "300 call(s) of methods this pserver does not serve answered UNIMPLEMENTED" \
-  "$SCRATCH/unknown-s0.log" || fail "unknown: no sum in the log: $(grep rpc: "$SCRATCH/unknown-s0.log")"
+# Answered at once, not held (gRPC alone would keep them for ever); 1 s
+# leaves room for a loaded machine.
+awk -v m="$max_ms" 'BEGIN { exit !(m < 1000) }' || fail "unknown: a batch took $max_ms ms"
+# The watch logs refusals as sums every 10 s: the 300 may span two lines.
+logged_sum() {
+  sed -n 's/.* \([0-9]*\) call(s) of methods this pserver does not serve answered UNIMPLEMENTED.*/\1/p' \
+    "$SCRATCH/unknown-s0.log" | awk '{ s += $1 } END { print s + 0 }'
+}
+for _ in $(seq 300); do [ "$(logged_sum)" -ge 300 ] && break; sleep 0.1; done
+[ "$(logged_sum)" = 300 ] ||
+  fail "unknown: the log's sums add to $(logged_sum), not 300: $(grep rpc: "$SCRATCH/unknown-s0.log")"
 stop_pserver "${SPIDS[0]}" unknown
 
 # 2. The cap on open calls.
@@ -62,8 +69,12 @@ mport=$(free_ports 1)
 start_pservers pending 1 --trainers 1 --max-pending-calls 8 --metrics-listen "$mport"
 out=$("$CLIENT" pending --target "$PS" --calls 8) || fail "pending: $out"
 echo "pending: $out" >&2
-sleep 1.5
-busy=$(metric "$mport" 'pstrain_pserver_rpc_refused_total{reason="busy"}')
+busy=none
+for _ in $(seq 100); do # the watch updates the metrics once a second
+  busy=$(metric "$mport" 'pstrain_pserver_rpc_refused_total{reason="busy"}')
+  [ "$busy" = 1 ] && break
+  sleep 0.1
+done
 [ "$busy" = 1 ] || fail "pending: refused busy metric is $busy, expected 1"
 stop_pserver "${SPIDS[0]}" pending
 
