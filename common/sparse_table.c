@@ -237,32 +237,6 @@ no_memory:
                       t->cfg.name, rows, row_bytes);
 }
 
-int st_budget_take(sparse_budget *b, size_t bytes) {
-  size_t used = atomic_load(&b->used);
-  do {
-    if (used + bytes > b->limit) return 0;
-  } while (!atomic_compare_exchange_weak(&b->used, &used, used + bytes));
-  return 1;
-}
-
-void st_budget_settle(sparse_table *t) {
-  size_t now = st_bytes_for(t, 0, 0);
-  if (now >= t->charged) atomic_fetch_add(&t->cfg.budget->used, now - t->charged);
-  else atomic_fetch_sub(&t->cfg.budget->used, t->charged - now);
-  t->charged = now;
-}
-
-ps_err st_budget_error(const sparse_table *t, size_t live, size_t need, ps_error *err) {
-  const sparse_budget *b = t->cfg.budget;
-  size_t others = atomic_load(&b->used) - t->charged;
-  return ps_error_set(err, PS_ERR_RESOURCE_EXHAUSTED,
-                      "table '%s' would hold %zu rows in %.1f MiB, and this pserver's tables "
-                      "together %.1f MiB: past their budget of %.1f MiB (%s)",
-                      t->cfg.name, live, (double)need / 1048576.0,
-                      (double)(others + need) / 1048576.0, (double)b->limit / 1048576.0,
-                      b->source);
-}
-
 ps_err st_reserve(sparse_table *t, size_t high_water, size_t live, ps_error *err) {
   sparse_budget *b = t->cfg.budget;
   size_t need = st_bytes_for(t, high_water, live), taken = 0;
