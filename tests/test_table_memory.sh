@@ -82,13 +82,15 @@ memory_cgroup() {
   if [ -n "$v1" ] && [ -w "$v1" ]; then
     CG="$v1/pstrain-test-$$"
     mkdir "$CG" 2>/dev/null && mkdir "$CG/pserver" &&
-      echo "$bytes" >"$CG/memory.limit_in_bytes" || { WHY="cannot make a v1 memory cgroup in $v1"; return 1; }
+      echo "$bytes" >"$CG/memory.limit_in_bytes" ||
+      { WHY="cannot make a v1 memory cgroup in $v1"; rmdir "$CG/pserver" "$CG" 2>/dev/null; return 1; }
     CG_OOM="$CG/memory.oom_control"
   elif [ -n "$v2" ] && grep -qw memory "$v2/cgroup.controllers" 2>/dev/null; then
     CG="$v2/pstrain-test-$$"
     echo +memory >"$v2/cgroup.subtree_control" 2>/dev/null && mkdir "$CG" 2>/dev/null &&
       echo +memory >"$CG/cgroup.subtree_control" && mkdir "$CG/pserver" &&
-      echo "$bytes" >"$CG/memory.max" || { WHY="cannot make a v2 memory cgroup in $v2"; return 1; }
+      echo "$bytes" >"$CG/memory.max" ||
+      { WHY="cannot make a v2 memory cgroup in $v2"; rmdir "$CG/pserver" "$CG" 2>/dev/null; return 1; }
     CG_OOM="$CG/memory.events"
   else
     WHY="no memory cgroup controller mounted"
