@@ -373,6 +373,17 @@ static size_t pull_decide(sparse_table *t, const uint64_t *keys, size_t n, const
 static ps_err pull_make_room(sparse_table *t, uint32_t *rows, size_t n, size_t missing, long step,
                              ps_error *err) {
   if (t->live + missing > ST_MAX_ROWS) return st_limit_error(t, t->live + missing, err);
+  if (t->cfg.spill != NULL) {
+    /* The found rows are this step's: marked seen first, so none moves out. */
+    for (size_t i = 0; i < n; i++) {
+      if (rows[i] < ST_NEW) {
+        float *row = st_row(t, rows[i]);
+        uint64_t m = st_meta_get(t, row);
+        if (st_meta_step(m) < step) st_meta_set(t, row, st_meta_make(step, st_meta_count(m)));
+      }
+    }
+    return st_spill_room(t, missing, step, err);
+  }
   size_t hw = t->high_water + (missing > t->n_free ? missing - t->n_free : 0);
   if (t->cfg.max_bytes > 0 && st_bytes_for(t, hw, t->live + missing) > t->cfg.max_bytes) {
     PS_TRY(st_evict_for_limit(t, rows, n, missing, step, err));
@@ -542,7 +553,20 @@ static ps_err write_rows(sparse_table *t, const uint64_t *keys, size_t n, const 
     st_map_find(t, keys[i], &found);
     missing += !found;
   }
-  if (missing > 0) {
+  if (missing > 0 && t->cfg.spill != NULL) {
+    if (t->live + missing > ST_MAX_ROWS) return st_limit_error(t, t->live + missing, err);
+    /* This batch's rows are seen at step (below anyway): none of them moves out. */
+    for (size_t i = 0; i < n; i++) {
+      int found;
+      size_t slot = st_map_find(t, keys[i], &found);
+      if (!found) continue;
+      float *row = st_row(t, t->map_rows[slot]);
+      uint64_t m = st_meta_get(t, row);
+      if (st_meta_step(m) < step) st_meta_set(t, row, st_meta_make(step, st_meta_count(m)));
+    }
+    rc = st_spill_room(t, missing, step, err);
+    if (rc != PS_ERR_OK) return rc;
+  } else if (missing > 0) {
     size_t hw = t->high_water + (missing > t->n_free ? missing - t->n_free : 0);
     if (t->live + missing > ST_MAX_ROWS ||
         (t->cfg.max_bytes > 0 && st_bytes_for(t, hw, t->live + missing) > t->cfg.max_bytes)) {
@@ -595,4 +619,6 @@ void sparse_table_stats_get(const sparse_table *t, sparse_table_stats *out) {
   out->admitted = t->admitted;
   out->refused = t->refused;
   out->evicted = t->evicted;
+  out->moved_out = t->moved_out;
+  out->moved_in = t->moved_in;
 }

@@ -47,6 +47,20 @@ typedef struct sparse_budget {
   char source[256];   /* the limit and where it came from, for errors */
 } sparse_budget;
 
+typedef struct sparse_table sparse_table;
+
+/* Where a table's rows go when it would pass its memory, instead of the
+ * pull being refused (a pserver's disk tier, server/store/tier.c): the
+ * least recently seen rows that are not pinned move out whole through put
+ * (values, state and meta: sparse_table_row_floats floats) and come back by
+ * sparse_table_install. The table forgets a moved row; the spill must not. */
+typedef struct sparse_spill {
+  void (*begin)(void *ctx); /* before a pass picks rows: pins may be gathered then */
+  int (*pinned)(void *ctx, const sparse_table *t, uint64_t key); /* must stay in memory now */
+  int (*put)(void *ctx, const sparse_table *t, uint64_t key, const float *row); /* 0: full */
+  void *ctx;
+} sparse_spill;
+
 typedef struct sparse_table_config {
   char name[SPARSE_TABLE_NAME_MAX]; /* "wide", "embedding": named in errors and logs */
   uint32_t id;         /* part of every row's initialization stream */
@@ -58,6 +72,7 @@ typedef struct sparse_table_config {
   int admit_after;     /* a key gets a row at its N-th occurrence; 0 or 1: at once; at most 255 */
   long evict_after;    /* rows unseen for this many steps are dropped; 0: never */
   sparse_budget *budget; /* shared with other tables (NULL: none); not part of the job */
+  const sparse_spill *spill; /* rows move there past the memory (NULL: refused); not part of the job */
 } sparse_table_config;
 
 typedef struct sparse_table_stats {
@@ -68,9 +83,9 @@ typedef struct sparse_table_stats {
   uint64_t admitted;       /* keys that got a row */
   uint64_t refused;        /* pulls of keys not (yet) admitted */
   uint64_t evicted;        /* rows dropped by eviction */
+  uint64_t moved_out;      /* rows moved to the spill */
+  uint64_t moved_in;       /* rows installed (back) */
 } sparse_table_stats;
-
-typedef struct sparse_table sparse_table;
 
 /* Checks cfg: dim range, lr > 0, epsilon, betas, ... (what create checks). */
 ps_err sparse_table_config_check(const sparse_table_config *cfg, ps_error *err);
@@ -139,6 +154,39 @@ ps_err sparse_table_dump(const sparse_table *t, uint64_t *keys, float *values, f
  * duplicate key or when max_bytes cannot hold them. */
 ps_err sparse_table_load(sparse_table *t, size_t n, const uint64_t *keys, const float *values,
                          const float *state, const int64_t *meta, ps_error *err);
+
+/* --- a spill's side (sparse_spill) ------------------------------------------ */
+
+/* Sets (NULL: clears) where the table's rows move past its memory. */
+void sparse_table_set_spill(sparse_table *t, const sparse_spill *spill);
+/* Floats of a whole row: dim values, the state, 2 floats of meta. */
+size_t sparse_table_row_floats(const sparse_table_config *cfg);
+/* The step a whole row was last seen at (its meta). */
+long sparse_table_row_step(const sparse_table *t, const float *row);
+/* Rows last seen before this step were dropped by eviction (evict_after;
+ * 0: none): a moved row older than that is forgotten as well. */
+long sparse_table_forgotten_before(const sparse_table *t);
+/* Whether key has a row in memory. */
+int sparse_table_has(const sparse_table *t, uint64_t key);
+/* Puts whole rows (row_floats each) back for n distinct keys; keys with a
+ * row in memory keep theirs (it is newer). Makes room as a pull does
+ * (growing, else moving other rows out); changes nothing when it fails.
+ * Counts nothing for admission and marks nothing seen. */
+ps_err sparse_table_install(sparse_table *t, const uint64_t *keys, size_t n, const float *rows,
+                            ps_error *err);
+/* Takes key's whole row out of the table into row: 1, or 0 when it has none. */
+int sparse_table_take(sparse_table *t, uint64_t key, float *row);
+/* Copies up to max whole rows with their keys, in map order from *cursor
+ * (0 to start); returns how many, 0 at the end. No row may be added or
+ * taken between calls. */
+size_t sparse_table_scan(const sparse_table *t, size_t *cursor, size_t max, uint64_t *keys,
+                         float *rows);
+/* A whole row's meta as sparse_table_dump writes it (last step, count). */
+void sparse_table_row_meta(const sparse_table *t, const float *row, int64_t meta[2]);
+/* A whole row from its parts as sparse_table_dump writes them (state NULL:
+ * fresh; meta NULL: seen at the table's last step, never updated). */
+void sparse_table_row_pack(const sparse_table *t, const float *values, const float *state,
+                           const int64_t *meta, float *row);
 
 /* Per-batch deduplication: n keys become the distinct ones in order of
  * first occurrence (unique), with slot[i] the index in unique of keys[i] and

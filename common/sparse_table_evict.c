@@ -1,9 +1,10 @@
 /* Sparse tables' eviction: rows unseen for evict_after steps, and the least
- * recently seen ones when a pull would pass max_bytes. Rows go to the free
- * list; their map slots are emptied by backward shift, without tombstones. */
+ * recently seen ones when a pull would pass max_bytes (dropped) or, with a
+ * spill, the memory (moved out). Rows go to the free list; their map slots
+ * are emptied by backward shift, without tombstones. */
 #include "common/sparse_table_internal.h"
 
-static void free_row(sparse_table *t, uint32_t r) {
+void st_release_row(sparse_table *t, uint32_t r) {
   float *row = st_row(t, r);
   memcpy(row, &t->free_head, sizeof t->free_head);
   st_meta_set(t, row, ST_META_FREE);
@@ -11,12 +12,16 @@ static void free_row(sparse_table *t, uint32_t r) {
   t->free_head = r;
   t->n_free++;
   t->live--;
+}
+
+static void free_row(sparse_table *t, uint32_t r) {
+  st_release_row(t, r);
   t->evicted++;
 }
 
 /* Backward-shift deletion: later members of the cluster that may live at
  * the hole move back into it, so no tombstones pile up under eviction. */
-static void map_delete_at(sparse_table *t, size_t hole) {
+void st_map_delete_at(sparse_table *t, size_t hole) {
   size_t mask = t->map_cap - 1, j = hole;
   for (;;) {
     j = (j + 1) & mask;
@@ -47,7 +52,7 @@ static size_t evict_before(sparse_table *t, long before) {
     while (t->map_rows[i] != ST_EMPTY &&
            st_meta_step(st_meta_get(t, st_row(t, t->map_rows[i]))) < before) {
       free_row(t, t->map_rows[i]);
-      map_delete_at(t, i);
+      st_map_delete_at(t, i);
       dropped++;
     }
   }
@@ -56,8 +61,11 @@ static size_t evict_before(sparse_table *t, long before) {
 
 size_t sparse_table_evict(sparse_table *t, long step) {
   if (t->cfg.evict_after <= 0 || step - t->cfg.evict_after <= 0) return 0;
+  if (step - t->cfg.evict_after > t->forgot_before) t->forgot_before = step - t->cfg.evict_after;
   return evict_before(t, step - t->cfg.evict_after);
 }
+
+long sparse_table_forgotten_before(const sparse_table *t) { return t->forgot_before; }
 
 /* The smallest T <= step such that at least `target` rows were last seen
  * before T (there are that many before step): a histogram of last-seen
@@ -127,4 +135,77 @@ ps_err st_evict_for_limit(sparse_table *t, const uint32_t *rows, size_t n, size_
   if (target < lo) target = lo;
   if (target > 0) evict_before(t, eviction_threshold(t, step, target));
   return PS_ERR_OK;
+}
+
+/* ---- moving rows out (cfg.spill) -------------------------------------------- */
+
+/* Moves the rows last seen before `before` that are not pinned to the
+ * spill, at most `max`; returns how many moved. Swept as evict_before. */
+static size_t move_before(sparse_table *t, long before, size_t max) {
+  const sparse_spill *sp = t->cfg.spill;
+  size_t mask = t->map_cap - 1, start = 0, moved = 0;
+  while (t->map_rows[start] != ST_EMPTY) start++;
+  for (size_t k = 1; k <= t->map_cap && moved < max; k++) {
+    size_t i = (start + k) & mask;
+    while (moved < max && t->map_rows[i] != ST_EMPTY) {
+      uint32_t r = t->map_rows[i];
+      const float *row = st_row(t, r);
+      if (st_meta_step(st_meta_get(t, row)) >= before ||
+          sp->pinned(sp->ctx, t, t->map_keys[i])) {
+        break;
+      }
+      if (!sp->put(sp->ctx, t, t->map_keys[i], row)) return moved; /* the spill is full */
+      st_release_row(t, r);
+      st_map_delete_at(t, i);
+      t->moved_out++;
+      moved++;
+    }
+  }
+  return moved;
+}
+
+/* Rows that must leave so `missing` new ones fit in the slabs and map the
+ * table has: no growth. */
+static size_t rows_to_free(const sparse_table *t, size_t missing) {
+  size_t room = t->n_free + (t->row_cap - t->high_water), need = 0;
+  if (missing > room) need = missing - room;
+  size_t slots = t->map_cap * 7 / 10; /* map_cap_for's load */
+  if (t->live + missing > slots && t->live + missing - slots > need) need = t->live + missing - slots;
+  return need;
+}
+
+ps_err st_spill_room(sparse_table *t, size_t missing, long step, ps_error *err) {
+  size_t hw = t->high_water + (missing > t->n_free ? missing - t->n_free : 0);
+  if (t->cfg.max_bytes == 0 || st_bytes_for(t, hw, t->live + missing) <= t->cfg.max_bytes) {
+    ps_error grow;
+    ps_err rc = st_reserve(t, hw, t->live + missing, &grow);
+    if (rc == PS_ERR_OK) return PS_ERR_OK;
+    if (rc != PS_ERR_RESOURCE_EXHAUSTED) {
+      *err = grow;
+      return rc;
+    }
+  }
+  /* No more memory: rows move out until the new ones fit in what the table holds. */
+  size_t need = rows_to_free(t, missing);
+  size_t candidates = 0, moved = 0;
+  for (size_t r = 0; r < t->high_water; r++) {
+    uint64_t m = st_meta_get(t, st_row(t, (uint32_t)r));
+    if (m != ST_META_FREE && st_meta_step(m) < step) candidates++;
+  }
+  size_t target = t->live / 16 > need ? t->live / 16 : need;
+  if (target > candidates) target = candidates;
+  const sparse_spill *sp = t->cfg.spill;
+  sp->begin(sp->ctx);
+  if (target > 0) moved = move_before(t, eviction_threshold(t, step, target), target);
+  /* Pinned rows were counted above and stayed: the rest of the candidates. */
+  if (moved < need) moved += move_before(t, step, need - moved);
+  if (moved < need) {
+    return ps_error_set(err, PS_ERR_RESOURCE_EXHAUSTED,
+                        "table '%s': %zu new rows do not fit in its memory and only %zu of the "
+                        "%zu rows to move out could (the others are in use: raise "
+                        "--table-memory-mb)",
+                        t->cfg.name, missing, moved, need);
+  }
+  hw = t->high_water + (missing > t->n_free ? missing - t->n_free : 0);
+  return st_reserve(t, hw, t->live + missing, err);
 }

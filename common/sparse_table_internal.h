@@ -61,6 +61,8 @@ struct sparse_table {
   long last_step;     /* highest step seen: a loaded row without meta starts there */
   uint8_t *filter;    /* [ST_FILTER_BYTES] or NULL */
   uint64_t admitted, refused, evicted;
+  uint64_t moved_out, moved_in; /* to and from cfg.spill */
+  long forgot_before; /* eviction dropped the rows last seen before this step */
   uint32_t *scratch;  /* per-key row of the last pull (or push) */
   size_t scratch_cap;
   /* Bumped by whatever moves a key's row or empties its slot (map growth,
@@ -139,6 +141,15 @@ ps_err st_limit_error(const sparse_table *t, size_t rows, ps_error *err);
  * least recently seen rows; fails, changing nothing, when it cannot. */
 ps_err st_evict_for_limit(sparse_table *t, const uint32_t *rows, size_t n, size_t missing, long step,
                           ps_error *err);
+/* Puts row r on the free list (no longer live); the map slot is the caller's. */
+void st_release_row(sparse_table *t, uint32_t r);
+/* Empties map slot `hole` by backward shift (no tombstones). */
+void st_map_delete_at(sparse_table *t, size_t hole);
+/* With cfg.spill: room for `missing` new rows, growing where the memory
+ * allows, else moving least recently seen rows (last seen before `step`, not
+ * pinned) out to the spill, at least enough and about 1/16 of the table.
+ * RESOURCE_EXHAUSTED, changing nothing but the moves, when too few can go. */
+ps_err st_spill_room(sparse_table *t, size_t missing, long step, ps_error *err);
 /* The shared budget (cfg.budget, not NULL): takes `bytes` more, 0 (nothing
  * taken) past its limit; charges what the table holds now in place of
  * t->charged; the error naming the table at `live` rows needing `need` bytes. */

@@ -213,6 +213,7 @@ static pserver_config service_config(pserver_start *st) {
                           .max_table_bytes = (size_t)(o->max_table_mb * 1048576.0),
                           .table_budget = &st->table_budget,
                           .checkpoint_dir = o->checkpoint_dir,
+                          .table_dir = o->table_dir,
                           .continue_on_trainer_loss = strcmp(o->on_trainer_loss, "continue") == 0,
                           .checkpoint_every = o->checkpoint_every,
                           .check_trainer_identity = o->tls_ca[0] != '\0' && o->tls_check_trainer_id,
@@ -230,6 +231,11 @@ static int start_service(pserver_start *st, pserver *ps) {
   pserver_config cfg = service_config(st);
   if (!o->resume && o->checkpoint_dir[0] != '\0' &&
       process_prepare_dir(o->checkpoint_dir, "--checkpoint-dir", &err) != PS_ERR_OK) {
+    LOG_ERROR("%s", err.msg);
+    return 2;
+  }
+  if (o->table_dir[0] != '\0' &&
+      process_prepare_dir(o->table_dir, "--table-dir", &err) != PS_ERR_OK) {
     LOG_ERROR("%s", err.msg);
     return 2;
   }

@@ -13,6 +13,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/process.h"
+#include "server/store/tier.h"
 
 enum { METHOD_REGISTER, METHOD_PUSH_PULL, METHOD_PULL, METHOD_DONE, METHOD_ROLLBACK };
 const char *const pserver_methods[] = {WIRE_METHOD_REGISTER, WIRE_METHOD_PUSH_PULL,
@@ -354,8 +355,28 @@ out:
 
 /* --- push, pull, done, rollback ------------------------------------------------------ */
 
-static void handle_push(pserver *ps, rpc_call *call, const rpc_message *msg) {
+/* Lock held, the request's rows checked: 1 when they are all in memory (or
+ * new), 0 when some must be read from disk first (no lock), -1 when the
+ * call was refused. */
+static int rows_in_memory(pserver *ps, rpc_call *call, const char *method, tier_fetch *fetch) {
   ps_error err;
+  int rc = store_tier_prepare(ps, fetch, &err);
+  if (rc < 0) pserver_refuse(call, method, err.code, "%s", err.msg);
+  return rc < 0 ? -1 : rc == 0;
+}
+
+/* No lock: the rows a pass asked for, read; 1 (refused) when that failed. */
+static int read_rows(pserver *ps, rpc_call *call, const char *method, tier_fetch *fetch) {
+  ps_error err;
+  if (store_tier_read(ps, fetch, &err) == PS_ERR_OK) return 0;
+  pserver_refuse(call, method, err.code, "%s", err.msg); /* the next pass stops the job */
+  return 1;
+}
+
+/* One pass: 1 when the call was handled (answered or kept), 0 to come again. */
+static int handle_push_pass(pserver *ps, rpc_call *call, const rpc_message *msg, tier_fetch *fetch) {
+  ps_error err;
+  int handled = 1;
   pthread_mutex_lock(&ps->lock);
   wire_blocks_msg m = {.blocks = ps->refs, .block_cap = ps->refs_cap};
   if (ps->stopping) {
@@ -368,13 +389,28 @@ static void handle_push(pserver *ps, rpc_call *call, const rpc_message *msg) {
   } else if (check_sender(ps, call, "PushPull", m.has_key, &m.key, m.config_hash) == PS_ERR_OK &&
              check_blocks(ps, call, &m) == PS_ERR_OK &&
              check_deltas(ps, call, &m) == PS_ERR_OK &&
-             store_check_rows(ps, call, "PushPull", msg, &m, 0) == PS_ERR_OK) {
+             store_check_rows(ps, call, "PushPull", msg, &m, 0) == PS_ERR_OK &&
+             (handled = rows_in_memory(ps, call, "PushPull", fetch)) == 1) {
     ps->stats_pushes++;
     ps->stats_in += msg->total;
     pserver_metrics_push(ps->cfg.metrics, m.key.trainer_id, msg->total);
     ps->mode->push(ps, call, msg, &m);
   }
   pthread_mutex_unlock(&ps->lock);
+  if (handled == 0) handled = read_rows(ps, call, "PushPull", fetch);
+  return handled != 0;
+}
+
+/* With a disk tier, a request whose rows are on disk is handled in
+ * passes: its rows read with the lock released, then handled again from
+ * the start (its message is still the call's) with them in memory. */
+static void handle_push(pserver *ps, rpc_call *call, const rpc_message *msg) {
+  tier_fetch fetch = {0};
+  store_tier_wait_room(ps);
+  for (int handled = 0; !handled;) {
+    handled = handle_push_pass(ps, call, msg, &fetch);
+  }
+  tier_fetch_free(&fetch);
 }
 
 /* A request's key as the block messages carry it; zero when absent. */
@@ -388,8 +424,9 @@ static wire_key key_of(const Pstrain__RequestKey *k) {
  * a step's pull goes to the mode).
  * It parses like a PushRequest; it may carry a batch's keys per table, so
  * its size limit comes from the job. */
-static void handle_pull(pserver *ps, rpc_call *call, const rpc_message *msg) {
+static int handle_pull_pass(pserver *ps, rpc_call *call, const rpc_message *msg, tier_fetch *fetch) {
   ps_error err;
+  int handled = 1;
   pthread_mutex_lock(&ps->lock);
   size_t limit = store_pull_limit(ps);
   wire_block_ref none[1];
@@ -401,11 +438,24 @@ static void handle_pull(pserver *ps, rpc_call *call, const rpc_message *msg) {
   } else if (wire_parse_blocks(msg, &m, &err) != PS_ERR_OK) {
     pserver_refuse(call, "Pull", err.code, "%s", err.msg);
   } else if (check_sender(ps, call, "Pull", m.has_key, &m.key, m.config_hash) == PS_ERR_OK &&
-             store_check_rows(ps, call, "Pull", msg, &m, 1) == PS_ERR_OK) {
+             store_check_rows(ps, call, "Pull", msg, &m, 1) == PS_ERR_OK &&
+             (handled = rows_in_memory(ps, call, "Pull", fetch)) == 1) {
     store_pull(ps, call, &m);
   }
   pthread_mutex_unlock(&ps->lock);
+  if (handled == 0) handled = read_rows(ps, call, "Pull", fetch);
+  return handled != 0;
 }
+
+static void handle_pull(pserver *ps, rpc_call *call, const rpc_message *msg) {
+  tier_fetch fetch = {0};
+  store_tier_wait_room(ps);
+  for (int handled = 0; !handled;) {
+    handled = handle_pull_pass(ps, call, msg, &fetch);
+  }
+  tier_fetch_free(&fetch);
+}
+
 
 static void handle_done(pserver *ps, rpc_call *call, const rpc_message *msg) {
   ps_error err;

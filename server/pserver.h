@@ -37,6 +37,7 @@ typedef struct pserver_config {
   long log_every;      /* steps between statistics lines */
   long max_shard_mb;   /* largest shard (parameters, state, gradient slots) to accept */
   size_t max_table_bytes; /* CTR models: each sparse table's limit here (0: none) */
+  const char *table_dir; /* --table-dir: rows past the budget go to disk there ("" or NULL: none) */
   sparse_budget *table_budget; /* CTR models: all tables here together (NULL: none) */
   int continue_on_trainer_loss; /* sync: drop a trainer that misses --step-timeout */
   const char *checkpoint_dir; /* "" for none */

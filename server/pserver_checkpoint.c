@@ -22,6 +22,8 @@
 #include "common/safetensors.h"
 #include "server/pserver_reshard.h"
 #include "server/pserver_shard_file.h"
+#include "server/store/rows.h"
+#include "server/store/tier.h"
 
 static void shard_prefix(const pserver *ps, char *buf, size_t len) {
   snprintf(buf, len, "pserver-%d-of-%d-step-", ps->cfg.id, ps->cfg.pservers);
@@ -239,7 +241,7 @@ uint64_t pserver_checkpoint_due(pserver *ps) {
   d->tables = ps->store.table_count;
   /* The rows in ascending key order: sizes vary from one checkpoint to the next. */
   for (int i = 0; i < ps->store.table_count && rc == PS_ERR_OK; i++) {
-    rc = pserver_rows_take(&d->pending_rows[i], ps->store.tables[i], &err);
+    rc = store_tier_take_rows(ps, i, &d->pending_rows[i], &err);
   }
   int buffered = rc == PS_ERR_OK && disk_buffers(d, floats);
   if (rc != PS_ERR_OK) {
@@ -349,7 +351,7 @@ static ps_err load_file(pserver *ps, const char *path, ps_error *err) {
   if (rc == PS_ERR_OK) {
     set_dense(ps, f);
     for (int i = 0; i < ps->store.table_count && rc == PS_ERR_OK; i++) {
-      if ((rc = pserver_rows_load(ps->store.tables[i], &f->rows[i], err)) != PS_ERR_OK) {
+      if ((rc = store_tier_load_rows(ps, i, &f->rows[i], err)) != PS_ERR_OK) {
         ps_error_set(err, rc, "%s: %s", path, err->msg);
       }
     }
@@ -458,7 +460,8 @@ static ps_err read_rollback(pserver *ps, long step, rollback_read *rr, ps_error 
                               ps->cfg.id, ps->cfg.pservers, &rr->file, err) != PS_ERR_OK) {
     return err->code;
   }
-  for (int i = 0; i < ps->store.table_count; i++) {
+  /* With a disk tier the rows are spread over memory and disk under the lock. */
+  for (int i = 0; i < ps->store.table_count && ps->store.tier == NULL; i++) {
     if (sparse_table_create(&rr->tables[i], sparse_table_config_of(ps->store.tables[i]), err) !=
             PS_ERR_OK ||
         pserver_rows_load(rr->tables[i], &rr->file.rows[i], err) != PS_ERR_OK) {
@@ -475,7 +478,14 @@ static ps_err read_rollback(pserver *ps, long step, rollback_read *rr, ps_error 
 static void apply_rollback(pserver *ps, const pserver_rollback *r, rollback_read *rr) {
   long from = ps->updates;
   set_dense(ps, &rr->file);
-  for (int i = 0; i < ps->store.table_count; i++) {
+  for (int i = 0; i < ps->store.table_count && ps->store.tier != NULL; i++) {
+    ps_error err;
+    if (store_tier_load_rows(ps, i, &rr->file.rows[i], &err) != PS_ERR_OK) {
+      LOG_ERROR("rolling back to step %ld: %s", r->step, err.msg);
+      store_rows_stop_at_limit(ps, err.msg);
+    }
+  }
+  for (int i = 0; i < ps->store.table_count && ps->store.tier == NULL; i++) {
     sparse_table *old = ps->store.tables[i];
     ps->store.tables[i] = rr->tables[i];
     rr->tables[i] = old;

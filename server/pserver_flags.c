@@ -44,6 +44,11 @@ const option_def pserver_option_table[] = {
      "memory limit: RAM, the cgroup's limit or ulimit -v, the smallest); a pull that would "
      "pass it gets RESOURCE_EXHAUSTED naming the table and the limit, and the job stops",
      NULL, .min = 0, .max = 1e9},
+    {"table-dir", NULL, OPT_STRING, OFF(table_dir), "",
+     "CTR models: a local directory for the disk tier: rows past --table-memory-mb move to "
+     "DIR/pserver-<id> (emptied at start: the checkpoint is the truth) instead of the job "
+     "stopping",
+     NULL, .min = 1, .max = 0},
     {"max-blocks-per-request", NULL, OPT_INT, OFF(max_blocks), "65536",
      "refuse a job whose push to this pserver carries more blocks (a small --block-size "
      "multiplies the per-block cost of every step and of the shard map)", NULL, .min = 1,

@@ -29,6 +29,7 @@ typedef struct pserver_options {
   bool tls_check_trainer_id;
   bool insecure;
   const char *checkpoint_dir;
+  const char *table_dir;
   long checkpoint_every;
   bool resume;
   bool resume_if_present;

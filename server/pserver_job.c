@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "common/tb_events.h"
 #include "server/pserver_straggler.h"
+#include "server/store/tier.h"
 
 /* --- the job's table ----------------------------------------------------------- */
 
@@ -247,6 +248,7 @@ void pserver_log_table_stats(const pserver *ps, long step) {
              used / 1048576.0, (double)b->limit / 1048576.0, 100.0 * used / (double)b->limit,
              b->source);
   }
+  store_tier_log_stats(ps, step);
 }
 
 /* The statistics line's values as one TensorBoard event (--tensorboard).

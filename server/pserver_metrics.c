@@ -6,11 +6,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "server/pserver.h"
+#include "server/store/tier.h"
 
 struct pserver_metrics {
   metric_family *pushes, *bytes, *step, *rpc, *wait, *last, *rows, *table_bytes, *budget, *ckpt, *ckpt_fail,
-      *ssp_held, *ssp_lead, *open_calls, *refused, *fds, *rss;
+      *ssp_held, *ssp_lead, *open_calls, *refused, *fds, *rss, *tier_rows, *tier_lookups,
+      *tier_bytes, *tier_file;
+  store_tier_stats tier_was; /* counted into the counters so far */
+  double tier_at;             /* when: the store's figures cost a system call or two */
 };
 
 /* From 100 us to a minute: a push-pull on loopback to a sync step's wait. */
@@ -53,6 +58,17 @@ ps_err pserver_metrics_create(pserver_metrics **out, metrics_registry *reg, ps_e
       {&pm->budget, METRIC_GAUGE, "pstrain_pserver_table_memory_budget_bytes",
        "CTR jobs: memory all sparse tables on this pserver may hold together "
        "(--table-memory-mb); past it the job stops.", NULL, NULL, 0},
+      {&pm->tier_rows, METRIC_GAUGE, "pstrain_pserver_tier_rows",
+       "--table-dir: rows in memory, in the buffer on their way to disk, and on disk (entries: "
+       "a row brought back leaves its older copy there until it moves out again).",
+       "place", NULL, 0},
+      {&pm->tier_lookups, METRIC_COUNTER, "pstrain_pserver_tier_lookups_total",
+       "--table-dir: rows requests asked for, by where they were: memory (hits), buffer, disk, "
+       "new (nowhere).", "place", NULL, 0},
+      {&pm->tier_bytes, METRIC_COUNTER, "pstrain_pserver_tier_disk_bytes_total",
+       "--table-dir: bytes of rows read from and written to disk.", "direction", NULL, 0},
+      {&pm->tier_file, METRIC_GAUGE, "pstrain_pserver_tier_file_bytes",
+       "--table-dir: disk space the row store's files take.", NULL, NULL, 0},
       {&pm->ckpt, METRIC_HISTOGRAM, "pstrain_pserver_checkpoint_duration_seconds",
        "Time to write a checkpoint, on the disk thread.", NULL, checkpoint_bounds,
        COUNT(checkpoint_bounds)},
@@ -130,6 +146,26 @@ void pserver_metrics_after_step(pserver_metrics *pm, const pserver *ps, const in
   if (b != NULL && ps->store.table_count > 0 && b->limit != SIZE_MAX) {
     metric_set(pm->budget, NULL, (double)b->limit);
   }
+  if (ps->store.tier == NULL || now_s() - pm->tier_at < 1.0) return;
+  pm->tier_at = now_s();
+  store_tier_stats now;
+  store_tier_stats_get(ps, &now);
+  store_tier_stats *was = &pm->tier_was;
+  metric_set(pm->tier_rows, (const char *[]){"memory"}, (double)now.rows_memory);
+  metric_set(pm->tier_rows, (const char *[]){"buffer"}, (double)now.rows_buffer);
+  metric_set(pm->tier_rows, (const char *[]){"disk"}, (double)now.rows_disk);
+  metric_inc(pm->tier_lookups, (const char *[]){"memory"}, (double)(now.hits - was->hits));
+  metric_inc(pm->tier_lookups, (const char *[]){"buffer"},
+             (double)(now.buffer_hits - was->buffer_hits));
+  metric_inc(pm->tier_lookups, (const char *[]){"disk"}, (double)(now.disk_hits - was->disk_hits));
+  metric_inc(pm->tier_lookups, (const char *[]){"new"},
+             (double)(now.disk_misses - was->disk_misses));
+  metric_inc(pm->tier_bytes, (const char *[]){"read"},
+             (double)(now.disk_bytes_read - was->disk_bytes_read));
+  metric_inc(pm->tier_bytes, (const char *[]){"written"},
+             (double)(now.disk_bytes_written - was->disk_bytes_written));
+  metric_set(pm->tier_file, NULL, (double)now.file_bytes);
+  *was = now;
 }
 
 void pserver_metrics_ssp(pserver_metrics *pm, double held, long max_lead) {

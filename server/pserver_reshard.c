@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "server/pserver_internal.h"
 #include "server/pserver_shard_file.h"
+#include "server/store/tier.h"
 
 static void old_path(const pserver *ps, int id, int count, long step, char *buf, size_t len) {
   char prefix[64];
@@ -193,7 +194,7 @@ static ps_err rebuild(pserver *ps, int old_count, long step, reshard *rs, ps_err
   float *shard[3] = {t->params, t->state1, t->state2};
   for (int j = 0; j < 3; j++) shard_map_gather(&t->map, ps->cfg.id, rs->flat[j], shard[j]);
   for (int i = 0; i < ps->store.table_count; i++) {
-    if (pserver_rows_load(ps->store.tables[i], &rs->rows[i], err) != PS_ERR_OK) {
+    if (store_tier_load_rows(ps, i, &rs->rows[i], err) != PS_ERR_OK) {
       return ps_error_set(err, err->code, "--resume: re-sharding step %ld: %s", step, err->msg);
     }
   }

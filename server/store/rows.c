@@ -19,6 +19,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/shard_map.h"
+#include "server/store/tier.h"
 
 /* --- memory ------------------------------------------------------------------ */
 
@@ -526,12 +527,42 @@ void store_rows_reply_lookup(pserver *ps, rpc_call *call) {
   read_reply(ps, call, SPARSE_FIELD_KEYS, sp->req_present[SPARSE_FIELD_KEYS]);
 }
 
+/* Table t's rows with a disk tier (memory, buffer and disk) into r. */
+static ps_err all_tier_rows(pserver *ps, int t, sparse_rows *r, ps_error *err) {
+  pserver_rows all = {0};
+  ps_err rc = store_tier_take_rows(ps, t, &all, err);
+  size_t dim = (size_t)dim_of(ps, t);
+  if (rc == PS_ERR_OK && !rows_reserve(r, all.rows, all.rows * dim)) {
+    rc = ps_error_set(err, PS_ERR_NO_MEMORY, "out of memory for every row of a table");
+  }
+  if (rc == PS_ERR_OK) {
+    memcpy(r->keys, all.keys, all.rows * sizeof *r->keys);
+    memcpy(r->values, all.values, all.rows * dim * sizeof *r->values);
+    r->n = all.rows;
+  }
+  pserver_rows_free(&all);
+  return rc;
+}
+
 /* Every row with its key, ascending (sparse_table_dump), per table. */
 static void add_all_rows(pserver *ps, int index, wire_writer *w, void *ctx) {
   (void)index;
   (void)ctx;
   store_rows *sp = ps->store.rows;
-  for (int t = 0; t < ps->store.table_count; t++) {
+  for (int t = 0; t < ps->store.table_count && ps->store.tier != NULL; t++) {
+    sparse_rows *r = &sp->req[SPARSE_FIELD_KEYS][t];
+    ps_error err;
+    if (all_tier_rows(ps, t, r, &err) != PS_ERR_OK) {
+      LOG_ERROR("PULL_ALL: %s", err.msg);
+      w->status = err.code;
+      w->refused = "reading a table's rows failed (the pserver's log says why)";
+      return;
+    }
+    wire_writer_sparse(w, WIRE_SPARSE_ROWS, (uint32_t)t, r->keys, r->n, r->values,
+                       r->n * (size_t)dim_of(ps, t), NULL, NULL);
+    ps->stats_out += r->n * ((size_t)dim_of(ps, t) * sizeof(float) + sizeof(uint64_t));
+  }
+  for (int t = 0; t < ps->store.table_count && ps->store.tier == NULL; t++) {
     sparse_table_stats st;
     sparse_table_stats_get(ps->store.tables[t], &st);
     size_t dim = (size_t)dim_of(ps, t);

@@ -8,6 +8,7 @@
 #include "common/clock.h"
 #include "server/pserver_internal.h"
 #include "server/store/rows.h"
+#include "server/store/tier.h"
 
 ps_err store_init(pserver *ps, const job_config *job, int slots, ps_error *err) {
   pserver_store *s = &ps->store;
@@ -22,10 +23,14 @@ ps_err store_init(pserver *ps, const job_config *job, int slots, ps_error *err) 
   return PS_ERR_OK;
 }
 
-ps_err store_configure_rows(pserver *ps, ps_error *err) { return store_rows_configure(ps, err); }
+ps_err store_configure_rows(pserver *ps, ps_error *err) {
+  if (store_rows_configure(ps, err) != PS_ERR_OK) return err->code;
+  return store_tier_open(ps, err);
+}
 
 void store_free(pserver *ps) {
   pserver_store *s = &ps->store;
+  store_tier_close(ps);
   store_rows_deconfigure(ps);
   dense_shard_free(&s->dense);
   for (int i = 0; i < s->table_count; i++) sparse_table_destroy(s->tables[i]);

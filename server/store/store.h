@@ -23,6 +23,8 @@ typedef struct pserver_store {
   /* CTR jobs: the rows requests bring, kept per trainer for a step, and
    * the merges' scratch (store/rows.c); NULL without tables. */
   struct store_rows *rows;
+  /* --table-dir: the disk below the tables (store/tier.c); NULL without. */
+  struct store_tier *tier;
 } pserver_store;
 
 /* --- store.c: the operations of the modes ---------------------------------------- */

@@ -1,0 +1,79 @@
+/* The disk tier below a pserver's sparse tables (--table-dir): the tables
+ * keep the rows seen most lately within --table-memory-mb; the others move
+ * to a write-back buffer and from there, on the tier's writer thread, to the
+ * row store on local disk (row_disk.h). A request's rows come back before
+ * its handling: store_tier_prepare (under the pserver's lock) takes buffered
+ * rows back and names the rows to read; the handler reads them with the lock
+ * released (store_tier_read) and handles the request again, the read rows
+ * installed then. A row is in exactly one of: a table, the buffer, the disk
+ * (where an older copy may stay behind a newer one above it): a row is read
+ * from disk only when it is in neither, and a buffered row leaves the buffer
+ * only once the disk holds the same bytes, so none is read stale. */
+#ifndef PSTRAIN_SERVER_STORE_TIER_H
+#define PSTRAIN_SERVER_STORE_TIER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/ctr_tables.h"
+#include "common/error.h"
+#include "server/pserver_shard_file.h"
+
+struct pserver;
+typedef struct store_tier store_tier;
+
+/* A request's rows to read from disk, carried across its handling's passes. */
+typedef struct tier_fetch {
+  uint64_t *keys[CTR_TABLES_MAX];
+  float *rows[CTR_TABLES_MAX]; /* whole rows, read */
+  uint8_t *found[CTR_TABLES_MAX];
+  size_t n[CTR_TABLES_MAX], cap[CTR_TABLES_MAX];
+  uint64_t commits; /* the tier's write-backs when the keys were chosen */
+  int read;         /* rows read for those keys */
+  int passes;
+} tier_fetch;
+
+void tier_fetch_free(tier_fetch *f);
+
+typedef struct store_tier_stats {
+  uint64_t lookups, hits, buffer_hits, disk_hits, disk_misses; /* keys asked for by requests */
+  uint64_t rows_memory, rows_buffer, rows_disk;
+  uint64_t disk_bytes_read, disk_bytes_written, file_bytes;
+  uint64_t reads_under_lock; /* rows read with the lock held (a request's rows moved out
+                                between its passes again and again, exports, loads) */
+  size_t buffer_limit;       /* bytes of the budget kept for the buffer */
+} store_tier_stats;
+
+/* For a job with tables and cfg.table_dir set (nothing otherwise): opens the
+ * store in table_dir/pserver-<id> (emptied), takes the buffer's share out
+ * of the tables' budget and starts the writer; the tables' rows move out
+ * from then on. */
+ps_err store_tier_open(struct pserver *ps, ps_error *err);
+/* Stops the writer and removes the store's files. */
+void store_tier_close(struct pserver *ps);
+
+/* Lock held, the request's rows checked (store_rows' req): installs the
+ * rows f read (still valid), takes buffered ones back; 1 when rows must be
+ * read first (the caller releases the lock, calls store_tier_read and
+ * handles the request again), 0 when every row it names is in memory or
+ * new, -1 on error (err: the request is refused with it). */
+int store_tier_prepare(struct pserver *ps, tier_fetch *f, ps_error *err);
+/* No lock: reads f's rows from disk. */
+ps_err store_tier_read(struct pserver *ps, tier_fetch *f, ps_error *err);
+/* No lock: waits (bounded) while the buffer is over its share, so requests
+ * do not outrun the disk. */
+void store_tier_wait_room(struct pserver *ps);
+
+/* Lock held: every row of table t (memory, buffer and disk), ascending, into r. */
+ps_err store_tier_take_rows(struct pserver *ps, int t, pserver_rows *r, ps_error *err);
+/* Lock held: table t's rows become r's (its buffered and disk rows gone):
+ * the ones seen most lately that fit in memory, the rest on disk. */
+ps_err store_tier_load_rows(struct pserver *ps, int t, const pserver_rows *r, ps_error *err);
+
+/* Zeros without a tier. */
+void store_tier_stats_get(const struct pserver *ps, store_tier_stats *out);
+/* The statistics line's part (nothing without a tier): rows where, the hit
+ * rate and the disk's bytes per second since the last line. */
+void store_tier_log_stats(const struct pserver *ps, long step);
+
+#endif

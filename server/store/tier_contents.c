@@ -1,0 +1,374 @@
+/* A table's whole rows with a disk tier: memory, buffer and disk merged in
+ * key order (checkpoints, exports), a checkpoint's rows spread over memory
+ * and disk (resume, rollback, re-sharding), and the tier's figures. These
+ * run with the pserver's lock held and read or write the disk there: they
+ * are not the request path (a checkpoint's copy, an export, a load). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/grow.h"
+#include "common/log.h"
+#include "server/store/tier_internal.h"
+
+/* A table's buffered rows, ascending: keys and whole rows. */
+typedef struct sorted_rows {
+  uint64_t *keys;
+  float *rows;
+  size_t n, row_floats;
+} sorted_rows;
+
+static const uint64_t *sort_keys;
+static int by_key(const void *a, const void *b) {
+  uint64_t x = sort_keys[*(const size_t *)a], y = sort_keys[*(const size_t *)b];
+  return x < y ? -1 : x > y;
+}
+
+/* Sorts s by key (an index sort: rows move once). */
+static int sort_rows(sorted_rows *s) {
+  if (s->n < 2) return 1;
+  size_t *order = malloc(s->n * sizeof *order);
+  uint64_t *keys = malloc(s->n * sizeof *keys);
+  float *rows = malloc(s->n * s->row_floats * sizeof *rows);
+  if (order == NULL || keys == NULL || rows == NULL) {
+    free(order);
+    free(keys);
+    free(rows);
+    return 0;
+  }
+  for (size_t i = 0; i < s->n; i++) order[i] = i;
+  sort_keys = s->keys; /* under the pserver's lock: one sort at a time */
+  qsort(order, s->n, sizeof *order, by_key);
+  for (size_t i = 0; i < s->n; i++) {
+    keys[i] = s->keys[order[i]];
+    memcpy(rows + i * s->row_floats, s->rows + order[i] * s->row_floats,
+           s->row_floats * sizeof *rows);
+  }
+  free(order);
+  free(s->keys);
+  free(s->rows);
+  s->keys = keys;
+  s->rows = rows;
+  return 1;
+}
+
+/* Appends a whole row to r as sparse_table_dump's parts. */
+static void append_whole(pserver_rows *r, const sparse_table *t, uint64_t key, const float *row) {
+  size_t at = r->rows++, dim = (size_t)r->dim, sf = (size_t)r->state_floats;
+  r->keys[at] = key;
+  memcpy(r->values + at * dim, row, dim * sizeof *row);
+  if (sf > 0) memcpy(r->state + at * sf, row + dim, sf * sizeof *row);
+  sparse_table_row_meta(t, row, &r->meta[2 * at]);
+}
+
+ps_err store_tier_take_rows(pserver *ps, int t, pserver_rows *r, ps_error *err) {
+  store_tier *tr = tier_of(ps);
+  sparse_table *hot = ps->store.tables[t];
+  if (tr == NULL) return pserver_rows_take(r, hot, err);
+  size_t rf = tr->row_floats[t];
+  sorted_rows buf = {.row_floats = rf};
+  pserver_rows mem = {0};
+  row_disk_snapshot *snap = NULL;
+  float *row = malloc(rf * sizeof *row);
+  ps_err rc = row != NULL ? pserver_rows_take(&mem, hot, err)
+                          : ps_error_set(err, PS_ERR_NO_MEMORY, "disk tier: out of memory");
+  /* The buffer's copy and the snapshot under mu: a row leaves the buffer
+   * only after the disk holds it, so each row is in one or the other. */
+  pthread_mutex_lock(&tr->mu);
+  sparse_table_stats bs;
+  sparse_table_stats_get(tr->buffer[t], &bs);
+  if (rc == PS_ERR_OK && bs.rows > 0) {
+    buf.keys = malloc(bs.rows * sizeof *buf.keys);
+    buf.rows = malloc(bs.rows * rf * sizeof *buf.rows);
+    if (buf.keys == NULL || buf.rows == NULL) {
+      rc = ps_error_set(err, PS_ERR_NO_MEMORY, "disk tier: out of memory for %zu buffered rows",
+                        bs.rows);
+    } else {
+      size_t cursor = 0;
+      buf.n = sparse_table_scan(tr->buffer[t], &cursor, bs.rows, buf.keys, buf.rows);
+    }
+  }
+  if (rc == PS_ERR_OK) rc = row_disk_snapshot_begin(tr->disk, &snap, err);
+  pthread_mutex_unlock(&tr->mu);
+  row_disk_stats ds;
+  row_disk_stats_get(tr->disk, &ds);
+  if (rc == PS_ERR_OK && !sort_rows(&buf)) {
+    rc = ps_error_set(err, PS_ERR_NO_MEMORY, "disk tier: out of memory sorting buffered rows");
+  }
+  r->rows = 0;
+  if (rc == PS_ERR_OK) rc = pserver_rows_reserve(r, hot, mem.rows + buf.n + ds.rows[t], err);
+  /* Merged in key order; where a key is in several, memory is newest, then the buffer. */
+  long horizon = sparse_table_forgotten_before(hot);
+  uint64_t dkey = 0;
+  int dhave = rc == PS_ERR_OK ? row_disk_snapshot_next(snap, t, &dkey, row, err) : 0;
+  size_t i = 0, j = 0;
+  while (rc == PS_ERR_OK && dhave >= 0 && (i < mem.rows || j < buf.n || dhave == 1)) {
+    uint64_t k = UINT64_MAX;
+    int any = 0;
+    if (i < mem.rows) k = mem.keys[i], any = 1;
+    if (j < buf.n && (!any || buf.keys[j] < k)) k = buf.keys[j], any = 1;
+    if (dhave == 1 && (!any || dkey < k)) k = dkey;
+    int from_mem = i < mem.rows && mem.keys[i] == k;
+    int from_buf = j < buf.n && buf.keys[j] == k;
+    int from_disk = dhave == 1 && dkey == k;
+    if (from_mem) {
+      pserver_rows_append(r, &mem, i);
+    } else if (from_buf) {
+      const float *b = buf.rows + j * rf;
+      if (sparse_table_row_step(hot, b) >= horizon) append_whole(r, hot, k, b);
+    } else if (sparse_table_row_step(hot, row) >= horizon) {
+      append_whole(r, hot, k, row);
+    }
+    i += from_mem;
+    j += from_buf;
+    if (from_disk) dhave = row_disk_snapshot_next(snap, t, &dkey, row, err);
+  }
+  if (rc == PS_ERR_OK && dhave < 0) rc = err->code;
+  if (snap != NULL) row_disk_snapshot_end(snap);
+  pserver_rows_free(&mem);
+  free(buf.keys);
+  free(buf.rows);
+  free(row);
+  return rc;
+}
+
+/* --- loads ------------------------------------------------------------------------------ */
+
+static const int64_t *sort_meta;
+static int by_recency(const void *a, const void *b) {
+  size_t x = *(const size_t *)a, y = *(const size_t *)b;
+  int64_t sx = sort_meta[2 * x], sy = sort_meta[2 * y];
+  if (sx != sy) return sx > sy ? -1 : 1;
+  return x < y ? -1 : x > y;
+}
+
+/* Checks what sparse_table_load would of the rows going to disk: no key
+ * twice, meta in range. */
+static ps_err check_rows(const sparse_table *t, const pserver_rows *r, ps_error *err) {
+  const char *name = sparse_table_config_of(t)->name;
+  for (size_t i = 0; i < r->rows; i++) {
+    if (r->meta[2 * i] < 0 || r->meta[2 * i] > ((int64_t)1 << 40) - 2 || r->meta[2 * i + 1] < 0) {
+      return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                          "table '%s': row %zu (key %llu) has last step %lld and count %lld",
+                          name, i, (unsigned long long)r->keys[i], (long long)r->meta[2 * i],
+                          (long long)r->meta[2 * i + 1]);
+    }
+  }
+  uint64_t *keys = malloc((r->rows > 0 ? r->rows : 1) * sizeof *keys);
+  if (keys == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "table '%s': out of memory", name);
+  memcpy(keys, r->keys, r->rows * sizeof *keys);
+  size_t *order = malloc((r->rows > 0 ? r->rows : 1) * sizeof *order);
+  if (order == NULL) {
+    free(keys);
+    return ps_error_set(err, PS_ERR_NO_MEMORY, "table '%s': out of memory", name);
+  }
+  for (size_t i = 0; i < r->rows; i++) order[i] = i;
+  sort_keys = keys;
+  qsort(order, r->rows, sizeof *order, by_key);
+  ps_err rc = PS_ERR_OK;
+  for (size_t i = 1; i < r->rows && rc == PS_ERR_OK; i++) {
+    if (keys[order[i]] == keys[order[i - 1]]) {
+      rc = ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "table '%s': key %llu appears twice",
+                        name, (unsigned long long)keys[order[i]]);
+    }
+  }
+  free(order);
+  free(keys);
+  return rc;
+}
+
+/* Deletes every row of table t from the disk (a load replaces them). */
+static ps_err clear_disk(store_tier *tr, int t, ps_error *err) {
+  uint64_t *del = malloc(TIER_WRITE_BATCH * sizeof *del);
+  float *row = malloc(tr->row_floats[t] * sizeof *row);
+  ps_err rc = del != NULL && row != NULL
+                  ? PS_ERR_OK
+                  : ps_error_set(err, PS_ERR_NO_MEMORY, "disk tier: out of memory");
+  for (int more = 1; rc == PS_ERR_OK && more;) {
+    row_disk_snapshot *snap;
+    if ((rc = row_disk_snapshot_begin(tr->disk, &snap, err)) != PS_ERR_OK) break;
+    size_t n = 0;
+    int got;
+    while (n < TIER_WRITE_BATCH && (got = row_disk_snapshot_next(snap, t, &del[n], row, err)) == 1) {
+      n++;
+    }
+    row_disk_snapshot_end(snap);
+    if (got < 0) {
+      rc = err->code;
+      break;
+    }
+    more = n == TIER_WRITE_BATCH;
+    const uint64_t *dels[CTR_TABLES_MAX] = {0};
+    size_t del_n[CTR_TABLES_MAX] = {0}, none[CTR_TABLES_MAX] = {0};
+    const uint64_t *keys[CTR_TABLES_MAX] = {0};
+    const void *rows[CTR_TABLES_MAX] = {0};
+    dels[t] = del;
+    del_n[t] = n;
+    if (n > 0) rc = row_disk_write(tr->disk, keys, rows, none, dels, del_n, err);
+  }
+  free(del);
+  free(row);
+  return rc;
+}
+
+/* Writes rows order[from..n) of r to disk as whole rows, in batches. */
+static ps_err write_rest(store_tier *tr, int t, const pserver_rows *r, const size_t *order,
+                         size_t from, ps_error *err) {
+  size_t rf = tr->row_floats[t], dim = (size_t)r->dim, sf = (size_t)r->state_floats;
+  const sparse_table *hot = tr->ps->store.tables[t];
+  uint64_t *keys = malloc(TIER_WRITE_BATCH * sizeof *keys);
+  float *rows = malloc(TIER_WRITE_BATCH * rf * sizeof *rows);
+  ps_err rc = keys != NULL && rows != NULL
+                  ? PS_ERR_OK
+                  : ps_error_set(err, PS_ERR_NO_MEMORY, "disk tier: out of memory");
+  for (size_t at = from; rc == PS_ERR_OK && at < r->rows;) {
+    size_t n = 0;
+    for (; n < TIER_WRITE_BATCH && at < r->rows; n++, at++) {
+      size_t i = order[at];
+      keys[n] = r->keys[i];
+      sparse_table_row_pack(hot, r->values + i * dim, sf > 0 ? r->state + i * sf : NULL,
+                            &r->meta[2 * i], rows + n * rf);
+    }
+    const uint64_t *kp[CTR_TABLES_MAX] = {0}, *dels[CTR_TABLES_MAX] = {0};
+    const void *rp[CTR_TABLES_MAX] = {0};
+    size_t counts[CTR_TABLES_MAX] = {0}, none[CTR_TABLES_MAX] = {0};
+    kp[t] = keys;
+    rp[t] = rows;
+    counts[t] = n;
+    rc = row_disk_write(tr->disk, kp, rp, counts, dels, none, err);
+  }
+  free(keys);
+  free(rows);
+  return rc;
+}
+
+/* The first k rows of order (the most lately seen) as the table's rows. */
+static ps_err load_memory(sparse_table *hot, const pserver_rows *r, const size_t *order, size_t k,
+                          ps_error *err) {
+  pserver_rows part = {0};
+  ps_err rc = pserver_rows_reserve(&part, hot, k, err);
+  for (size_t i = 0; rc == PS_ERR_OK && i < k; i++) pserver_rows_append(&part, r, order[i]);
+  if (rc == PS_ERR_OK) rc = pserver_rows_load(hot, &part, err);
+  pserver_rows_free(&part);
+  return rc;
+}
+
+ps_err store_tier_load_rows(pserver *ps, int t, const pserver_rows *r, ps_error *err) {
+  store_tier *tr = tier_of(ps);
+  sparse_table *hot = ps->store.tables[t];
+  if (tr == NULL) return pserver_rows_load(hot, r, err);
+  if (check_rows(hot, r, err) != PS_ERR_OK) return err->code;
+  size_t *order = malloc((r->rows > 0 ? r->rows : 1) * sizeof *order);
+  if (order == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "disk tier: out of memory");
+  for (size_t i = 0; i < r->rows; i++) order[i] = i;
+  sort_meta = r->meta;
+  qsort(order, r->rows, sizeof *order, by_recency);
+  /* The writer stops while the table's rows are replaced, the buffer's
+   * rows of it go, and reads begun before are not installed (commits). */
+  tier_writer_stop(tr);
+  pthread_mutex_lock(&tr->mu);
+  float *row = malloc(tr->row_floats[t] * sizeof *row);
+  uint64_t *keys = NULL;
+  size_t n = 0;
+  sparse_table_stats bs;
+  sparse_table_stats_get(tr->buffer[t], &bs);
+  if (row != NULL && bs.rows > 0 && (keys = malloc(bs.rows * sizeof *keys)) != NULL) {
+    float *rows = malloc(bs.rows * tr->row_floats[t] * sizeof *rows);
+    size_t cursor = 0;
+    if (rows != NULL) n = sparse_table_scan(tr->buffer[t], &cursor, bs.rows, keys, rows);
+    free(rows);
+  }
+  for (size_t i = 0; i < n; i++) tier_buffer_take(tr, t, keys[i], row);
+  tr->commits++;
+  pthread_mutex_unlock(&tr->mu);
+  free(keys);
+  free(row);
+  ps_err rc = clear_disk(tr, t, err);
+  /* The most lately seen rows that fit its share of the memory, tried
+   * smaller until they do; the rest to disk. */
+  size_t k = r->rows, bytes = row_bytes(tr, t) + 24;
+  size_t share = ps->cfg.table_budget->limit / (size_t)tr->tables * 9 / 10 / bytes;
+  if (k > share) k = share;
+  while (rc == PS_ERR_OK) {
+    ps_error tried;
+    ps_err lr = load_memory(hot, r, order, k, &tried);
+    if (lr == PS_ERR_OK) break;
+    if (lr != PS_ERR_RESOURCE_EXHAUSTED || k == 0) {
+      *err = tried;
+      rc = lr;
+      break;
+    }
+    k = k * 3 / 4;
+  }
+  if (rc == PS_ERR_OK) rc = write_rest(tr, t, r, order, k, err);
+  free(order);
+  ps_error started;
+  if (tier_writer_start(tr, &started) != PS_ERR_OK && rc == PS_ERR_OK) {
+    *err = started;
+    rc = started.code;
+  }
+  if (rc == PS_ERR_OK && k < r->rows) {
+    LOG_INFO("disk tier: table '%s' loaded: %zu rows in memory, %zu on disk",
+             sparse_table_config_of(hot)->name, k, r->rows - k);
+  }
+  return rc;
+}
+
+/* --- figures ---------------------------------------------------------------------------- */
+
+void store_tier_stats_get(const pserver *ps, store_tier_stats *out) {
+  memset(out, 0, sizeof *out);
+  store_tier *tr = ps->store.tier;
+  if (tr == NULL) return;
+  out->lookups = tr->lookups;
+  out->hits = tr->hits;
+  out->buffer_hits = tr->buffer_hits;
+  out->disk_hits = tr->disk_hits;
+  out->disk_misses = tr->disk_misses;
+  out->reads_under_lock = tr->reads_under_lock;
+  out->buffer_limit = tr->buffer_limit;
+  for (int t = 0; t < tr->tables; t++) {
+    sparse_table_stats st;
+    sparse_table_stats_get(ps->store.tables[t], &st);
+    out->rows_memory += st.rows;
+  }
+  pthread_mutex_lock(&tr->mu);
+  for (int t = 0; t < tr->tables; t++) {
+    sparse_table_stats st;
+    sparse_table_stats_get(tr->buffer[t], &st);
+    out->rows_buffer += st.rows;
+  }
+  pthread_mutex_unlock(&tr->mu);
+  row_disk_stats ds;
+  row_disk_stats_get(tr->disk, &ds);
+  for (int t = 0; t < tr->tables; t++) out->rows_disk += ds.rows[t];
+  out->disk_bytes_read = ds.bytes_read;
+  out->disk_bytes_written = ds.bytes_written;
+  out->file_bytes = ds.file_bytes;
+}
+
+void store_tier_log_stats(const pserver *ps, long step) {
+  store_tier *tr = ps->store.tier;
+  if (tr == NULL) return;
+  store_tier_stats now;
+  store_tier_stats_get(ps, &now);
+  const store_tier_stats *was = &tr->logged;
+  double t = now_s(), dt = tr->logged_at > 0 ? t - tr->logged_at : 0;
+  uint64_t asked = now.lookups - was->lookups;
+  double pct = asked > 0 ? 100.0 / (double)asked : 0;
+  LOG_INFO("step %ld: disk tier: %llu rows in memory, %llu buffered, %llu on disk (%.1f MiB of "
+           "files); of %llu rows asked for since the last line %.2f%% were in memory, %.2f%% "
+           "buffered, %.2f%% read from disk, %.2f%% new; disk %.2f MB/s read, %.2f MB/s written"
+           "%s",
+           step, (unsigned long long)now.rows_memory, (unsigned long long)now.rows_buffer,
+           (unsigned long long)now.rows_disk, (double)now.file_bytes / 1048576.0,
+           (unsigned long long)asked, pct * (double)(now.hits - was->hits),
+           pct * (double)(now.buffer_hits - was->buffer_hits),
+           pct * (double)(now.disk_hits - was->disk_hits),
+           pct * (double)(now.disk_misses - was->disk_misses),
+           dt > 0 ? (double)(now.disk_bytes_read - was->disk_bytes_read) / dt / 1e6 : 0.0,
+           dt > 0 ? (double)(now.disk_bytes_written - was->disk_bytes_written) / dt / 1e6 : 0.0,
+           now.reads_under_lock > was->reads_under_lock ? " (some read with the lock held)" : "");
+  tr->logged = now;
+  tr->logged_at = t;
+}
