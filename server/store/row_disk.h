@@ -29,8 +29,10 @@ typedef struct row_disk_stats {
  * `tables` tables whose rows are row_bytes[t] bytes. */
 ps_err row_disk_open(row_disk **out, const char *dir, int tables, const size_t *row_bytes,
                      ps_error *err);
-/* Closes and removes the store's files (not dir). NULL: nothing. */
+/* Closes and removes the store's files (not dir). NULL: nothing. Every
+ * snapshot must have ended and no read be running. */
 void row_disk_close(row_disk *d);
+/* The directory (as given to open), for messages. */
 const char *row_disk_path(const row_disk *d);
 
 /* Reads the rows of n keys of table t (any order, duplicates allowed) in one
@@ -43,14 +45,19 @@ ps_err row_disk_read(row_disk *d, int t, const uint64_t *keys, size_t n, void *r
  * n[t] * row_bytes[t] bytes) and deletes del_n[t] keys (absent ones
  * ignored), all in one write transaction: all or nothing. A full disk is
  * RESOURCE_EXHAUSTED naming the directory; the store is as before then.
- * The map grows as needed. One writer thread. */
+ * The map grows as needed; growing needs every transaction closed, so while
+ * a snapshot is open a write that must grow waits for its end (a
+ * checkpoint's length; reads are not held up meanwhile). So the thread
+ * that writes must not be the one that still has to end a snapshot.
+ * One writer thread. */
 ps_err row_disk_write(row_disk *d, const uint64_t *const *keys, const void *const *rows,
                       const size_t *n, const uint64_t *const *del, const size_t *del_n,
                       ps_error *err);
 
 /* A consistent snapshot of every table (an LMDB read transaction) for a
  * checkpoint: taken where the caller's state is consistent, iterated on
- * another thread, while writes go on. */
+ * another thread (begin, next and end may each run on a different thread,
+ * one at a time), while writes go on. */
 typedef struct row_disk_snapshot row_disk_snapshot;
 ps_err row_disk_snapshot_begin(row_disk *d, row_disk_snapshot **out, ps_error *err);
 /* The next row of table t in ascending key order (numeric, as
@@ -59,6 +66,8 @@ ps_err row_disk_snapshot_begin(row_disk *d, row_disk_snapshot **out, ps_error *e
 int row_disk_snapshot_next(row_disk_snapshot *s, int t, uint64_t *key, void *row, ps_error *err);
 void row_disk_snapshot_end(row_disk_snapshot *s);
 
+/* Thread-safe. The row counts stay 0 when no read transaction can be had
+ * (every reader slot taken). */
 void row_disk_stats_get(row_disk *d, row_disk_stats *out);
 
 #endif
