@@ -15,6 +15,14 @@ trap cleanup EXIT
 # sharing /tmp/ompi.HOST.UID race on its creation and removal.
 export OMPI_MCA_orte_tmpdir_base="$SCRATCH"
 DATA=${PSTRAIN_TEST_DATA:-/usr/share/datasets/fashion-mnist}
+# PSTRAIN_TEST_TIER=MB: every pserver the test starts (start_pservers,
+# scripts/launch) keeps its sparse tables within MB MiB and the rest on disk
+# (--table-dir): the "tier" copies of the CTR tests run their checks so.
+PSERVER_EXTRA=()
+if [ -n "${PSTRAIN_TEST_TIER:-}" ]; then
+  PSERVER_EXTRA=(--table-dir "$SCRATCH/tier" --table-memory-mb "$PSTRAIN_TEST_TIER")
+  export PSTRAIN_PSERVER_ARGS="${PSERVER_EXTRA[*]}"
+fi
 # Debian's python3, which scripts/setup gives numpy; another python3 may come first on PATH.
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=python3
@@ -112,7 +120,8 @@ start_pservers() {
   SPIDS=()
   PS=""
   for ((i = 0; i < count; i++)); do
-    start "$prefix-s$i" "$BIN/pserver" --pservers "$placeholders" --id "$i" --listen 127.0.0.1:0 "$@"
+    start "$prefix-s$i" "$BIN/pserver" --pservers "$placeholders" --id "$i" --listen 127.0.0.1:0 "$@" \
+      "${PSERVER_EXTRA[@]}"
     SPIDS+=("$LAST_PID")
   done
   for ((i = 0; i < count; i++)); do
@@ -196,6 +205,11 @@ wait_for() {
 }
 
 finish() {
+  # A tier copy proves nothing unless rows went to disk and came back.
+  if [ -n "${PSTRAIN_TEST_TIER:-}" ]; then
+    grep -rqE "disk tier: .* [1-9][0-9]* on disk .* [1-9][0-9.]*% read from disk" "$SCRATCH" ||
+      fail "PSTRAIN_TEST_TIER=$PSTRAIN_TEST_TIER: no pserver read rows back from disk (statistics lines with --log-every)"
+  fi
   if [ "$failures" -ne 0 ]; then
     echo "$(basename "$0"): $failures check(s) failed" >&2
     exit 1

@@ -66,7 +66,12 @@ auc_near sync-deepfm local-deepfm 1e-4 "DeepFM: sync vs local"
 
 # 2. Admission on the pservers' rows; one pserver.
 local_run local-admit --admit-after 2
+if [ -n "${PSTRAIN_TEST_TIER:-}" ]; then # the two tables' admission filters (4 MiB each) on top
+  saved=$PSTRAIN_PSERVER_ARGS
+  PSTRAIN_PSERVER_ARGS="--table-dir $SCRATCH/tier --table-memory-mb $("$PY" -c "print($PSTRAIN_TEST_TIER + 8)")"
+fi
 pserver admit --pservers 2 -- --admit-after 2
+[ -n "${PSTRAIN_TEST_TIER:-}" ] && PSTRAIN_PSERVER_ARGS=$saved
 compare "$SCRATCH/admit.safetensors" "$SCRATCH/local-admit.safetensors" || fail "--admit-after 2: sync vs local"
 pserver one --pservers 1 --
 compare "$SCRATCH/one.safetensors" "$SCRATCH/local.safetensors" || fail "1 pserver vs local"
