@@ -608,6 +608,12 @@ int row_disk_snapshot_next(row_disk_snapshot *s, int t, uint64_t *key, void *row
   return 1;
 }
 
+void row_disk_snapshot_rewind(row_disk_snapshot *s, int t) {
+  if (t < 0 || t >= s->d->tables) return;
+  s->started[t] = 0;
+  s->done[t] = 0;
+}
+
 void row_disk_snapshot_end(row_disk_snapshot *s) {
   if (s == NULL) return;
   for (int t = 0; t < s->d->tables; t++) {

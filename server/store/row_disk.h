@@ -64,6 +64,8 @@ ps_err row_disk_snapshot_begin(row_disk *d, row_disk_snapshot **out, ps_error *e
  * sparse_table_dump orders): 1 with *key and row (row_bytes[t]) set, 0 at
  * the end, -1 on error (err set). Tables are iterated independently. */
 int row_disk_snapshot_next(row_disk_snapshot *s, int t, uint64_t *key, void *row, ps_error *err);
+/* Table t's iteration starts again from its first row (the same snapshot). */
+void row_disk_snapshot_rewind(row_disk_snapshot *s, int t);
 void row_disk_snapshot_end(row_disk_snapshot *s);
 
 /* Thread-safe. The row counts stay 0 when no read transaction can be had

@@ -238,6 +238,7 @@ static void *writer_main(void *arg) {
       break;
     }
     drop_written(tr, &b);
+    for (int t = 0; t < tr->tables; t++) tr->written[t] += b.n[t];
     tr->commits++;
     pthread_cond_broadcast(&tr->drained);
   }
@@ -442,24 +443,32 @@ static long prepare_table(store_tier *tr, int t, tier_fetch *f, int valid, ps_er
     if (sparse_table_has(hot, key)) continue;
     float *row = tr->install_rows + inst * rf;
     int have = tier_buffer_take(tr, t, key, row);
-    if (have) tr->buffer_hits++;
-    else if (f->found[t][i]) memcpy(row, f->rows[t] + i * rf, rf * sizeof(float)), have = 1;
+    if (!have && f->found[t][i]) {
+      memcpy(row, f->rows[t] + i * rf, rf * sizeof(float));
+      have = 1;
+    }
     if (have && sparse_table_row_step(hot, row) >= horizon) tr->install_keys[inst++] = key;
   }
   size_t to_read = 0;
+  int first = f->passes == 1; /* where the request's rows were when it came */
+  int disk_empty = tr->written[t] == 0; /* nothing to read: every other row is new */
   for (int l = 0; l < 2; l++) {
     for (size_t i = 0; i < lists[l]->n; i++) {
       uint64_t key = lists[l]->keys[i];
-      tr->lookups++;
+      tr->lookups += first;
       if (sparse_table_has(hot, key)) {
-        tr->hits++;
+        tr->hits += first;
         continue;
       }
       if (valid && key_set_has(&tr->asked, key)) continue; /* read: new, or installed above */
       float *row = tr->install_rows + inst * rf;
       if (tier_buffer_take(tr, t, key, row)) {
-        tr->buffer_hits++;
+        tr->buffer_hits += first;
         if (sparse_table_row_step(hot, row) >= horizon) tr->install_keys[inst++] = key;
+        continue;
+      }
+      if (disk_empty) {
+        tr->disk_misses += first;
         continue;
       }
       if (!fetch_reserve(f, t, to_read + 1, rf)) {

@@ -64,6 +64,24 @@ ps_err store_tier_read(struct pserver *ps, tier_fetch *f, ps_error *err);
  * do not outrun the disk. */
 void store_tier_wait_room(struct pserver *ps);
 
+/* A table's rows at one moment, to read off the lock (a checkpoint of a
+ * table mostly on disk, never all in memory): taken with the lock held
+ * (memory's and the buffer's rows copied, the disk's a snapshot), then
+ * iterated ascending, once or again after a rewind, on any one thread. */
+typedef struct store_tier_snapshot store_tier_snapshot;
+ps_err store_tier_snapshot_take(struct pserver *ps, int t, store_tier_snapshot **out,
+                                ps_error *err);
+/* Counts the rows (a pass over them); rewinds first. */
+ps_err store_tier_snapshot_count(store_tier_snapshot *s, size_t *rows, ps_error *err);
+void store_tier_snapshot_rewind(store_tier_snapshot *s);
+/* The next row, ascending: 1 with *key and *row (a whole row, valid until
+ * the next call), 0 at the end, -1 on error. */
+int store_tier_snapshot_next(store_tier_snapshot *s, uint64_t *key, const float **row,
+                             ps_error *err);
+/* The table whose rows these are (their layout: sparse_table_row_meta). */
+const struct sparse_table *store_tier_snapshot_table(const store_tier_snapshot *s);
+void store_tier_snapshot_free(store_tier_snapshot *s);
+
 /* Lock held: every row of table t (memory, buffer and disk), ascending, into r. */
 ps_err store_tier_take_rows(struct pserver *ps, int t, pserver_rows *r, ps_error *err);
 /* Lock held: table t's rows become r's (its buffered and disk rows gone):

@@ -61,74 +61,158 @@ static void append_whole(pserver_rows *r, const sparse_table *t, uint64_t key, c
   sparse_table_row_meta(t, row, &r->meta[2 * at]);
 }
 
-ps_err store_tier_take_rows(pserver *ps, int t, pserver_rows *r, ps_error *err) {
+/* A table's rows as they were at one moment under the lock: memory's and
+ * the buffer's copied (whole rows, ascending), the disk's as an LMDB
+ * snapshot; merged in key order by tier_snapshot_next, off the lock. */
+struct store_tier_snapshot {
+  store_tier *tr;
+  int t;
+  const sparse_table *hot; /* for its rows' layout only (fixed while the job lasts) */
+  long horizon;
+  sorted_rows mem, buf;
+  row_disk_snapshot *disk;
+  size_t rows; /* counted: store_tier_snapshot_count */
+  /* the merge's place */
+  size_t i, j;
+  int dhave;
+  uint64_t dkey;
+  float *drow;
+};
+
+/* A table's whole rows into s (mu held for the buffer), sorted. */
+static ps_err copy_rows(sparse_table *t, sorted_rows *s, size_t rf, ps_error *err) {
+  sparse_table_stats st;
+  sparse_table_stats_get(t, &st);
+  s->row_floats = rf;
+  s->n = 0;
+  if (st.rows == 0) return PS_ERR_OK;
+  s->keys = malloc(st.rows * sizeof *s->keys);
+  s->rows = malloc(st.rows * rf * sizeof *s->rows);
+  if (s->keys == NULL || s->rows == NULL) {
+    return ps_error_set(err, PS_ERR_NO_MEMORY, "disk tier: out of memory for a copy of %zu rows",
+                        st.rows);
+  }
+  size_t cursor = 0;
+  s->n = sparse_table_scan(t, &cursor, st.rows, s->keys, s->rows);
+  if (!sort_rows(s)) {
+    return ps_error_set(err, PS_ERR_NO_MEMORY, "disk tier: out of memory sorting %zu rows", s->n);
+  }
+  return PS_ERR_OK;
+}
+
+void store_tier_snapshot_free(store_tier_snapshot *s) {
+  if (s == NULL) return;
+  if (s->disk != NULL) row_disk_snapshot_end(s->disk);
+  free(s->mem.keys);
+  free(s->mem.rows);
+  free(s->buf.keys);
+  free(s->buf.rows);
+  free(s->drow);
+  free(s);
+}
+
+ps_err store_tier_snapshot_take(pserver *ps, int t, store_tier_snapshot **out, ps_error *err) {
   store_tier *tr = tier_of(ps);
-  sparse_table *hot = ps->store.tables[t];
-  if (tr == NULL) return pserver_rows_take(r, hot, err);
+  *out = NULL;
+  store_tier_snapshot *s = calloc(1, sizeof *s);
+  if (s == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "disk tier: out of memory");
+  s->tr = tr;
+  s->t = t;
+  s->hot = ps->store.tables[t];
+  s->horizon = sparse_table_forgotten_before(s->hot);
   size_t rf = tr->row_floats[t];
-  sorted_rows buf = {.row_floats = rf};
-  pserver_rows mem = {0};
-  row_disk_snapshot *snap = NULL;
-  float *row = malloc(rf * sizeof *row);
-  ps_err rc = row != NULL ? pserver_rows_take(&mem, hot, err)
-                          : ps_error_set(err, PS_ERR_NO_MEMORY, "disk tier: out of memory");
-  /* The buffer's copy and the snapshot under mu: a row leaves the buffer
-   * only after the disk holds it, so each row is in one or the other. */
+  s->drow = malloc(rf * sizeof *s->drow);
+  ps_err rc = s->drow != NULL ? copy_rows(ps->store.tables[t], &s->mem, rf, err)
+                              : ps_error_set(err, PS_ERR_NO_MEMORY, "disk tier: out of memory");
+  /* The buffer's copy and the disk's snapshot under mu: a row leaves the
+   * buffer only after the disk holds it, so each row is in one or both. */
   pthread_mutex_lock(&tr->mu);
-  sparse_table_stats bs;
-  sparse_table_stats_get(tr->buffer[t], &bs);
-  if (rc == PS_ERR_OK && bs.rows > 0) {
-    buf.keys = malloc(bs.rows * sizeof *buf.keys);
-    buf.rows = malloc(bs.rows * rf * sizeof *buf.rows);
-    if (buf.keys == NULL || buf.rows == NULL) {
-      rc = ps_error_set(err, PS_ERR_NO_MEMORY, "disk tier: out of memory for %zu buffered rows",
-                        bs.rows);
-    } else {
-      size_t cursor = 0;
-      buf.n = sparse_table_scan(tr->buffer[t], &cursor, bs.rows, buf.keys, buf.rows);
-    }
-  }
-  if (rc == PS_ERR_OK) rc = row_disk_snapshot_begin(tr->disk, &snap, err);
+  if (rc == PS_ERR_OK) rc = copy_rows(tr->buffer[t], &s->buf, rf, err);
+  if (rc == PS_ERR_OK) rc = row_disk_snapshot_begin(tr->disk, &s->disk, err);
   pthread_mutex_unlock(&tr->mu);
-  row_disk_stats ds;
-  row_disk_stats_get(tr->disk, &ds);
-  if (rc == PS_ERR_OK && !sort_rows(&buf)) {
-    rc = ps_error_set(err, PS_ERR_NO_MEMORY, "disk tier: out of memory sorting buffered rows");
+  if (rc != PS_ERR_OK) {
+    store_tier_snapshot_free(s);
+    return rc;
   }
-  r->rows = 0;
-  if (rc == PS_ERR_OK) rc = pserver_rows_reserve(r, hot, mem.rows + buf.n + ds.rows[t], err);
-  /* Merged in key order; where a key is in several, memory is newest, then the buffer. */
-  long horizon = sparse_table_forgotten_before(hot);
-  uint64_t dkey = 0;
-  int dhave = rc == PS_ERR_OK ? row_disk_snapshot_next(snap, t, &dkey, row, err) : 0;
-  size_t i = 0, j = 0;
-  while (rc == PS_ERR_OK && dhave >= 0 && (i < mem.rows || j < buf.n || dhave == 1)) {
-    uint64_t k = UINT64_MAX;
+  *out = s;
+  return PS_ERR_OK;
+}
+
+void store_tier_snapshot_rewind(store_tier_snapshot *s) {
+  s->i = s->j = 0;
+  s->dhave = -2; /* not read yet */
+  row_disk_snapshot_rewind(s->disk, s->t);
+}
+
+int store_tier_snapshot_next(store_tier_snapshot *s, uint64_t *key, const float **row,
+                             ps_error *err) {
+  size_t rf = s->tr->row_floats[s->t];
+  for (;;) {
+    if (s->dhave == -2) s->dhave = row_disk_snapshot_next(s->disk, s->t, &s->dkey, s->drow, err);
+    if (s->dhave < 0) return -1;
+    uint64_t k = 0;
     int any = 0;
-    if (i < mem.rows) k = mem.keys[i], any = 1;
-    if (j < buf.n && (!any || buf.keys[j] < k)) k = buf.keys[j], any = 1;
-    if (dhave == 1 && (!any || dkey < k)) k = dkey;
-    int from_mem = i < mem.rows && mem.keys[i] == k;
-    int from_buf = j < buf.n && buf.keys[j] == k;
-    int from_disk = dhave == 1 && dkey == k;
-    if (from_mem) {
-      pserver_rows_append(r, &mem, i);
-    } else if (from_buf) {
-      const float *b = buf.rows + j * rf;
-      if (sparse_table_row_step(hot, b) >= horizon) append_whole(r, hot, k, b);
-    } else if (sparse_table_row_step(hot, row) >= horizon) {
-      append_whole(r, hot, k, row);
+    if (s->i < s->mem.n) k = s->mem.keys[s->i], any = 1;
+    if (s->j < s->buf.n && (!any || s->buf.keys[s->j] < k)) k = s->buf.keys[s->j], any = 1;
+    if (s->dhave == 1 && (!any || s->dkey < k)) k = s->dkey, any = 1;
+    if (!any) return 0;
+    /* Where a key is in several places, memory is newest, then the buffer. */
+    const float *got = NULL;
+    int forgettable = 1;
+    if (s->i < s->mem.n && s->mem.keys[s->i] == k) {
+      got = s->mem.rows + s->i++ * rf;
+      forgettable = 0;
     }
-    i += from_mem;
-    j += from_buf;
-    if (from_disk) dhave = row_disk_snapshot_next(snap, t, &dkey, row, err);
+    if (s->j < s->buf.n && s->buf.keys[s->j] == k) {
+      if (got == NULL) got = s->buf.rows + s->j * rf;
+      s->j++;
+    }
+    if (s->dhave == 1 && s->dkey == k) {
+      if (got == NULL) got = s->drow; /* valid until the next call reads on */
+      s->dhave = -2;
+    }
+    /* Rows moved out before eviction forgot their step are forgotten too. */
+    if (!forgettable || sparse_table_row_step(s->hot, got) >= s->horizon) {
+      *key = k;
+      *row = got;
+      return 1;
+    }
   }
-  if (rc == PS_ERR_OK && dhave < 0) rc = err->code;
-  if (snap != NULL) row_disk_snapshot_end(snap);
-  pserver_rows_free(&mem);
-  free(buf.keys);
-  free(buf.rows);
-  free(row);
+}
+
+ps_err store_tier_snapshot_count(store_tier_snapshot *s, size_t *rows, ps_error *err) {
+  store_tier_snapshot_rewind(s);
+  size_t n = 0;
+  uint64_t key;
+  const float *row;
+  int got;
+  while ((got = store_tier_snapshot_next(s, &key, &row, err)) == 1) n++;
+  if (got < 0) return err->code;
+  *rows = s->rows = n;
+  return PS_ERR_OK;
+}
+
+const sparse_table *store_tier_snapshot_table(const store_tier_snapshot *s) { return s->hot; }
+
+ps_err store_tier_take_rows(pserver *ps, int t, pserver_rows *r, ps_error *err) {
+  if (tier_of(ps) == NULL) return pserver_rows_take(r, ps->store.tables[t], err);
+  store_tier_snapshot *s;
+  if (store_tier_snapshot_take(ps, t, &s, err) != PS_ERR_OK) return err->code;
+  size_t n = 0;
+  ps_err rc = store_tier_snapshot_count(s, &n, err);
+  r->rows = 0;
+  if (rc == PS_ERR_OK) rc = pserver_rows_reserve(r, ps->store.tables[t], n, err);
+  if (rc == PS_ERR_OK) {
+    store_tier_snapshot_rewind(s);
+    uint64_t key;
+    const float *row;
+    int got;
+    while ((got = store_tier_snapshot_next(s, &key, &row, err)) == 1) {
+      append_whole(r, ps->store.tables[t], key, row);
+    }
+    if (got < 0) rc = err->code;
+  }
+  store_tier_snapshot_free(s);
   return rc;
 }
 
@@ -236,6 +320,11 @@ static ps_err write_rest(store_tier *tr, int t, const pserver_rows *r, const siz
     rp[t] = rows;
     counts[t] = n;
     rc = row_disk_write(tr->disk, kp, rp, counts, dels, none, err);
+    if (rc == PS_ERR_OK) {
+      pthread_mutex_lock(&tr->mu);
+      tr->written[t] += n;
+      pthread_mutex_unlock(&tr->mu);
+    }
   }
   free(keys);
   free(rows);

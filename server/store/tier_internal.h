@@ -37,6 +37,7 @@ struct store_tier {
   sparse_table *buffer[CTR_TABLES_MAX];
   size_t buffer_bytes, buffer_limit;
   uint64_t commits;
+  uint64_t written[CTR_TABLES_MAX]; /* rows ever written to disk: none, nothing to read */
   int stop, failed;
   char failure[512];
   pthread_t writer;
