@@ -19,8 +19,18 @@
  * meta. */
 typedef enum { SAFETENSORS_F32, SAFETENSORS_U64, SAFETENSORS_I64 } safetensors_dtype;
 
+/* Produces a tensor's bytes in order, for a tensor written without a data
+ * block (a table mostly on disk): called again and again with where to put
+ * the next up to `max` bytes, it returns how many it put there, like read():
+ * any count from 1 to max while bytes remain, 0 once the tensor's bytes are
+ * all produced (the call after the last byte), or -1 on error with err set.
+ * Ending short of the tensor's bytes or going past them fails the write. */
+typedef long (*safetensors_fill_fn)(void *ctx, void *buf, size_t max, ps_error *err);
+
 /* One tensor of a file: its name, type, shape and bytes (data: the values to
- * write, or where safetensors_file_read puts them). */
+ * write, or where safetensors_file_read puts them). A tensor to write with
+ * data NULL takes its bytes from fill(fill_ctx, ...) instead; zeroed or
+ * designated-initializer entries have no fill. */
 typedef struct safetensors_tensor {
   char name[TENSOR_NAME_MAX];
   safetensors_dtype dtype;
@@ -28,6 +38,8 @@ typedef struct safetensors_tensor {
   long shape[TENSOR_MAX_RANK];
   size_t offset, bytes; /* within the data section */
   void *data;
+  safetensors_fill_fn fill; /* used only when data is NULL */
+  void *fill_ctx;
 } safetensors_tensor;
 
 /* A tensor named "PREFIX.WHAT" (just WHAT when prefix is ""), of `rows`
@@ -58,8 +70,11 @@ typedef struct safetensors_meta {
 safetensors_tensor *safetensors_tensors_of(const tensor_layout *layout, const float *data,
                                            ps_error *err);
 
-/* Writes count tensors, each from its data (offset and bytes are computed
- * from the shapes), as safetensors_write does. */
+/* Writes count tensors, each from its data or its fill (offset and bytes are
+ * computed from the shapes), as safetensors_write does. With fills the data
+ * is streamed in 1 MiB chunks and its CRC-32C patched into the header at the
+ * end; the file is byte for byte what the same tensors from memory give. A
+ * fill's error or wrong length fails the write and leaves path as it was. */
 ps_err safetensors_write_tensors(const char *path, safetensors_tensor *tensors, int count,
                                  const char *const *metadata, int keep_previous, ps_error *err);
 
