@@ -97,6 +97,9 @@ typedef struct pserver_rows {
   uint64_t *keys;
   float *values, *state;
   int64_t *meta;
+  /* With a disk tier the rows are not in the arrays but here, counted and
+   * streamed into the file by the writer (server/store/tier.h). */
+  struct store_tier_snapshot *snap;
 } pserver_rows;
 
 /* The disk threads' work: a writer of checkpoints, a reader of rollbacks.

@@ -52,7 +52,8 @@ static ps_err write_checkpoint(pserver *ps, long step, const float *data,
   snprintf(count, sizeof count, "%d", ps->cfg.pservers);
   const char *extra[] = {"pserver", id, "pservers", count, NULL};
   safetensors_tensor tensors[PSERVER_SHARD_TENSORS_MAX];
-  int n = pserver_shard_tensors(&ps->checkpoint_layout, data, rows, tables, tensors);
+  pserver_shard_fill fills[PSERVER_SHARD_TENSORS_MAX];
+  int n = pserver_shard_tensors(&ps->checkpoint_layout, data, rows, tables, tensors, fills);
   return checkpoint_write_tensors(ps->cfg.checkpoint_dir, prefix, PSERVER_SHARD_FORMAT, step,
                                   &ps->job, extra, tensors, n, err);
 }
@@ -80,7 +81,13 @@ static void write_pending(pserver *ps) {
   pthread_mutex_unlock(&d->lock);
   ps_error err;
   double started = now_s();
-  ps_err rc = write_checkpoint(ps, step, d->writing, d->writing_rows, tables, &err);
+  ps_err rc = PS_ERR_OK;
+  /* A disk tier's rows: counted (a pass over them), then streamed into the file. */
+  for (int i = 0; i < tables && rc == PS_ERR_OK; i++) {
+    pserver_rows *r = &d->writing_rows[i];
+    if (r->snap != NULL) rc = store_tier_snapshot_count(r->snap, &r->rows, &err);
+  }
+  if (rc == PS_ERR_OK) rc = write_checkpoint(ps, step, d->writing, d->writing_rows, tables, &err);
   pserver_metrics_checkpoint(ps->cfg.metrics, now_s() - started, rc == PS_ERR_OK);
   if (rc != PS_ERR_OK) LOG_ERROR("checkpoint at step %ld: %s", step, err.msg);
   timeline_span(ps->cfg.timeline, "checkpoint-write", step - 1, started); /* after the step it saves */
@@ -241,7 +248,7 @@ uint64_t pserver_checkpoint_due(pserver *ps) {
   d->tables = ps->store.table_count;
   /* The rows in ascending key order: sizes vary from one checkpoint to the next. */
   for (int i = 0; i < ps->store.table_count && rc == PS_ERR_OK; i++) {
-    rc = store_tier_take_rows(ps, i, &d->pending_rows[i], &err);
+    rc = pserver_rows_checkpoint(ps, i, &d->pending_rows[i], &err);
   }
   int buffered = rc == PS_ERR_OK && disk_buffers(d, floats);
   if (rc != PS_ERR_OK) {

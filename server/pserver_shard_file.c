@@ -10,6 +10,7 @@
 #include "common/grow.h"
 #include "common/checkpoint.h"
 #include "common/shard_map.h"
+#include "server/store/tier.h"
 
 ps_err pserver_rows_reserve(pserver_rows *r, const sparse_table *t, size_t rows, ps_error *err) {
   const sparse_table_config *c = sparse_table_config_of(t);
@@ -55,6 +56,7 @@ void pserver_rows_append(pserver_rows *dst, const pserver_rows *src, size_t i) {
 }
 
 void pserver_rows_free(pserver_rows *r) {
+  store_tier_snapshot_free(r->snap);
   free(r->keys);
   free(r->values);
   free(r->state);
@@ -67,8 +69,84 @@ ps_err pserver_rows_load(sparse_table *t, const pserver_rows *r, ps_error *err) 
                            r->meta, err);
 }
 
+ps_err pserver_rows_checkpoint(pserver *ps, int t, pserver_rows *r, ps_error *err) {
+  if (ps->store.tier == NULL) return pserver_rows_take(r, ps->store.tables[t], err);
+  const sparse_table_config *c = sparse_table_config_of(ps->store.tables[t]);
+  snprintf(r->name, sizeof r->name, "%s", c->name);
+  r->dim = c->dim;
+  r->state_floats = sparse_table_state_floats(c);
+  r->rows = 0;
+  return store_tier_snapshot_take(ps, t, &r->snap, err);
+}
+
+enum { FILL_KEYS, FILL_VALUES, FILL_STATE, FILL_META };
+
+/* A snapshot's rows, one field of each in order, as many whole rows as fit. */
+static long fill_rows(void *ctx, void *buf, size_t max, ps_error *err) {
+  pserver_shard_fill *f = ctx;
+  if (!f->started) {
+    store_tier_snapshot_rewind(f->snap);
+    f->started = 1;
+  }
+  size_t per = f->what == FILL_KEYS     ? sizeof(uint64_t)
+               : f->what == FILL_VALUES ? f->dim * sizeof(float)
+               : f->what == FILL_STATE  ? f->state_floats * sizeof(float)
+                                        : 2 * sizeof(int64_t);
+  if (max < per) {
+    ps_error_set(err, PS_ERR_INTERNAL, "a checkpoint's chunk of %zu bytes is less than a row's %zu",
+                 max, per);
+    return -1;
+  }
+  const sparse_table *t = store_tier_snapshot_table(f->snap);
+  char *out = buf;
+  size_t put = 0;
+  while (put + per <= max) {
+    uint64_t key;
+    const float *row;
+    int got = store_tier_snapshot_next(f->snap, &key, &row, err);
+    if (got < 0) return -1;
+    if (got == 0) break;
+    switch (f->what) {
+    case FILL_KEYS: memcpy(out + put, &key, per); break;
+    case FILL_VALUES: memcpy(out + put, row, per); break;
+    case FILL_STATE: memcpy(out + put, row + f->dim, per); break;
+    default: {
+      int64_t meta[2];
+      sparse_table_row_meta(t, row, meta);
+      memcpy(out + put, meta, per);
+    }
+    }
+    put += per;
+  }
+  return (long)put;
+}
+
+/* Table i's tensor `what` of rows r: over its arrays, or filled from its snapshot. */
+static safetensors_tensor rows_tensor(const pserver_rows *r, int what, pserver_shard_fill *fill) {
+  static const char *const names[] = {"keys", "values", "state", "meta"};
+  safetensors_dtype dtype = what == FILL_KEYS   ? SAFETENSORS_U64
+                            : what == FILL_META ? SAFETENSORS_I64
+                                                : SAFETENSORS_F32;
+  long cols = what == FILL_KEYS ? 0 : what == FILL_VALUES ? r->dim
+                                    : what == FILL_STATE  ? r->state_floats
+                                                          : 2;
+  void *data = what == FILL_KEYS     ? (void *)r->keys
+               : what == FILL_VALUES ? (void *)r->values
+               : what == FILL_STATE  ? (void *)r->state
+                                     : (void *)r->meta;
+  safetensors_tensor out = safetensors_tensor_of(r->name, names[what], dtype, r->rows, cols,
+                                                 r->snap != NULL ? NULL : data);
+  if (r->snap != NULL) {
+    *fill = (pserver_shard_fill){r->snap, what, (size_t)r->dim, (size_t)r->state_floats, 0};
+    out.fill = fill_rows;
+    out.fill_ctx = fill;
+  }
+  return out;
+}
+
 int pserver_shard_tensors(const tensor_layout *layout, const float *data,
-                          const pserver_rows *rows, int tables, safetensors_tensor *out) {
+                          const pserver_rows *rows, int tables, safetensors_tensor *out,
+                          pserver_shard_fill *fills) {
   int count = 0;
   for (int i = 0; i < layout->count && i < 3; i++) {
     const tensor_info *info = &layout->tensors[i];
@@ -82,14 +160,11 @@ int pserver_shard_tensors(const tensor_layout *layout, const float *data,
   }
   for (int i = 0; i < tables; i++) {
     const pserver_rows *r = &rows[i];
-    out[count++] = safetensors_tensor_of(r->name, "keys", SAFETENSORS_U64, r->rows, 0, r->keys);
-    out[count++] = safetensors_tensor_of(r->name, "values", SAFETENSORS_F32,
-        r->rows, r->dim, r->values);
-    if (r->state_floats > 0) {
-      out[count++] = safetensors_tensor_of(r->name, "state", SAFETENSORS_F32,
-          r->rows, r->state_floats, r->state);
+    for (int what = FILL_KEYS; what <= FILL_META; what++) {
+      if (what == FILL_STATE && r->state_floats == 0) continue;
+      out[count] = rows_tensor(r, what, &fills[count]);
+      count++;
     }
-    out[count++] = safetensors_tensor_of(r->name, "meta", SAFETENSORS_I64, r->rows, 2, r->meta);
   }
   return count;
 }

@@ -27,10 +27,24 @@ void pserver_rows_free(pserver_rows *r);
 /* Replaces t's rows with r's (sparse_table_load: all or nothing). */
 ps_err pserver_rows_load(sparse_table *t, const pserver_rows *r, ps_error *err);
 
-/* The tensors of a checkpoint (out holds PSERVER_SHARD_TENSORS_MAX): the
- * layout's three over data, then the tables' rows. Returns how many. */
+/* Where a tensor of a table whose rows are a snapshot (rows->snap) comes
+ * from, in order: one pass over the rows per tensor. */
+typedef struct pserver_shard_fill {
+  struct store_tier_snapshot *snap;
+  int what; /* keys, values, state, meta */
+  size_t dim, state_floats;
+  int started;
+} pserver_shard_fill;
+
+/* The tensors of a checkpoint (out and fills hold PSERVER_SHARD_TENSORS_MAX):
+ * the layout's three over data, then the tables' rows (a snapshot's counted:
+ * rows->rows set). Returns how many. */
 int pserver_shard_tensors(const tensor_layout *layout, const float *data,
-                          const pserver_rows *rows, int tables, safetensors_tensor *out);
+                          const pserver_rows *rows, int tables, safetensors_tensor *out,
+                          pserver_shard_fill *fills);
+/* A checkpoint's copy of table t's rows: the rows themselves, or with a
+ * disk tier a snapshot (lock held). */
+ps_err pserver_rows_checkpoint(pserver *ps, int t, pserver_rows *r, ps_error *err);
 
 /* Reads path's metadata: a pserver checkpoint of a well-formed job; *job,
  * *step, and *id of *count (the shard it holds) receive what it says. */
