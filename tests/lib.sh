@@ -217,3 +217,41 @@ finish() {
   echo "$(basename "$0"): all checks passed" >&2
   exit 0
 }
+
+# memory_cgroup BYTES: a cgroup limited to BYTES with a child the pserver
+# goes into; sets CG (the limited one), CG_CHILD and CG_OOM (the file
+# counting OOM kills); returns 1 with WHY where none can be made.
+memory_cgroup() {
+  local bytes=$1 mounts v1 v2
+  [ "$(id -u)" = 0 ] || { WHY="not root"; return 1; }
+  mounts=$(awk '{for (i = 7; i <= NF; i++) if ($i == "-") { print $(i + 1), $5, $(i + 3); break }}' \
+    /proc/self/mountinfo)
+  v1=$(awk '$1 == "cgroup" && $3 ~ /(^|,)memory(,|$)/ {print $2; exit}' <<<"$mounts")
+  v2=$(awk '$1 == "cgroup2" {print $2; exit}' <<<"$mounts")
+  if [ -n "$v1" ] && [ -w "$v1" ]; then
+    CG="$v1/pstrain-test-$$"
+    mkdir "$CG" 2>/dev/null && mkdir "$CG/pserver" &&
+      echo "$bytes" >"$CG/memory.limit_in_bytes" ||
+      { WHY="cannot make a v1 memory cgroup in $v1"; rmdir "$CG/pserver" "$CG" 2>/dev/null; return 1; }
+    CG_OOM="$CG/memory.oom_control"
+  elif [ -n "$v2" ] && grep -qw memory "$v2/cgroup.controllers" 2>/dev/null; then
+    CG="$v2/pstrain-test-$$"
+    echo +memory >"$v2/cgroup.subtree_control" 2>/dev/null && mkdir "$CG" 2>/dev/null &&
+      echo +memory >"$CG/cgroup.subtree_control" && mkdir "$CG/pserver" &&
+      echo "$bytes" >"$CG/memory.max" ||
+      { WHY="cannot make a v2 memory cgroup in $v2"; rmdir "$CG/pserver" "$CG" 2>/dev/null; return 1; }
+    CG_OOM="$CG/memory.events"
+  else
+    WHY="no memory cgroup controller mounted"
+    return 1
+  fi
+  CG_CHILD="$CG/pserver"
+}
+remove_cgroup() { # once its processes are gone (killed ones take a moment)
+  for _ in $(seq 100); do
+    rmdir "$CG_CHILD" "$CG" 2>/dev/null && return 0
+    [ -d "$CG" ] || return 0
+    sleep 0.05
+  done
+  echo "could not remove the cgroup $CG" >&2
+}

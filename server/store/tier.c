@@ -199,8 +199,8 @@ static void *writer_main(void *arg) {
   write_batch b = {0};
   size_t max_floats = 0;
   for (int t = 0; t < tr->tables; t++) {
-    b.keys[t] = malloc(TIER_WRITE_BATCH * sizeof *b.keys[t]);
-    b.rows[t] = malloc(TIER_WRITE_BATCH * tr->row_floats[t] * sizeof(float));
+    b.keys[t] = malloc(write_rows_max(tr, t) * sizeof *b.keys[t]);
+    b.rows[t] = malloc(write_rows_max(tr, t) * tr->row_floats[t] * sizeof(float));
     if (tr->row_floats[t] > max_floats) max_floats = tr->row_floats[t];
   }
   b.row = malloc(max_floats * sizeof(float));
@@ -218,12 +218,11 @@ static void *writer_main(void *arg) {
     }
     const void *rows[CTR_TABLES_MAX];
     const uint64_t *keys[CTR_TABLES_MAX];
-    size_t left = TIER_WRITE_BATCH;
+    /* A share of the transaction's bytes per table. */
     for (int t = 0; t < tr->tables; t++) {
       size_t cursor = 0;
-      b.n[t] = sparse_table_scan(tr->buffer[t], &cursor, left / (size_t)(tr->tables - t),
+      b.n[t] = sparse_table_scan(tr->buffer[t], &cursor, write_rows_max(tr, t) / (size_t)tr->tables,
                                  b.keys[t], b.rows[t]);
-      left -= b.n[t];
       keys[t] = b.keys[t];
       rows[t] = b.rows[t];
     }
@@ -334,11 +333,7 @@ ps_err store_tier_open(pserver *ps, ps_error *err) {
     return rc;
   }
   /* The buffer's share comes out of the tables' budget (given back at close). */
-  if (budget->limit / TIER_BUFFER_SHARE > atomic_load(&budget->used)) {
-    tr->buffer_limit = budget->limit / TIER_BUFFER_SHARE;
-  } else {
-    tr->buffer_limit = budget->limit / 64;
-  }
+  tr->buffer_limit = budget->limit / TIER_BUFFER_SHARE;
   budget->limit -= tr->buffer_limit;
   tr->spill = (sparse_spill){.begin = spill_begin, .pinned = spill_pinned, .put = spill_put,
                              .ctx = tr};

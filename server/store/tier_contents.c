@@ -263,7 +263,7 @@ static ps_err check_rows(const sparse_table *t, const pserver_rows *r, ps_error 
 
 /* Deletes every row of table t from the disk (a load replaces them). */
 static ps_err clear_disk(store_tier *tr, int t, ps_error *err) {
-  uint64_t *del = malloc(TIER_WRITE_BATCH * sizeof *del);
+  uint64_t *del = malloc(TIER_DELETE_BATCH * sizeof *del);
   float *row = malloc(tr->row_floats[t] * sizeof *row);
   ps_err rc = del != NULL && row != NULL
                   ? PS_ERR_OK
@@ -273,7 +273,7 @@ static ps_err clear_disk(store_tier *tr, int t, ps_error *err) {
     if ((rc = row_disk_snapshot_begin(tr->disk, &snap, err)) != PS_ERR_OK) break;
     size_t n = 0;
     int got;
-    while (n < TIER_WRITE_BATCH && (got = row_disk_snapshot_next(snap, t, &del[n], row, err)) == 1) {
+    while (n < TIER_DELETE_BATCH && (got = row_disk_snapshot_next(snap, t, &del[n], row, err)) == 1) {
       n++;
     }
     row_disk_snapshot_end(snap);
@@ -281,7 +281,7 @@ static ps_err clear_disk(store_tier *tr, int t, ps_error *err) {
       rc = err->code;
       break;
     }
-    more = n == TIER_WRITE_BATCH;
+    more = n == TIER_DELETE_BATCH;
     const uint64_t *dels[CTR_TABLES_MAX] = {0};
     size_t del_n[CTR_TABLES_MAX] = {0}, none[CTR_TABLES_MAX] = {0};
     const uint64_t *keys[CTR_TABLES_MAX] = {0};
@@ -300,14 +300,15 @@ static ps_err write_rest(store_tier *tr, int t, const pserver_rows *r, const siz
                          size_t from, ps_error *err) {
   size_t rf = tr->row_floats[t], dim = (size_t)r->dim, sf = (size_t)r->state_floats;
   const sparse_table *hot = tr->ps->store.tables[t];
-  uint64_t *keys = malloc(TIER_WRITE_BATCH * sizeof *keys);
-  float *rows = malloc(TIER_WRITE_BATCH * rf * sizeof *rows);
+  size_t batch = write_rows_max(tr, t);
+  uint64_t *keys = malloc(batch * sizeof *keys);
+  float *rows = malloc(batch * rf * sizeof *rows);
   ps_err rc = keys != NULL && rows != NULL
                   ? PS_ERR_OK
                   : ps_error_set(err, PS_ERR_NO_MEMORY, "disk tier: out of memory");
   for (size_t at = from; rc == PS_ERR_OK && at < r->rows;) {
     size_t n = 0;
-    for (; n < TIER_WRITE_BATCH && at < r->rows; n++, at++) {
+    for (; n < batch && at < r->rows; n++, at++) {
       size_t i = order[at];
       keys[n] = r->keys[i];
       sparse_table_row_pack(hot, r->values + i * dim, sf > 0 ? r->state + i * sf : NULL,

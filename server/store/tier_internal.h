@@ -11,9 +11,11 @@
 #include "server/store/row_disk.h"
 #include "server/store/tier.h"
 
-/* Rows the writer takes out of the buffer per transaction, and a load
- * writes per transaction. */
-#define TIER_WRITE_BATCH 32768
+/* Bytes of rows the writer takes out of the buffer per transaction, and a
+ * load writes per transaction (rows of 4 KiB and of 76 bytes alike). */
+#define TIER_WRITE_BYTES ((size_t)4 << 20)
+/* Keys a load deletes per transaction. */
+#define TIER_DELETE_BATCH 32768
 
 /* A set of keys: open addressing, cleared by a new stamp. */
 typedef struct key_set {
@@ -57,6 +59,11 @@ struct store_tier {
 static inline store_tier *tier_of(pserver *ps) { return ps->store.tier; }
 static inline size_t row_bytes(const store_tier *tr, int t) {
   return tr->row_floats[t] * sizeof(float);
+}
+/* Rows of table t in one write. */
+static inline size_t write_rows_max(const store_tier *tr, int t) {
+  size_t n = TIER_WRITE_BYTES / row_bytes(tr, t);
+  return n > 16 ? n : 16;
 }
 
 /* mu held: key's buffered row of table t taken out into row: 1, or 0 without one. */
