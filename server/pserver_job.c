@@ -256,7 +256,7 @@ void pserver_log_table_stats(const pserver *ps, long step) {
 static void tensorboard_stats(pserver *ps, long step, double dt) {
   if (ps->cfg.tensorboard == NULL || ps->tensorboard_failed) return;
   enum { TABLES = 16 };
-  tb_scalar v[4 + 2 * TABLES];
+  tb_scalar v[8 + 2 * TABLES];
   char tags[2 * TABLES][80];
   int n = 0;
   v[n++] = (tb_scalar){"pserver/pushes_per_s", (double)ps->stats_pushes / dt};
@@ -274,6 +274,15 @@ static void tensorboard_stats(pserver *ps, long step, double dt) {
     snprintf(tags[2 * t + 1], sizeof tags[0], "tables/%s/MiB", name);
     v[n++] = (tb_scalar){tags[2 * t], (double)st.rows};
     v[n++] = (tb_scalar){tags[2 * t + 1], (double)st.bytes / 1048576.0};
+  }
+  if (ps->store.tier != NULL) { /* --table-dir: where rows are, and the hit rate so far */
+    store_tier_stats ts;
+    store_tier_stats_get(ps, &ts);
+    v[n++] = (tb_scalar){"tier/rows_in_memory", (double)ts.rows_memory};
+    v[n++] = (tb_scalar){"tier/rows_on_disk", (double)ts.rows_disk};
+    v[n++] = (tb_scalar){"tier/memory_hit_percent",
+                         ts.lookups > 0 ? 100.0 * (double)ts.hits / (double)ts.lookups : 0.0};
+    v[n++] = (tb_scalar){"tier/disk_MiB", (double)ts.file_bytes / 1048576.0};
   }
   ps_error err;
   if (tb_writer_write(ps->cfg.tensorboard, step, v, n, &err) != PS_ERR_OK) {
