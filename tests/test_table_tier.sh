@@ -58,7 +58,7 @@ grep -q "disk tier: rows past 0.4 MiB in memory move to $SCRATCH/tables/pserver-
   fail "the tier's start is not logged: $(grep 'disk tier' "$SCRATCH/tier-s0.log" | head -n 1)"
 line=$(tier_line "$SCRATCH/tier-s0.log")
 echo "tier: $line" >&2
-grep -qE "^[0-9]+ rows in memory, [0-9]+ buffered, [1-9][0-9]* on disk \([0-9.]+ MiB of files\); of [0-9]+ rows asked for since the last line [0-9.]+% were in memory, [0-9.]+% buffered, [0-9.]*[1-9][0-9.]*% read from disk, [0-9.]+% new; disk [0-9.]+ MB/s read, [0-9.]+ MB/s written" <<<"$line" ||
+grep -qE "^[0-9]+ rows in memory, [0-9]+ buffered, [1-9][0-9]* on disk \([0-9.]+ MiB of files\); of [0-9]+ rows asked for since the last line [0-9.]+% were in memory, [0-9.]+% buffered, [0-9.]*[1-9][0-9.]*% read from disk, [0-9.]+% new; disk [0-9.]+ MB/s read, [0-9.]+ MB/s written; since the start [0-9.]+% in memory, [0-9.]+ MB read, [0-9.]+ MB written" <<<"$line" ||
   fail "the tier's statistics line: '$line'"
 [ -z "$(ls -A "$SCRATCH/tables/pserver-0" 2>/dev/null)" ] ||
   fail "the tier's files outlived the pserver: $(ls "$SCRATCH/tables/pserver-0")"

@@ -448,8 +448,8 @@ void store_tier_log_stats(const pserver *ps, long step) {
   double pct = asked > 0 ? 100.0 / (double)asked : 0;
   LOG_INFO("step %ld: disk tier: %llu rows in memory, %llu buffered, %llu on disk (%.1f MiB of "
            "files); of %llu rows asked for since the last line %.2f%% were in memory, %.2f%% "
-           "buffered, %.2f%% read from disk, %.2f%% new; disk %.2f MB/s read, %.2f MB/s written"
-           "%s",
+           "buffered, %.2f%% read from disk, %.2f%% new; disk %.2f MB/s read, %.2f MB/s written; "
+           "since the start %.2f%% in memory, %.1f MB read, %.1f MB written%s",
            step, (unsigned long long)now.rows_memory, (unsigned long long)now.rows_buffer,
            (unsigned long long)now.rows_disk, (double)now.file_bytes / 1048576.0,
            (unsigned long long)asked, pct * (double)(now.hits - was->hits),
@@ -458,6 +458,8 @@ void store_tier_log_stats(const pserver *ps, long step) {
            pct * (double)(now.disk_misses - was->disk_misses),
            dt > 0 ? (double)(now.disk_bytes_read - was->disk_bytes_read) / dt / 1e6 : 0.0,
            dt > 0 ? (double)(now.disk_bytes_written - was->disk_bytes_written) / dt / 1e6 : 0.0,
+           now.lookups > 0 ? 100.0 * (double)now.hits / (double)now.lookups : 0.0,
+           (double)now.disk_bytes_read / 1e6, (double)now.disk_bytes_written / 1e6,
            now.reads_under_lock > was->reads_under_lock ? " (some read with the lock held)" : "");
   tr->logged = now;
   tr->logged_at = t;
