@@ -23,6 +23,7 @@
 /* The buffer's share of --table-memory-mb (1/8): about two of the tables'
  * moves of 1/16 each. */
 #define TIER_BUFFER_SHARE 8
+#define TIER_BUFFER_MIN ((size_t)64 << 10)
 /* A request's passes before its last rows are read with the lock held. */
 #define TIER_PASSES 4
 /* How long a request waits for the writer to make room in the buffer. */
@@ -332,8 +333,12 @@ ps_err store_tier_open(pserver *ps, ps_error *err) {
     tier_free(tr);
     return rc;
   }
-  /* The buffer's share comes out of the tables' budget (given back at close). */
-  tr->buffer_limit = budget->limit / TIER_BUFFER_SHARE;
+  /* The buffer's share of the budget left for rows (admission filters are
+   * held already) comes out of the tables' budget (given back at close). */
+  size_t held = atomic_load(&budget->used);
+  tr->buffer_limit = (budget->limit > held ? budget->limit - held : 0) / TIER_BUFFER_SHARE;
+  if (tr->buffer_limit < TIER_BUFFER_MIN) tr->buffer_limit = TIER_BUFFER_MIN;
+  if (tr->buffer_limit > budget->limit) tr->buffer_limit = budget->limit;
   budget->limit -= tr->buffer_limit;
   tr->spill = (sparse_spill){.begin = spill_begin, .pinned = spill_pinned, .put = spill_put,
                              .ctx = tr};
