@@ -157,6 +157,10 @@ ps_err sparse_table_load(sparse_table *t, size_t n, const uint64_t *keys, const 
 
 /* --- a spill's side (sparse_spill) ------------------------------------------ */
 
+/* Grows the table's storage (charged to its budget) to hold `rows` rows,
+ * so it allocates nothing more up to that many: RESOURCE_EXHAUSTED past
+ * the budget. */
+ps_err sparse_table_reserve(sparse_table *t, size_t rows, ps_error *err);
 /* Sets (NULL: clears) where the table's rows move past its memory. */
 void sparse_table_set_spill(sparse_table *t, const sparse_spill *spill);
 /* Floats of a whole row: dim values, the state, 2 floats of meta. */

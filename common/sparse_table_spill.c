@@ -3,6 +3,11 @@
  * eviction's (sparse_table_evict.c). */
 #include "common/sparse_table_internal.h"
 
+ps_err sparse_table_reserve(sparse_table *t, size_t rows, ps_error *err) {
+  return st_reserve(t, rows > t->high_water ? rows : t->high_water, rows > t->live ? rows : t->live,
+                    err);
+}
+
 void sparse_table_set_spill(sparse_table *t, const sparse_spill *spill) { t->cfg.spill = spill; }
 
 size_t sparse_table_row_floats(const sparse_table_config *cfg) {

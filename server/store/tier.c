@@ -133,7 +133,9 @@ static int spill_pinned(void *ctx, const sparse_table *table, uint64_t key) {
 
 /* mu held: row into the buffer; 0 when it is past twice its share or out of memory. */
 static int buffer_put(store_tier *tr, int t, uint64_t key, const float *row) {
-  if (tr->buffer_bytes + row_bytes(tr, t) > 2 * tr->buffer_limit) return 0;
+  sparse_table_stats st;
+  sparse_table_stats_get(tr->buffer[t], &st);
+  if (st.rows >= tr->buffer_rows_max[t]) return 0; /* its reserved storage is full */
   ps_error err;
   if (sparse_table_install(tr->buffer[t], &key, 1, row, &err) != PS_ERR_OK) return 0;
   tr->buffer_bytes += row_bytes(tr, t);
@@ -146,7 +148,7 @@ static int spill_put(void *ctx, const sparse_table *table, uint64_t key, const f
   if (t < 0) return 0;
   pthread_mutex_lock(&tr->mu);
   int ok = buffer_put(tr, t, key, row);
-  if (ok && tr->buffer_bytes >= tr->buffer_limit / 4) pthread_cond_signal(&tr->wake);
+  if (ok && tr->buffer_bytes >= tr->buffer_limit / 8) pthread_cond_signal(&tr->wake);
   pthread_mutex_unlock(&tr->mu);
   return ok;
 }
@@ -274,7 +276,7 @@ void tier_writer_stop(store_tier *tr) {
 ps_err tier_buffers_create(store_tier *tr, ps_error *err) {
   for (int t = 0; t < tr->tables; t++) {
     sparse_table_config c = *sparse_table_config_of(tr->ps->store.tables[t]);
-    c.budget = NULL;
+    c.budget = tr->ps->cfg.table_budget; /* its storage reserved up front, below */
     c.spill = NULL;
     c.max_bytes = 0;
     c.admit_after = 0;
@@ -282,6 +284,17 @@ ps_err tier_buffers_create(store_tier *tr, ps_error *err) {
     sparse_table_destroy(tr->buffer[t]);
     tr->buffer[t] = NULL;
     if (sparse_table_create(&tr->buffer[t], &c, err) != PS_ERR_OK) return err->code;
+    /* Every table's buffer as many rows (a key has a row in each), its
+     * storage reserved: it never grows, so the budget bounds memory and
+     * buffer together. */
+    size_t per_row = 0;
+    for (int u = 0; u < tr->tables; u++) per_row += row_bytes(tr, u) + 24; /* + the map's */
+    size_t rows = tr->buffer_limit / per_row;
+    tr->buffer_rows_max[t] = rows > 64 ? rows : 64;
+    if (sparse_table_reserve(tr->buffer[t], tr->buffer_rows_max[t], err) != PS_ERR_OK) {
+      return ps_error_set(err, err->code, "disk tier: no room in the budget for its buffer: %s",
+                          err->msg);
+    }
   }
   tr->buffer_bytes = 0;
   return PS_ERR_OK;
@@ -326,6 +339,11 @@ ps_err store_tier_open(pserver *ps, ps_error *err) {
     tr->row_floats[t] = sparse_table_row_floats(sparse_table_config_of(ps->store.tables[t]));
     bytes[t] = row_bytes(tr, t);
   }
+  /* The buffer's share of the budget left for rows (admission filters are
+   * held already). */
+  size_t held = atomic_load(&budget->used);
+  tr->buffer_limit = (budget->limit > held ? budget->limit - held : 0) / TIER_BUFFER_SHARE;
+  if (tr->buffer_limit < TIER_BUFFER_MIN) tr->buffer_limit = TIER_BUFFER_MIN;
   ps_err rc = tier_buffers_create(tr, err);
   if (rc == PS_ERR_OK) rc = row_disk_open(&tr->disk, tr->dir, tr->tables, bytes, err);
   if (rc == PS_ERR_OK) rc = tier_writer_start(tr, err);
@@ -333,20 +351,13 @@ ps_err store_tier_open(pserver *ps, ps_error *err) {
     tier_free(tr);
     return rc;
   }
-  /* The buffer's share of the budget left for rows (admission filters are
-   * held already) comes out of the tables' budget (given back at close). */
-  size_t held = atomic_load(&budget->used);
-  tr->buffer_limit = (budget->limit > held ? budget->limit - held : 0) / TIER_BUFFER_SHARE;
-  if (tr->buffer_limit < TIER_BUFFER_MIN) tr->buffer_limit = TIER_BUFFER_MIN;
-  if (tr->buffer_limit > budget->limit) tr->buffer_limit = budget->limit;
-  budget->limit -= tr->buffer_limit;
   tr->spill = (sparse_spill){.begin = spill_begin, .pinned = spill_pinned, .put = spill_put,
                              .ctx = tr};
   for (int t = 0; t < tr->tables; t++) sparse_table_set_spill(ps->store.tables[t], &tr->spill);
   ps->store.tier = tr;
   LOG_INFO("disk tier: rows past %.1f MiB in memory move to %s (%.1f MiB of --table-memory-mb "
            "for rows on their way there)",
-           (double)budget->limit / 1048576.0, row_disk_path(tr->disk),
+           (double)(budget->limit - tr->buffer_limit) / 1048576.0, row_disk_path(tr->disk),
            (double)tr->buffer_limit / 1048576.0);
   return PS_ERR_OK;
 }
@@ -357,7 +368,6 @@ void store_tier_close(pserver *ps) {
   for (int t = 0; t < tr->tables; t++) {
     if (ps->store.tables[t] != NULL) sparse_table_set_spill(ps->store.tables[t], NULL);
   }
-  if (ps->cfg.table_budget != NULL) ps->cfg.table_budget->limit += tr->buffer_limit;
   tier_free(tr);
   ps->store.tier = NULL;
 }
@@ -574,6 +584,16 @@ ps_err store_tier_read(pserver *ps, tier_fetch *f, ps_error *err) {
   return PS_ERR_OK;
 }
 
+/* mu held: whether a table's buffer is over half its rows. */
+static int buffer_half_full(store_tier *tr) {
+  for (int t = 0; t < tr->tables; t++) {
+    sparse_table_stats st;
+    sparse_table_stats_get(tr->buffer[t], &st);
+    if (st.rows > tr->buffer_rows_max[t] / 2) return 1;
+  }
+  return 0;
+}
+
 void store_tier_wait_room(pserver *ps) {
   /* The tier lives from the job's configuration to the pserver's end. */
   pthread_mutex_lock(&ps->lock);
@@ -584,7 +604,7 @@ void store_tier_wait_room(pserver *ps) {
   clock_gettime(CLOCK_REALTIME, &until);
   until.tv_sec += TIER_WAIT_SECONDS;
   pthread_mutex_lock(&tr->mu);
-  while (tr->buffer_bytes > tr->buffer_limit / 2 && !tr->failed && !tr->stop) {
+  while (buffer_half_full(tr) && !tr->failed && !tr->stop) {
     pthread_cond_signal(&tr->wake);
     if (pthread_cond_timedwait(&tr->drained, &tr->mu, &until) == ETIMEDOUT) break;
   }

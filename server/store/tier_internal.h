@@ -38,6 +38,7 @@ struct store_tier {
   pthread_cond_t wake, drained;
   sparse_table *buffer[CTR_TABLES_MAX];
   size_t buffer_bytes, buffer_limit;
+  size_t buffer_rows_max[CTR_TABLES_MAX]; /* rows each table's buffer has storage for */
   uint64_t commits;
   uint64_t written[CTR_TABLES_MAX]; /* rows ever written to disk: none, nothing to read */
   int stop, failed;
