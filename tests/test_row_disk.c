@@ -1,14 +1,19 @@
-/* The disk tier's LMDB store (server/store/row_disk.h): rows of two tables
- * of different widths read back byte for byte, missing keys, duplicate
- * keys, overwrites and deletes, an empty batch; snapshots in ascending
- * numeric key order (keys above 2^63 too) that do not see later writes;
- * the map growing from a small start while other threads read, and waiting
- * for an open snapshot; the statistics; an old store removed at open; bad
- * arguments; a full disk (a 1 MiB tmpfs in a mount namespace of its own:
- * root only, skipped with the reason otherwise). */
+/* The disk tier's store (server/store/row_disk.h), whichever the build has
+ * (PSTRAIN_ROW_STORE: RocksDB, row_disk_rocksdb.c, or LMDB, row_disk.c):
+ * rows of two tables of different widths read back byte for byte, missing
+ * keys, duplicate keys, overwrites and deletes, an empty batch; snapshots
+ * in ascending numeric key order (keys above 2^63 too) that do not see
+ * later writes; the statistics; an old store removed at open; bad
+ * arguments; a full disk (a small tmpfs in a mount namespace of its own:
+ * root only, skipped with the reason otherwise).
+ * LMDB only: the map growing from a small start while other threads read,
+ * and waiting for an open snapshot. RocksDB only: 300k rows written while
+ * three threads read and a snapshot is open (memtable flushes and
+ * compactions under them), the snapshot still as it began. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -95,7 +100,12 @@ static int exists(const char *path) {
   return stat(path, &st) == 0;
 }
 
+/* The store's files: LMDB's DIR/rows.mdb (and -lock), RocksDB's folder. */
+#ifdef PSTRAIN_ROW_STORE_LMDB
 static void data_path(char *out, size_t len) { snprintf(out, len, "%s/rows.mdb", dir); }
+#else
+static void data_path(char *out, size_t len) { snprintf(out, len, "%s/rows.rocksdb", dir); }
+#endif
 
 /* Two tables, both at once in one batch, read back in a shuffled order. */
 static void case_two_tables(void) {
@@ -322,7 +332,8 @@ static void case_snapshot(void) {
   row_disk_close(d);
 }
 
-/* --- the map's growth ----------------------------------------------------- */
+#ifdef PSTRAIN_ROW_STORE_LMDB
+/* --- the map's growth (LMDB) ---------------------------------------------- */
 
 typedef struct grow_ctx {
   row_disk *d;
@@ -445,6 +456,7 @@ static void case_growth_waits_for_snapshot(void) {
   free(big);
   row_disk_close(d);
 }
+#endif /* PSTRAIN_ROW_STORE_LMDB */
 
 /* Counters of rows and bytes read (found only) and written; rows per
  * table; the file's size. */
@@ -482,7 +494,11 @@ static void case_reopen_removes(void) {
   REQUIRE(put(d, 0, keys, 3, 1, &err) == PS_ERR_OK);
   char path[256], lock[288];
   data_path(path, sizeof path);
+#ifdef PSTRAIN_ROW_STORE_LMDB
   snprintf(lock, sizeof lock, "%s-lock", path);
+#else
+  snprintf(lock, sizeof lock, "%s/LOCK", path); /* inside RocksDB's folder */
+#endif
   CHECK(exists(path));
   CHECK(exists(lock));
   row_disk_close(d);
@@ -494,17 +510,38 @@ static void case_reopen_removes(void) {
   d = open_store();
   REQUIRE(put(d, 0, keys, 3, 1, &err) == PS_ERR_OK);
   char cmd[2048];
+#ifdef PSTRAIN_ROW_STORE_LMDB
   snprintf(cmd, sizeof cmd, "cp '%s' '%s.keep' && cp '%s' '%s.keep'", path, path, lock, lock);
   REQUIRE(system(cmd) == 0);
   row_disk_close(d);
   snprintf(cmd, sizeof cmd, "mv '%s.keep' '%s' && mv '%s.keep' '%s'", path, path, lock, lock);
   REQUIRE(system(cmd) == 0);
+#else
+  /* The folder, and in it a file of no store's and a CURRENT naming no
+   * MANIFEST: opened as it is, RocksDB would fail (or refuse: it exists). */
+  snprintf(cmd, sizeof cmd, "cp -a '%s' '%s.keep'", path, path);
+  REQUIRE(system(cmd) == 0);
+  row_disk_close(d);
+  snprintf(cmd, sizeof cmd,
+           "mv '%s.keep' '%s' && echo junk > '%s/junk' && echo MANIFEST-999999 > '%s/CURRENT'",
+           path, path, path, path);
+  REQUIRE(system(cmd) == 0);
+  char junk[300];
+  snprintf(junk, sizeof junk, "%s/junk", path);
+  REQUIRE(exists(junk));
+#endif
   d = open_store();
   CHECK(has(d, 0, 1, -1));
   CHECK(has(d, 0, 3, -1));
   row_disk_stats st;
   row_disk_stats_get(d, &st);
   CHECK_EQ_INT(st.rows[0], 0);
+#ifndef PSTRAIN_ROW_STORE_LMDB
+  CHECK(!exists(junk));
+  /* The store works: rows in, rows out. */
+  REQUIRE(put(d, 0, keys, 3, 4, &err) == PS_ERR_OK);
+  CHECK(has(d, 0, 2, 4));
+#endif
   row_disk_close(d);
 }
 
@@ -525,28 +562,262 @@ static void case_bad_arguments(void) {
   fclose(f);
   CHECK(row_disk_open(&d, file, 1, rb, &err) == PS_ERR_IO);
   CHECK_CONTAINS(err.msg, file);
+#ifdef PSTRAIN_ROW_STORE_LMDB
   REQUIRE(setenv("PSTRAIN_ROW_DISK_MAP_BYTES", "12x", 1) == 0);
   CHECK(row_disk_open(&d, dir, 1, rb, &err) == PS_ERR_INVALID_ARGUMENT);
   CHECK_CONTAINS(err.msg, "PSTRAIN_ROW_DISK_MAP_BYTES");
   REQUIRE(unsetenv("PSTRAIN_ROW_DISK_MAP_BYTES") == 0);
+#endif
   row_disk_close(NULL);
 }
 
+#ifndef PSTRAIN_ROW_STORE_LMDB
+/* --- RocksDB: flushes and compactions under readers and a snapshot -------- */
+
+enum { FL_TOTAL = 300000, FL_BATCH = 5000, FL_SNAP_AT = 100000, FL_V2 = 50000, FL_DEL_TO = 60000 };
+
+/* Row i's key: spread over the whole uint64 range (above 2^63 too). */
+static uint64_t fl_key(uint64_t i) { return (i + 1) * 0x9E3779B97F4A7C15ull; }
+
+typedef struct flush_ctx {
+  row_disk *d;
+  atomic_uint_fast64_t written; /* rows 0..written-1 written (version 1) */
+  atomic_int v2_from;           /* rows below FL_V2 may be version 2 from now */
+  atomic_int stop;
+  atomic_int reads, bad, errors;
+} flush_ctx;
+
+/* Random rows among those written, and keys never written: each row found
+ * is whole and of a version it may have; each written row is found, but
+ * those being deleted. */
+static void *flush_reader(void *arg) {
+  flush_ctx *c = arg;
+  uint64_t seed = (uint64_t)(uintptr_t)&seed;
+  enum { Q = 64 };
+  uint64_t q[Q], idx[Q];
+  uint8_t rows[Q * 76], found[Q];
+  while (!atomic_load(&c->stop)) {
+    uint64_t w = atomic_load(&c->written); /* rows below w were written before the read */
+    for (int i = 0; i < Q; i++) {
+      seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+      idx[i] = w > 0 && i % 8 != 0 ? (seed >> 33) % w : FL_TOTAL + (seed >> 33);
+      q[i] = fl_key(idx[i]);
+    }
+    ps_error err;
+    if (row_disk_read(c->d, 0, q, Q, rows, found, &err) != PS_ERR_OK) {
+      fprintf(stderr, "reader: %s\n", err.msg);
+      atomic_fetch_add(&c->errors, 1);
+      continue;
+    }
+    /* Read after: no version 2 or delete can have been seen while v2 is 0,
+     * and no row at or above w_after was written before the read ended. */
+    int v2 = atomic_load(&c->v2_from);
+    uint64_t w_after = atomic_load(&c->written);
+    for (int i = 0; i < Q; i++) {
+      uint64_t k = idx[i];
+      int deleting = v2 && k >= FL_V2 && k < FL_DEL_TO;
+      const uint8_t *r = rows + i * 76;
+      int ok;
+      if (!found[i]) {
+        ok = k >= w || deleting;
+      } else {
+        ok = k < w_after &&
+             (row_is(r, 76, q[i], 0, 1) || (v2 && k < FL_V2 && row_is(r, 76, q[i], 0, 2)));
+      }
+      if (!ok) atomic_fetch_add(&c->bad, 1);
+    }
+    atomic_fetch_add(&c->reads, 1);
+  }
+  return NULL;
+}
+
+/* Writes rows [from, to) at version v in batches. */
+static void fl_write(flush_ctx *c, uint64_t from, uint64_t to, unsigned v, int publish) {
+  static uint64_t keys[FL_BATCH];
+  ps_error err;
+  for (uint64_t base = from; base < to; base += FL_BATCH) {
+    size_t n = to - base < FL_BATCH ? (size_t)(to - base) : FL_BATCH;
+    for (size_t i = 0; i < n; i++) keys[i] = fl_key(base + i);
+    ps_err rc = put(c->d, 0, keys, n, v, &err);
+    if (rc != PS_ERR_OK) fprintf(stderr, "write: %s\n", err.msg);
+    REQUIRE(rc == PS_ERR_OK);
+    if (publish) atomic_store(&c->written, base + n);
+  }
+}
+
+typedef struct fl_expect {
+  uint64_t key;
+  unsigned version;
+} fl_expect;
+
+static int fl_expect_cmp(const void *a, const void *b) {
+  uint64_t x = ((const fl_expect *)a)->key, y = ((const fl_expect *)b)->key;
+  return (x > y) - (x < y);
+}
+
+/* Iterates table 0 of s to its end, from where it is, against want[from..n). */
+static int fl_scan(row_disk_snapshot *s, const fl_expect *want, size_t from, size_t n) {
+  uint64_t key;
+  uint8_t row[76];
+  ps_error err;
+  size_t i = from;
+  int bad = 0, got;
+  while ((got = row_disk_snapshot_next(s, 0, &key, row, &err)) == 1) {
+    bad += i >= n || key != want[i].key || !row_is(row, 76, key, 0, want[i].version);
+    i++;
+  }
+  if (got < 0) fprintf(stderr, "snapshot: %s\n", err.msg);
+  bad += got < 0 || i != n;
+  return bad;
+}
+
+typedef struct fl_scan_ctx {
+  row_disk_snapshot *s;
+  const fl_expect *want;
+  size_t from, n;
+  int bad;
+} fl_scan_ctx;
+
+/* The rest of a snapshot begun and partly iterated on the main thread, then its end. */
+static void *fl_scan_thread(void *arg) {
+  fl_scan_ctx *c = arg;
+  c->bad = fl_scan(c->s, c->want, c->from, c->n);
+  row_disk_snapshot_rewind(c->s, 0);
+  c->bad += fl_scan(c->s, c->want, 0, c->n); /* again, from the start */
+  row_disk_snapshot_end(c->s);
+  return NULL;
+}
+
+/* 300k rows written in batches (some 25 MB of rows: memtables flushed,
+ * files compacted) while three threads read; a snapshot begun at 100k rows
+ * sees exactly them, in key order, after the rest, overwrites and deletes;
+ * a new snapshot sees the latest. */
+static void case_flushes_under_readers(void) {
+  row_disk *d = open_store();
+  flush_ctx c = {.d = d};
+  pthread_t th[3];
+  for (int i = 0; i < 3; i++) REQUIRE(pthread_create(&th[i], NULL, flush_reader, &c) == 0);
+  ps_error err;
+
+  fl_write(&c, 0, FL_SNAP_AT, 1, 1);
+  row_disk_snapshot *s;
+  REQUIRE(row_disk_snapshot_begin(d, &s, &err) == PS_ERR_OK);
+  fl_expect *was = malloc(FL_SNAP_AT * sizeof *was);
+  REQUIRE(was != NULL);
+  for (uint64_t i = 0; i < FL_SNAP_AT; i++) was[i] = (fl_expect){fl_key(i), 1};
+  qsort(was, FL_SNAP_AT, sizeof *was, fl_expect_cmp);
+
+  fl_write(&c, FL_SNAP_AT, FL_TOTAL / 2, 1, 1);
+  /* The first 1000 of the snapshot's rows, its iterator made mid-stream. */
+  uint64_t key;
+  uint8_t row[76];
+  int bad = 0;
+  for (size_t i = 0; i < 1000; i++) {
+    bad += row_disk_snapshot_next(s, 0, &key, row, &err) != 1 || key != was[i].key ||
+           !row_is(row, 76, key, 0, 1);
+  }
+  CHECK_EQ_INT(bad, 0);
+  fl_write(&c, FL_TOTAL / 2, FL_TOTAL, 1, 1);
+  /* Rows below FL_V2 rewritten (version 2), [FL_V2, FL_DEL_TO) deleted. */
+  atomic_store(&c.v2_from, 1);
+  fl_write(&c, 0, FL_V2, 2, 0);
+  enum { NDEL = FL_DEL_TO - FL_V2 };
+  uint64_t *del = malloc(NDEL * sizeof *del);
+  REQUIRE(del != NULL);
+  for (uint64_t i = 0; i < NDEL; i++) del[i] = fl_key(FL_V2 + i);
+  for (size_t at = 0; at < NDEL; at += 2500) REQUIRE(drop(d, 0, del + at, 2500, &err) == PS_ERR_OK);
+  free(del);
+
+  /* The snapshot's rest on another thread, which ends it; the readers go on. */
+  fl_scan_ctx sc = {.s = s, .want = was, .from = 1000, .n = FL_SNAP_AT};
+  pthread_t scan;
+  REQUIRE(pthread_create(&scan, NULL, fl_scan_thread, &sc) == 0);
+  pthread_join(scan, NULL);
+  CHECK_EQ_INT(sc.bad, 0);
+  free(was);
+
+  struct timespec pause = {0, 50 * 1000 * 1000};
+  nanosleep(&pause, NULL);
+  atomic_store(&c.stop, 1);
+  for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
+  CHECK_EQ_INT(atomic_load(&c.bad), 0);
+  CHECK_EQ_INT(atomic_load(&c.errors), 0);
+  CHECK(atomic_load(&c.reads) > 0);
+
+  /* A new snapshot: the latest. */
+  enum { NOW = FL_TOTAL - NDEL };
+  fl_expect *now = malloc(NOW * sizeof *now);
+  REQUIRE(now != NULL);
+  size_t n = 0;
+  for (uint64_t i = 0; i < FL_TOTAL; i++) {
+    if (i >= FL_V2 && i < FL_DEL_TO) continue;
+    now[n++] = (fl_expect){fl_key(i), i < FL_V2 ? 2u : 1u};
+  }
+  qsort(now, NOW, sizeof *now, fl_expect_cmp);
+  REQUIRE(row_disk_snapshot_begin(d, &s, &err) == PS_ERR_OK);
+  CHECK_EQ_INT(fl_scan(s, now, 0, NOW), 0);
+  row_disk_snapshot_end(s);
+  free(now);
+
+  /* Every row read back at once, too. */
+  uint64_t *q = malloc(FL_TOTAL * sizeof *q);
+  uint8_t *rows = malloc((size_t)FL_TOTAL * 76), *found = malloc(FL_TOTAL);
+  REQUIRE(q && rows && found);
+  for (uint64_t i = 0; i < FL_TOTAL; i++) q[i] = fl_key(i);
+  REQUIRE(row_disk_read(d, 0, q, FL_TOTAL, rows, found, &err) == PS_ERR_OK);
+  bad = 0;
+  for (uint64_t i = 0; i < FL_TOTAL; i++) {
+    if (i >= FL_V2 && i < FL_DEL_TO) {
+      bad += found[i] != 0;
+    } else {
+      bad += found[i] != 1 || !row_is(rows + i * 76, 76, q[i], 0, i < FL_V2 ? 2 : 1);
+    }
+  }
+  CHECK_EQ_INT(bad, 0);
+  free(q);
+  free(rows);
+  free(found);
+
+  /* The rows are on disk (not all in memtables); the count is RocksDB's
+   * estimate (overwritten and deleted keys may count until compacted). */
+  row_disk_stats st;
+  row_disk_stats_get(d, &st);
+  CHECK(st.file_bytes > (uint64_t)16 << 20);
+  CHECK(st.rows[0] >= NOW / 2 && st.rows[0] <= (uint64_t)FL_TOTAL + FL_V2 + NDEL);
+  fprintf(stderr, "flushes: ~%llu rows (%d exact), files %llu bytes, %d reads alongside\n",
+          (unsigned long long)st.rows[0], NOW, (unsigned long long)st.file_bytes,
+          atomic_load(&c.reads));
+  row_disk_close(d);
+}
+#endif /* !PSTRAIN_ROW_STORE_LMDB */
+
 /* --- a full disk ---------------------------------------------------------- */
 
-/* In the child: fills a 1 MiB tmpfs. Exit 0 passed, 77 cannot mount, else failed. */
+/* The tmpfs and the file beside the store, removed later to make room.
+ * LMDB: 256 KiB of 1 MiB. RocksDB writes 3 MiB SST files (a memtable's
+ * rows) and resumes after a full disk only with a memtable's worth (4 MiB)
+ * free: 6 of 12 MiB, so that the second flush fails and removing the file
+ * makes room for it. */
+#ifdef PSTRAIN_ROW_STORE_LMDB
+#define FULL_TMPFS "size=1m"
+#define FULL_FILLER_BLOCKS 4 /* of 64 KiB */
+#else
+#define FULL_TMPFS "size=12m"
+#define FULL_FILLER_BLOCKS 96
+#endif
+
+/* In the child: fills a small tmpfs. Exit 0 passed, 77 cannot mount, else failed. */
 static int full_disk_child(const char *mnt) {
   if (unshare(CLONE_NEWNS) != 0) return 77;
   /* Our mounts stay ours: nothing propagates back to the host. */
   if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) return 77;
-  if (mount("tmpfs", mnt, "tmpfs", 0, "size=1m") != 0) return 77;
+  if (mount("tmpfs", mnt, "tmpfs", 0, FULL_TMPFS) != 0) return 77;
   char store[256], filler[256];
   snprintf(store, sizeof store, "%s/store", mnt);
-  /* 256 KiB of the 1 MiB taken by another file, removed later to make room. */
   snprintf(filler, sizeof filler, "%s/filler", mnt);
   FILE *f = fopen(filler, "w");
   static const char block[64 * 1024];
-  for (int i = 0; f != NULL && i < 4; i++) fwrite(block, 1, sizeof block, f);
+  for (int i = 0; f != NULL && i < FULL_FILLER_BLOCKS; i++) fwrite(block, 1, sizeof block, f);
   if (f == NULL || fclose(f) != 0) {
     fprintf(stderr, "full disk: writing %s failed\n", filler);
     return 1;
@@ -561,7 +832,7 @@ static int full_disk_child(const char *mnt) {
   uint64_t keys[BATCH];
   uint64_t committed = 0;
   ps_err rc = PS_ERR_OK;
-  for (int b = 0; b < 100 && rc == PS_ERR_OK; b++) {
+  for (int b = 0; b < 300 && rc == PS_ERR_OK; b++) {
     for (int i = 0; i < BATCH; i++) keys[i] = committed + 1 + (uint64_t)i;
     rc = put(d, 0, keys, BATCH, 1, &err);
     if (rc == PS_ERR_OK) committed += BATCH;
@@ -586,9 +857,19 @@ static int full_disk_child(const char *mnt) {
   for (uint64_t i = 0; i < committed; i++)
     bad += !found[i] || !row_is(rows + i * 76, 76, q[i], 0, 1);
   CHECK_EQ_INT(bad, 0);
-  /* Room again (another file removed): writes go on. */
+  /* Room again (another file removed): writes go on. RocksDB's recovery
+   * from its background error polls the free space every 5 s. */
   CHECK(unlink(filler) == 0);
   rc = put(d, 0, keys, 10, 2, &err);
+#ifndef PSTRAIN_ROW_STORE_LMDB
+  int tries = 0;
+  for (; rc == PS_ERR_RESOURCE_EXHAUSTED && tries < 300; tries++) {
+    struct timespec pause = {0, 100 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+    rc = put(d, 0, keys, 10, 2, &err);
+  }
+  fprintf(stderr, "full disk: writes went on %.1f s after the room was made\n", tries * 0.1);
+#endif
   if (rc != PS_ERR_OK) fprintf(stderr, "full disk: with room again: %s\n", err.msg);
   CHECK(rc == PS_ERR_OK);
   CHECK(has(d, 0, keys[0], 2));
@@ -611,7 +892,13 @@ static void case_full_disk(void) {
   fflush(stderr);
   pid_t pid = fork();
   REQUIRE(pid >= 0);
-  if (pid == 0) _exit(full_disk_child(mnt));
+  /* A fresh process (this program again): a child forked from this one
+   * would lack RocksDB's background threads (the earlier cases' store
+   * started them here), so its flushes would never run. */
+  if (pid == 0) {
+    execl("/proc/self/exe", "test_row_disk", "--full-disk", mnt, (char *)NULL);
+    _exit(1);
+  }
   int status;
   REQUIRE(waitpid(pid, &status, 0) == pid);
   REQUIRE(WIFEXITED(status));
@@ -623,7 +910,8 @@ static void case_full_disk(void) {
   rmdir(mnt);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  if (argc == 3 && strcmp(argv[1], "--full-disk") == 0) return full_disk_child(argv[2]);
   snprintf(tmp, sizeof tmp, "/tmp/pstrain-row-disk-XXXXXX");
   REQUIRE(mkdtemp(tmp) != NULL);
   snprintf(dir, sizeof dir, "%s/store", tmp);
@@ -631,8 +919,13 @@ int main(void) {
   RUN_CASE(case_duplicate_reads);
   RUN_CASE(case_overwrite_delete);
   RUN_CASE(case_snapshot);
+#ifdef PSTRAIN_ROW_STORE_LMDB
   RUN_CASE(case_map_growth);
   RUN_CASE(case_growth_waits_for_snapshot);
+#else
+  fprintf(stderr, "map growth: skipped: LMDB's (this build's store is RocksDB)\n");
+  RUN_CASE(case_flushes_under_readers);
+#endif
   RUN_CASE(case_stats);
   RUN_CASE(case_reopen_removes);
   RUN_CASE(case_bad_arguments);

@@ -62,8 +62,8 @@ static void append_whole(pserver_rows *r, const sparse_table *t, uint64_t key, c
 }
 
 /* A table's rows as they were at one moment under the lock: memory's and
- * the buffer's copied (whole rows, ascending), the disk's as an LMDB
- * snapshot; merged in key order by tier_snapshot_next, off the lock. */
+ * the buffer's copied (whole rows, ascending), the disk's as the row
+ * store's snapshot; merged in key order by tier_snapshot_next, off the lock. */
 struct store_tier_snapshot {
   store_tier *tr;
   int t;
