@@ -7,6 +7,10 @@
 # report bytes per step, pserver RSS and the table MiB each pserver holds
 # (two pservers hold about half of one's rows each). Where the build has no
 # MPI, the collective row's absence is all that is skipped.
+# Then --workload ctr-tier --quick: the pserver's disk tier with its tables 4x
+# and 16x its budget beside the run with every row in memory: three rows, the
+# tier's hit rates strictly between 0 and 100%, rows written to disk, and the
+# same test AUC as in memory (the tier trains the same bytes).
 . "$(dirname "$0")/lib.sh"
 OUT="$SCRATCH/bench"
 timeout 600 "$PY" "$(dirname "$0")/../scripts/bench" --workload ctr --quick --no-torch \
@@ -60,4 +64,28 @@ if "collective" in runs:
 print(", ".join(f"{n}: {r['examples_per_s']:.0f}/s AUC {r['auc']:.4f}" for n, r in runs.items()))
 PY
 grep -q "| pserver sync, 2 pserver(s)" "$OUT/ctr-modes.md" || fail "no ctr-modes table"
+
+timeout 300 "$PY" "$(dirname "$0")/../scripts/bench" --workload ctr-tier --quick \
+  --bin "$BIN" --out "$SCRATCH/tier" >"$SCRATCH/tier.log" 2>&1 ||
+  { fail "bench ctr-tier failed: $(tail -8 "$SCRATCH/tier.log")"; finish; }
+"$PY" - "$SCRATCH/tier/ctr-tier.json" <<'PY' || fail "ctr-tier.json check"
+import json, sys
+r = json.load(open(sys.argv[1]))
+runs = {x["name"]: x for x in r["results"]}
+assert list(runs) == ["memory", "4x", "16x"], list(runs)
+memory = runs["memory"]
+assert 0.6 < memory["auc"] < 1.0 and memory["examples_per_s"] > 100, memory
+assert r["tables_mib"] > 1, r["tables_mib"]
+for name in ("4x", "16x"):
+    x = runs[name]
+    assert 0 < x["hit_pct"] < 100 and x["mb_written"] > 0, x
+    assert x["budget_mib"] < r["tables_mib"] / 3, x
+    # The tier trains the same bytes: the exports are equal, so are the AUCs.
+    assert f"{x['auc']:.4f}" == f"{memory['auc']:.4f}", (name, x["auc"], memory["auc"])
+print(", ".join(f"{n}: {x['examples_per_s']:.0f}/s AUC {x['auc']:.4f}"
+                + (f" hit {x['hit_pct']:.1f}%" if "hit_pct" in x else "") for n, x in runs.items()))
+PY
+for row in memory 4x 16x; do
+  grep -q "^| $row |" "$SCRATCH/tier/ctr-tier.md" || fail "ctr-tier.md has no $row row"
+done
 finish
