@@ -133,9 +133,9 @@ static int spill_pinned(void *ctx, const sparse_table *table, uint64_t key) {
 
 /* mu held: row into the buffer; 0 when it is past twice its share or out of memory. */
 static int buffer_put(store_tier *tr, int t, uint64_t key, const float *row) {
-  sparse_table_stats st;
-  sparse_table_stats_get(tr->buffer[t], &st);
-  if (st.rows >= tr->buffer_rows_max[t]) return 0; /* its reserved storage is full */
+  /* Past its reserved rows the buffer grows for now (one request's moves at
+   * most: requests wait while it is over half full) rather than refuse a
+   * move the request needs. */
   ps_error err;
   if (sparse_table_install(tr->buffer[t], &key, 1, row, &err) != PS_ERR_OK) return 0;
   tr->buffer_bytes += row_bytes(tr, t);
@@ -276,7 +276,7 @@ void tier_writer_stop(store_tier *tr) {
 ps_err tier_buffers_create(store_tier *tr, ps_error *err) {
   for (int t = 0; t < tr->tables; t++) {
     sparse_table_config c = *sparse_table_config_of(tr->ps->store.tables[t]);
-    c.budget = tr->ps->cfg.table_budget; /* its storage reserved up front, below */
+    c.budget = NULL; /* its reserved storage is taken out of the budget, below */
     c.spill = NULL;
     c.max_bytes = 0;
     c.admit_after = 0;
@@ -292,9 +292,11 @@ ps_err tier_buffers_create(store_tier *tr, ps_error *err) {
     size_t rows = tr->buffer_limit / per_row;
     tr->buffer_rows_max[t] = rows > 64 ? rows : 64;
     if (sparse_table_reserve(tr->buffer[t], tr->buffer_rows_max[t], err) != PS_ERR_OK) {
-      return ps_error_set(err, err->code, "disk tier: no room in the budget for its buffer: %s",
-                          err->msg);
+      return err->code;
     }
+    sparse_table_stats st;
+    sparse_table_stats_get(tr->buffer[t], &st);
+    tr->buffer_reserved += st.bytes;
   }
   tr->buffer_bytes = 0;
   return PS_ERR_OK;
@@ -345,20 +347,28 @@ ps_err store_tier_open(pserver *ps, ps_error *err) {
   tr->buffer_limit = (budget->limit > held ? budget->limit - held : 0) / TIER_BUFFER_SHARE;
   if (tr->buffer_limit < TIER_BUFFER_MIN) tr->buffer_limit = TIER_BUFFER_MIN;
   ps_err rc = tier_buffers_create(tr, err);
+  if (rc == PS_ERR_OK && tr->buffer_reserved >= budget->limit - held) {
+    rc = ps_error_set(err, PS_ERR_RESOURCE_EXHAUSTED,
+                      "disk tier: its buffer's %.1f MiB leave no room for rows in the tables' "
+                      "budget of %.1f MiB (%s)",
+                      (double)tr->buffer_reserved / 1048576.0, (double)budget->limit / 1048576.0,
+                      budget->source);
+  }
   if (rc == PS_ERR_OK) rc = row_disk_open(&tr->disk, tr->dir, tr->tables, bytes, err);
   if (rc == PS_ERR_OK) rc = tier_writer_start(tr, err);
   if (rc != PS_ERR_OK) {
     tier_free(tr);
     return rc;
   }
+  budget->limit -= tr->buffer_reserved; /* given back at close */
   tr->spill = (sparse_spill){.begin = spill_begin, .pinned = spill_pinned, .put = spill_put,
                              .ctx = tr};
   for (int t = 0; t < tr->tables; t++) sparse_table_set_spill(ps->store.tables[t], &tr->spill);
   ps->store.tier = tr;
   LOG_INFO("disk tier: rows past %.1f MiB in memory move to %s (%.1f MiB of --table-memory-mb "
            "for rows on their way there)",
-           (double)(budget->limit - tr->buffer_limit) / 1048576.0, row_disk_path(tr->disk),
-           (double)tr->buffer_limit / 1048576.0);
+           (double)budget->limit / 1048576.0, row_disk_path(tr->disk),
+           (double)tr->buffer_reserved / 1048576.0);
   return PS_ERR_OK;
 }
 
@@ -368,6 +378,7 @@ void store_tier_close(pserver *ps) {
   for (int t = 0; t < tr->tables; t++) {
     if (ps->store.tables[t] != NULL) sparse_table_set_spill(ps->store.tables[t], NULL);
   }
+  if (ps->cfg.table_budget != NULL) ps->cfg.table_budget->limit += tr->buffer_reserved;
   tier_free(tr);
   ps->store.tier = NULL;
 }

@@ -39,6 +39,7 @@ struct store_tier {
   sparse_table *buffer[CTR_TABLES_MAX];
   size_t buffer_bytes, buffer_limit;
   size_t buffer_rows_max[CTR_TABLES_MAX]; /* rows each table's buffer has storage for */
+  size_t buffer_reserved; /* bytes of that storage, taken out of the tables' budget */
   uint64_t commits;
   uint64_t written[CTR_TABLES_MAX]; /* rows ever written to disk: none, nothing to read */
   int stop, failed;
