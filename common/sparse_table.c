@@ -268,15 +268,6 @@ uint32_t st_take_row(sparse_table *t) {
   return r;
 }
 
-/* Keys are random, so every lookup misses the cache: ask for the map slot
- * of a key a few places ahead while working on this one. */
-#define ST_AHEAD 8
-static inline void prefetch_slot(const sparse_table *t, uint64_t key) {
-  size_t i = (size_t)(st_hash(key) >> t->map_shift);
-  __builtin_prefetch(&t->map_keys[i]);
-  __builtin_prefetch(&t->map_rows[i]);
-}
-
 static inline void prefetch_row(const sparse_table *t, uint32_t r) {
   if (r >= ST_NEW) return;
   const float *row = st_row(t, r);

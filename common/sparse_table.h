@@ -172,6 +172,10 @@ long sparse_table_row_step(const sparse_table *t, const float *row);
 long sparse_table_forgotten_before(const sparse_table *t);
 /* Whether key has a row in memory. */
 int sparse_table_has(const sparse_table *t, uint64_t key);
+/* The indices (into keys) of the n keys without a row in memory, into
+ * missing (n entries); returns how many. */
+size_t sparse_table_missing(const sparse_table *t, const uint64_t *keys, size_t n,
+                            uint32_t *missing);
 /* Puts whole rows (row_floats each) back for n distinct keys; keys with a
  * row in memory keep theirs (it is newer). Makes room as a pull does
  * (growing, else moving other rows out); changes nothing when it fails.

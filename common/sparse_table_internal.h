@@ -107,6 +107,15 @@ static inline uint64_t st_meta_count(uint64_t m) { return m & ST_COUNT_MAX; }
 #define ST_NEW (UINT32_MAX - 1)
 #define ST_REFUSED UINT32_MAX
 
+/* Keys are random, so every lookup misses the cache: ask for the map slot
+ * of a key a few places ahead while working on this one. */
+#define ST_AHEAD 8
+static inline void prefetch_slot(const sparse_table *t, uint64_t key) {
+  size_t i = (size_t)(st_hash(key) >> t->map_shift);
+  __builtin_prefetch(&t->map_keys[i]);
+  __builtin_prefetch(&t->map_rows[i]);
+}
+
 /* The slot holding key, or the empty slot where it would go (*found 0). */
 static inline size_t st_map_find(const sparse_table *t, uint64_t key, int *found) {
   size_t mask = t->map_cap - 1, i = (size_t)(st_hash(key) >> t->map_shift);

@@ -40,6 +40,18 @@ int sparse_table_has(const sparse_table *t, uint64_t key) {
   return found;
 }
 
+size_t sparse_table_missing(const sparse_table *t, const uint64_t *keys, size_t n,
+                            uint32_t *missing) {
+  size_t m = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (i + ST_AHEAD < n) prefetch_slot(t, keys[i + ST_AHEAD]);
+    int found;
+    st_map_find(t, keys[i], &found);
+    if (!found) missing[m++] = (uint32_t)i;
+  }
+  return m;
+}
+
 ps_err sparse_table_install(sparse_table *t, const uint64_t *keys, size_t n, const float *rows,
                             ps_error *err) {
   size_t missing = 0;

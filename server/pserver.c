@@ -362,7 +362,15 @@ static int rows_in_memory(pserver *ps, rpc_call *call, const char *method, tier_
   ps_error err;
   int rc = store_tier_prepare(ps, fetch, &err);
   if (rc < 0) pserver_refuse(call, method, err.code, "%s", err.msg);
+  if (rc == 1) store_stash_rows(ps, &fetch->stash); /* the next pass takes them back */
   return rc < 0 ? -1 : rc == 0;
+}
+
+/* The request's rows checked, or on a later pass taken back as checked. */
+static ps_err checked_rows(pserver *ps, rpc_call *call, const char *method, const rpc_message *msg,
+                           const wire_blocks_msg *m, int pull, tier_fetch *fetch) {
+  if (store_unstash_rows(ps, fetch->stash)) return PS_ERR_OK;
+  return store_check_rows(ps, call, method, msg, m, pull);
 }
 
 /* No lock: the rows a pass asked for, read; 1 (refused) when that failed. */
@@ -389,7 +397,7 @@ static int handle_push_pass(pserver *ps, rpc_call *call, const rpc_message *msg,
   } else if (check_sender(ps, call, "PushPull", m.has_key, &m.key, m.config_hash) == PS_ERR_OK &&
              check_blocks(ps, call, &m) == PS_ERR_OK &&
              check_deltas(ps, call, &m) == PS_ERR_OK &&
-             store_check_rows(ps, call, "PushPull", msg, &m, 0) == PS_ERR_OK &&
+             checked_rows(ps, call, "PushPull", msg, &m, 0, fetch) == PS_ERR_OK &&
              (handled = rows_in_memory(ps, call, "PushPull", fetch)) == 1) {
     ps->stats_pushes++;
     ps->stats_in += msg->total;
@@ -438,7 +446,7 @@ static int handle_pull_pass(pserver *ps, rpc_call *call, const rpc_message *msg,
   } else if (wire_parse_blocks(msg, &m, &err) != PS_ERR_OK) {
     pserver_refuse(call, "Pull", err.code, "%s", err.msg);
   } else if (check_sender(ps, call, "Pull", m.has_key, &m.key, m.config_hash) == PS_ERR_OK &&
-             store_check_rows(ps, call, "Pull", msg, &m, 1) == PS_ERR_OK &&
+             checked_rows(ps, call, "Pull", msg, &m, 1, fetch) == PS_ERR_OK &&
              (handled = rows_in_memory(ps, call, "Pull", fetch)) == 1) {
     store_pull(ps, call, &m);
   }

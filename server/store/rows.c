@@ -244,6 +244,50 @@ ps_err store_rows_check(pserver *ps, rpc_call *call, const char *method,
   return PS_ERR_OK;
 }
 
+/* --- a request's rows kept across passes ----------------------------------------- */
+
+struct store_rows_stash {
+  sparse_rows req[SPARSE_FIELDS][CTR_TABLES_MAX];
+  int present[SPARSE_FIELDS];
+  int full;
+};
+
+/* Swaps the request's rows with the stash's (buffers and all: no copy). */
+static void swap_stash(store_rows *sp, store_rows_stash *s) {
+  for (int f = 0; f < SPARSE_FIELDS; f++) {
+    int present = sp->req_present[f];
+    sp->req_present[f] = s->present[f];
+    s->present[f] = present;
+    for (int t = 0; t < CTR_TABLES_MAX; t++) {
+      sparse_rows keep = sp->req[f][t];
+      sp->req[f][t] = s->req[f][t];
+      s->req[f][t] = keep;
+    }
+  }
+}
+
+void store_stash_rows(pserver *ps, store_rows_stash **stash) {
+  if (ps->store.rows == NULL) return;
+  if (*stash == NULL && (*stash = calloc(1, sizeof **stash)) == NULL) return; /* checked again */
+  swap_stash(ps->store.rows, *stash);
+  (*stash)->full = 1;
+}
+
+int store_unstash_rows(pserver *ps, store_rows_stash *stash) {
+  if (stash == NULL || !stash->full || ps->store.rows == NULL) return 0;
+  swap_stash(ps->store.rows, stash);
+  stash->full = 0;
+  return 1;
+}
+
+void store_rows_stash_free(store_rows_stash *stash) {
+  if (stash == NULL) return;
+  for (int f = 0; f < SPARSE_FIELDS; f++) {
+    for (int t = 0; t < CTR_TABLES_MAX; t++) sparse_rows_free(&stash->req[f][t]);
+  }
+  free(stash);
+}
+
 /* --- merging the trainers' rows ------------------------------------------------ */
 
 /* The union of rows[0..count) (in that order) into sp->dedup.unique, each

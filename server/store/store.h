@@ -41,6 +41,15 @@ void store_free(struct pserver *ps);
  * to a job without tables too). */
 ps_err store_check_rows(struct pserver *ps, rpc_call *call, const char *method,
                         const rpc_message *msg, const wire_blocks_msg *m, int pull);
+/* A request's checked rows kept across its handling's passes: a disk
+ * tier's second pass takes them back instead of checking the message
+ * again (the message is the same; the store's request buffers are not,
+ * other requests ran between). */
+typedef struct store_rows_stash store_rows_stash;
+void store_stash_rows(struct pserver *ps, store_rows_stash **stash);
+/* 1 when the stashed rows are the request's again (0: none, check). */
+int store_unstash_rows(struct pserver *ps, store_rows_stash *stash);
+void store_rows_stash_free(store_rows_stash *stash);
 /* The largest Pull this pserver accepts (bytes): a batch's keys per table. */
 size_t store_pull_limit(const struct pserver *ps);
 /* A checked Pull, by kind: the parameters, rows read or pulled (a step's

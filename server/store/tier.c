@@ -310,6 +310,7 @@ static void tier_free(store_tier *tr) {
     key_set_free(&tr->pins[t]);
   }
   key_set_free(&tr->asked);
+  free(tr->missing);
   free(tr->install_keys);
   free(tr->install_rows);
   pthread_mutex_destroy(&tr->mu);
@@ -386,6 +387,7 @@ void store_tier_close(pserver *ps) {
 /* --- a request's rows ------------------------------------------------------------------ */
 
 void tier_fetch_free(tier_fetch *f) {
+  store_rows_stash_free(f->stash);
   for (int t = 0; t < CTR_TABLES_MAX; t++) {
     free(f->keys[t]);
     free(f->rows[t]);
@@ -451,7 +453,8 @@ static long prepare_table(store_tier *tr, int t, tier_fetch *f, int valid, ps_er
                                  &ps->store.rows->req[SPARSE_FIELD_KEYS][t]};
   size_t total = lists[0]->n + lists[1]->n, rf = tr->row_floats[t];
   long horizon = sparse_table_forgotten_before(hot);
-  if (!install_reserve(tr, total + f->n[t]) || !key_set_reset(&tr->asked, f->n[t])) {
+  if (!install_reserve(tr, total + f->n[t]) || !key_set_reset(&tr->asked, f->n[t]) ||
+      !grow_array(&tr->missing, total > 0 ? total : 1, sizeof *tr->missing)) {
     ps_error_set(err, PS_ERR_NO_MEMORY, "disk tier: out of memory for a request's %zu rows", total);
     return -1;
   }
@@ -474,13 +477,11 @@ static long prepare_table(store_tier *tr, int t, tier_fetch *f, int valid, ps_er
   int first = f->passes == 1; /* where the request's rows were when it came */
   int disk_empty = tr->written[t] == 0; /* nothing to read: every other row is new */
   for (int l = 0; l < 2; l++) {
-    for (size_t i = 0; i < lists[l]->n; i++) {
-      uint64_t key = lists[l]->keys[i];
-      tr->lookups += first;
-      if (sparse_table_has(hot, key)) {
-        tr->hits += first;
-        continue;
-      }
+    size_t missing = sparse_table_missing(hot, lists[l]->keys, lists[l]->n, tr->missing);
+    tr->lookups += first * lists[l]->n;
+    tr->hits += first * (lists[l]->n - missing);
+    for (size_t m = 0; m < missing; m++) {
+      uint64_t key = lists[l]->keys[tr->missing[m]];
       if (valid && key_set_has(&tr->asked, key)) continue; /* read: new, or installed above */
       float *row = tr->install_rows + inst * rf;
       if (tier_buffer_take(tr, t, key, row)) {

@@ -29,6 +29,7 @@ typedef struct tier_fetch {
   uint8_t *found[CTR_TABLES_MAX];
   size_t n[CTR_TABLES_MAX], cap[CTR_TABLES_MAX];
   uint64_t commits; /* the tier's write-backs when the keys were chosen */
+  struct store_rows_stash *stash; /* the request's checked rows, between passes */
   int read;         /* rows read for those keys */
   int passes;
 } tier_fetch;

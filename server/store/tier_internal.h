@@ -49,6 +49,7 @@ struct store_tier {
   /* Under the pserver's lock. */
   key_set pins[CTR_TABLES_MAX];
   key_set asked;
+  uint32_t *missing; /* a request's keys not in memory (their indices) */
   uint64_t *install_keys;
   float *install_rows;
   size_t install_cap;
