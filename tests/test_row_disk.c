@@ -1,13 +1,10 @@
-/* The disk tier's store (server/store/row_disk.h), whichever the build has
- * (PSTRAIN_ROW_STORE: RocksDB, row_disk_rocksdb.c, or LMDB, row_disk.c):
+/* The disk tier's store (server/store/row_disk.h, RocksDB):
  * rows of two tables of different widths read back byte for byte, missing
  * keys, duplicate keys, overwrites and deletes, an empty batch; snapshots
  * in ascending numeric key order (keys above 2^63 too) that do not see
  * later writes; the statistics; an old store removed at open; bad
  * arguments; a full disk (a small tmpfs in a mount namespace of its own:
- * root only, skipped with the reason otherwise).
- * LMDB only: the map growing from a small start while other threads read,
- * and waiting for an open snapshot. RocksDB only: 300k rows written while
+ * root only, skipped with the reason otherwise); 300k rows written while
  * three threads read and a snapshot is open (memtable flushes and
  * compactions under them), the snapshot still as it began. */
 #define _GNU_SOURCE
@@ -100,12 +97,8 @@ static int exists(const char *path) {
   return stat(path, &st) == 0;
 }
 
-/* The store's files: LMDB's DIR/rows.mdb (and -lock), RocksDB's folder. */
-#ifdef PSTRAIN_ROW_STORE_LMDB
-static void data_path(char *out, size_t len) { snprintf(out, len, "%s/rows.mdb", dir); }
-#else
+/* The store's files: RocksDB's folder. */
 static void data_path(char *out, size_t len) { snprintf(out, len, "%s/rows.rocksdb", dir); }
-#endif
 
 /* Two tables, both at once in one batch, read back in a shuffled order. */
 static void case_two_tables(void) {
@@ -332,131 +325,6 @@ static void case_snapshot(void) {
   row_disk_close(d);
 }
 
-#ifdef PSTRAIN_ROW_STORE_LMDB
-/* --- the map's growth (LMDB) ---------------------------------------------- */
-
-typedef struct grow_ctx {
-  row_disk *d;
-  atomic_uint_fast64_t written; /* keys 1..written are on disk (version 1) */
-  atomic_int stop;
-  atomic_int reads, bad, errors;
-} grow_ctx;
-
-/* Reads random keys among those written, and some never written. */
-static void *grow_reader(void *arg) {
-  grow_ctx *c = arg;
-  uint64_t seed = (uint64_t)(uintptr_t)&seed;
-  uint64_t q[64];
-  uint8_t rows[64 * 76], found[64];
-  while (!atomic_load(&c->stop)) {
-    uint64_t w = atomic_load(&c->written);
-    for (int i = 0; i < 64; i++) {
-      seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-      q[i] = w > 0 && i % 8 != 0 ? 1 + (seed >> 33) % w : (1ull << 62) + (seed >> 33);
-    }
-    ps_error err;
-    if (row_disk_read(c->d, 0, q, 64, rows, found, &err) != PS_ERR_OK) {
-      fprintf(stderr, "reader: %s\n", err.msg);
-      atomic_fetch_add(&c->errors, 1);
-      continue;
-    }
-    for (int i = 0; i < 64; i++) {
-      int want = q[i] <= w;
-      if (found[i] != want || (want && !row_is(rows + i * 76, 76, q[i], 0, 1))) {
-        atomic_fetch_add(&c->bad, 1);
-      }
-    }
-    atomic_fetch_add(&c->reads, 1);
-  }
-  return NULL;
-}
-
-/* From a 256 KiB map to megabytes (several doublings), while three threads
- * read: every read sees whole batches, rows intact. */
-static void case_map_growth(void) {
-  REQUIRE(setenv("PSTRAIN_ROW_DISK_MAP_BYTES", "262144", 1) == 0);
-  row_disk *d = open_store();
-  REQUIRE(unsetenv("PSTRAIN_ROW_DISK_MAP_BYTES") == 0);
-  grow_ctx c = {.d = d};
-  pthread_t th[3];
-  for (int i = 0; i < 3; i++) REQUIRE(pthread_create(&th[i], NULL, grow_reader, &c) == 0);
-  enum { BATCH = 2000, TOTAL = 60000 };
-  uint64_t keys[BATCH];
-  ps_error err;
-  for (uint64_t base = 0; base < TOTAL; base += BATCH) {
-    for (int i = 0; i < BATCH; i++) keys[i] = base + 1 + (uint64_t)i;
-    ps_err rc = put(d, 0, keys, BATCH, 1, &err);
-    if (rc != PS_ERR_OK) fprintf(stderr, "write: %s\n", err.msg);
-    REQUIRE(rc == PS_ERR_OK);
-    atomic_store(&c.written, base + BATCH);
-  }
-  struct timespec pause = {0, 50 * 1000 * 1000};
-  nanosleep(&pause, NULL);
-  atomic_store(&c.stop, 1);
-  for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
-  CHECK_EQ_INT(atomic_load(&c.bad), 0);
-  CHECK_EQ_INT(atomic_load(&c.errors), 0);
-  CHECK(atomic_load(&c.reads) > 0);
-  row_disk_stats st;
-  row_disk_stats_get(d, &st);
-  CHECK_EQ_INT(st.rows[0], TOTAL);
-  /* The file cannot outgrow the map: past 4x the start, it doubled twice or more. */
-  CHECK(st.file_bytes > 4 * 262144);
-  fprintf(stderr, "map growth: %llu rows, file %llu bytes, %d reads alongside\n",
-          (unsigned long long)st.rows[0], (unsigned long long)st.file_bytes, atomic_load(&c.reads));
-  row_disk_close(d);
-}
-
-typedef struct snap_ctx {
-  row_disk_snapshot *s;
-  atomic_int ended;
-  int rows;
-} snap_ctx;
-
-/* Iterates the snapshot slowly on its own thread, then ends it. */
-static void *snap_iterate(void *arg) {
-  snap_ctx *c = arg;
-  uint64_t key;
-  uint8_t row[76];
-  ps_error err;
-  struct timespec pause = {0, 300 * 1000 * 1000};
-  nanosleep(&pause, NULL);
-  while (row_disk_snapshot_next(c->s, 0, &key, row, &err) == 1) c->rows++;
-  atomic_store(&c->ended, 1);
-  row_disk_snapshot_end(c->s);
-  return NULL;
-}
-
-/* A map full while a snapshot is open (begun here, iterated and ended on
- * another thread): the write waits for its end, then grows and succeeds;
- * the snapshot saw the rows before it; reads meanwhile do not wait. */
-static void case_growth_waits_for_snapshot(void) {
-  REQUIRE(setenv("PSTRAIN_ROW_DISK_MAP_BYTES", "262144", 1) == 0);
-  row_disk *d = open_store();
-  REQUIRE(unsetenv("PSTRAIN_ROW_DISK_MAP_BYTES") == 0);
-  uint64_t keys[500];
-  for (int i = 0; i < 500; i++) keys[i] = (uint64_t)i + 1;
-  ps_error err;
-  REQUIRE(put(d, 0, keys, 500, 1, &err) == PS_ERR_OK);
-  snap_ctx c = {0};
-  REQUIRE(row_disk_snapshot_begin(d, &c.s, &err) == PS_ERR_OK);
-  pthread_t th;
-  REQUIRE(pthread_create(&th, NULL, snap_iterate, &c) == 0);
-  /* 20k rows need ~2 MiB: the map must grow, so this waits for the end. */
-  enum { BIG = 20000 };
-  uint64_t *big = malloc(BIG * sizeof *big);
-  REQUIRE(big != NULL);
-  for (int i = 0; i < BIG; i++) big[i] = 1000000 + (uint64_t)i;
-  REQUIRE(put(d, 0, big, BIG, 1, &err) == PS_ERR_OK);
-  CHECK_EQ_INT(atomic_load(&c.ended), 1);
-  pthread_join(th, NULL);
-  CHECK_EQ_INT(c.rows, 500);
-  CHECK(has(d, 0, 1000000 + BIG - 1, 1));
-  CHECK(has(d, 0, 1, 1));
-  free(big);
-  row_disk_close(d);
-}
-#endif /* PSTRAIN_ROW_STORE_LMDB */
 
 /* Counters of rows and bytes read (found only) and written; rows per
  * table; the file's size. */
@@ -494,11 +362,7 @@ static void case_reopen_removes(void) {
   REQUIRE(put(d, 0, keys, 3, 1, &err) == PS_ERR_OK);
   char path[256], lock[288];
   data_path(path, sizeof path);
-#ifdef PSTRAIN_ROW_STORE_LMDB
-  snprintf(lock, sizeof lock, "%s-lock", path);
-#else
   snprintf(lock, sizeof lock, "%s/LOCK", path); /* inside RocksDB's folder */
-#endif
   CHECK(exists(path));
   CHECK(exists(lock));
   row_disk_close(d);
@@ -510,13 +374,6 @@ static void case_reopen_removes(void) {
   d = open_store();
   REQUIRE(put(d, 0, keys, 3, 1, &err) == PS_ERR_OK);
   char cmd[2048];
-#ifdef PSTRAIN_ROW_STORE_LMDB
-  snprintf(cmd, sizeof cmd, "cp '%s' '%s.keep' && cp '%s' '%s.keep'", path, path, lock, lock);
-  REQUIRE(system(cmd) == 0);
-  row_disk_close(d);
-  snprintf(cmd, sizeof cmd, "mv '%s.keep' '%s' && mv '%s.keep' '%s'", path, path, lock, lock);
-  REQUIRE(system(cmd) == 0);
-#else
   /* The folder, and in it a file of no store's and a CURRENT naming no
    * MANIFEST: opened as it is, RocksDB would fail (or refuse: it exists). */
   snprintf(cmd, sizeof cmd, "cp -a '%s' '%s.keep'", path, path);
@@ -529,19 +386,16 @@ static void case_reopen_removes(void) {
   char junk[300];
   snprintf(junk, sizeof junk, "%s/junk", path);
   REQUIRE(exists(junk));
-#endif
   d = open_store();
   CHECK(has(d, 0, 1, -1));
   CHECK(has(d, 0, 3, -1));
   row_disk_stats st;
   row_disk_stats_get(d, &st);
   CHECK_EQ_INT(st.rows[0], 0);
-#ifndef PSTRAIN_ROW_STORE_LMDB
   CHECK(!exists(junk));
   /* The store works: rows in, rows out. */
   REQUIRE(put(d, 0, keys, 3, 4, &err) == PS_ERR_OK);
   CHECK(has(d, 0, 2, 4));
-#endif
   row_disk_close(d);
 }
 
@@ -562,16 +416,9 @@ static void case_bad_arguments(void) {
   fclose(f);
   CHECK(row_disk_open(&d, file, 1, rb, &err) == PS_ERR_IO);
   CHECK_CONTAINS(err.msg, file);
-#ifdef PSTRAIN_ROW_STORE_LMDB
-  REQUIRE(setenv("PSTRAIN_ROW_DISK_MAP_BYTES", "12x", 1) == 0);
-  CHECK(row_disk_open(&d, dir, 1, rb, &err) == PS_ERR_INVALID_ARGUMENT);
-  CHECK_CONTAINS(err.msg, "PSTRAIN_ROW_DISK_MAP_BYTES");
-  REQUIRE(unsetenv("PSTRAIN_ROW_DISK_MAP_BYTES") == 0);
-#endif
   row_disk_close(NULL);
 }
 
-#ifndef PSTRAIN_ROW_STORE_LMDB
 /* --- RocksDB: flushes and compactions under readers and a snapshot -------- */
 
 enum { FL_TOTAL = 300000, FL_BATCH = 5000, FL_SNAP_AT = 100000, FL_V2 = 50000, FL_DEL_TO = 60000 };
@@ -789,22 +636,16 @@ static void case_flushes_under_readers(void) {
           atomic_load(&c.reads));
   row_disk_close(d);
 }
-#endif /* !PSTRAIN_ROW_STORE_LMDB */
 
 /* --- a full disk ---------------------------------------------------------- */
 
 /* The tmpfs and the file beside the store, removed later to make room.
- * LMDB: 256 KiB of 1 MiB. RocksDB writes 3 MiB SST files (a memtable's
+ * RocksDB writes 3 MiB SST files (a memtable's
  * rows) and resumes after a full disk only with a memtable's worth (4 MiB)
  * free: 6 of 12 MiB, so that the second flush fails and removing the file
  * makes room for it. */
-#ifdef PSTRAIN_ROW_STORE_LMDB
-#define FULL_TMPFS "size=1m"
-#define FULL_FILLER_BLOCKS 4 /* of 64 KiB */
-#else
 #define FULL_TMPFS "size=12m"
 #define FULL_FILLER_BLOCKS 96
-#endif
 
 /* In the child: fills a small tmpfs. Exit 0 passed, 77 cannot mount, else failed. */
 static int full_disk_child(const char *mnt) {
@@ -861,7 +702,6 @@ static int full_disk_child(const char *mnt) {
    * from its background error polls the free space every 5 s. */
   CHECK(unlink(filler) == 0);
   rc = put(d, 0, keys, 10, 2, &err);
-#ifndef PSTRAIN_ROW_STORE_LMDB
   int tries = 0;
   for (; rc == PS_ERR_RESOURCE_EXHAUSTED && tries < 300; tries++) {
     struct timespec pause = {0, 100 * 1000 * 1000};
@@ -869,7 +709,6 @@ static int full_disk_child(const char *mnt) {
     rc = put(d, 0, keys, 10, 2, &err);
   }
   fprintf(stderr, "full disk: writes went on %.1f s after the room was made\n", tries * 0.1);
-#endif
   if (rc != PS_ERR_OK) fprintf(stderr, "full disk: with room again: %s\n", err.msg);
   CHECK(rc == PS_ERR_OK);
   CHECK(has(d, 0, keys[0], 2));
@@ -919,13 +758,7 @@ int main(int argc, char **argv) {
   RUN_CASE(case_duplicate_reads);
   RUN_CASE(case_overwrite_delete);
   RUN_CASE(case_snapshot);
-#ifdef PSTRAIN_ROW_STORE_LMDB
-  RUN_CASE(case_map_growth);
-  RUN_CASE(case_growth_waits_for_snapshot);
-#else
-  fprintf(stderr, "map growth: skipped: LMDB's (this build's store is RocksDB)\n");
   RUN_CASE(case_flushes_under_readers);
-#endif
   RUN_CASE(case_stats);
   RUN_CASE(case_reopen_removes);
   RUN_CASE(case_bad_arguments);

@@ -1,18 +1,13 @@
 /* The disk tier's store (--table-dir): the cold rows of a pserver's sparse
  * tables on local disk, key -> the row's bytes as the table holds them
- * (values, optimizer state, meta). Two implementations of this interface,
- * one chosen at configure time (PSTRAIN_ROW_STORE):
- *   rocksdb (the default, row_disk_rocksdb.c): one RocksDB database, the
- *     folder DIR/rows.rocksdb, a column family per table; log-structured,
- *     so random-key batches are written sequentially, memory bounded
- *     (memtables, an 8 MiB block cache).
- *   lmdb (row_disk.c): one LMDB environment, DIR/rows.mdb, a database per
- *     table; each random-key row rewrites a 4 KiB page.
- * Nothing here is the truth: the store is made empty at open and rebuilt
- * from the checkpoint, so nothing is ever synced for durability (LMDB
- * syncs only to keep dirty pages few under a memory cgroup; RocksDB writes
- * no WAL). Reads may run on several threads at once; writes are one
- * thread's (the tier's writer). */
+ * (values, optimizer state, meta), in one RocksDB database
+ * (row_disk_rocksdb.c: the folder DIR/rows.rocksdb, a column family per
+ * table). Log-structured, so random-key batches are written sequentially,
+ * its memory bounded (memtables, an 8 MiB block cache); LMDB, measured
+ * too, rewrote a 4 KiB page per row (docs/disk-tier-design.md). Nothing
+ * here is the truth: the store is made empty at open and rebuilt from the
+ * checkpoint, so nothing is synced and no WAL written. Reads may run on
+ * several threads at once; writes are one thread's (the tier's writer). */
 #ifndef PSTRAIN_SERVER_STORE_ROW_DISK_H
 #define PSTRAIN_SERVER_STORE_ROW_DISK_H
 
@@ -44,7 +39,7 @@ void row_disk_close(row_disk *d);
 const char *row_disk_path(const row_disk *d);
 
 /* Reads the rows of n keys of table t (any order, duplicates allowed) in one
- * consistent view (LMDB: one read transaction; RocksDB: one MultiGet):
+ * consistent view (one MultiGet):
  * found[i] 1 and rows + i * row_bytes filled where key i is on disk, 0
  * otherwise. Thread-safe. */
 ps_err row_disk_read(row_disk *d, int t, const uint64_t *keys, size_t n, void *rows,
@@ -52,30 +47,25 @@ ps_err row_disk_read(row_disk *d, int t, const uint64_t *keys, size_t n, void *r
 
 /* Writes (replacing) the rows of n keys of each table (n[t] keys, rows[t]
  * n[t] * row_bytes[t] bytes) and deletes del_n[t] keys (absent ones
- * ignored), all in one write transaction (RocksDB: one WriteBatch): all or
- * nothing. A full disk is RESOURCE_EXHAUSTED naming the directory and
- * saying "disk full"; the store is as before then, its rows readable.
- * RocksDB refuses a batch while the free space is less than it, the
- * memtables and pending compactions need; should a flush still fail for
- * want of space, writes fail so until RocksDB recovers (it polls the free
- * space every 5 s). Other failures are IO with the store's message.
- * LMDB only: the map grows as needed; growing needs every transaction
- * closed, so while a snapshot is open a write that must grow waits for its
- * end (a checkpoint's length; reads are not held up meanwhile). So with
- * LMDB the thread that writes must not be the one that still has to end a
- * snapshot. RocksDB writes never wait for a snapshot (a memtable flush may
- * stall a write briefly). One writer thread. */
+ * ignored), all in one WriteBatch: all or nothing. A full disk is
+ * RESOURCE_EXHAUSTED naming the directory and saying "disk full"; the
+ * store is as before then, its rows readable. A batch is refused while the
+ * free space is less than it, the memtables and pending compactions need;
+ * should a flush still fail for want of space, writes fail so until
+ * RocksDB recovers (it polls the free space every 5 s). Other failures are
+ * IO with the store's message. Writes never wait for a snapshot (a
+ * memtable flush may stall one briefly). One writer thread. */
 ps_err row_disk_write(row_disk *d, const uint64_t *const *keys, const void *const *rows,
                       const size_t *n, const uint64_t *const *del, const size_t *del_n,
                       ps_error *err);
 
-/* A consistent snapshot of every table for a checkpoint (LMDB: a read
- * transaction; RocksDB: a snapshot and an iterator per table, made at the
- * table's first next, kept out of the block cache): taken where the
- * caller's state is consistent, iterated on another thread (begin, next
- * and end may each run on a different thread, one at a time), while writes
- * go on. RocksDB: while it is open, the files and memtables it reads stay
- * (disk and memory a compaction or flush would have freed). */
+/* A consistent snapshot of every table for a checkpoint (a RocksDB
+ * snapshot and an iterator per table, made at the table's first next, kept
+ * out of the block cache): taken where the caller's state is consistent,
+ * iterated on another thread (begin, next and end may each run on a
+ * different thread, one at a time), while writes go on. While it is open,
+ * the files and memtables it reads stay (disk and memory a compaction or
+ * flush would have freed). */
 typedef struct row_disk_snapshot row_disk_snapshot;
 ps_err row_disk_snapshot_begin(row_disk *d, row_disk_snapshot **out, ps_error *err);
 /* The next row of table t in ascending key order (numeric, as
@@ -86,9 +76,7 @@ int row_disk_snapshot_next(row_disk_snapshot *s, int t, uint64_t *key, void *row
 void row_disk_snapshot_rewind(row_disk_snapshot *s, int t);
 void row_disk_snapshot_end(row_disk_snapshot *s);
 
-/* Thread-safe. LMDB: the row counts are exact, and stay 0 when no read
- * transaction can be had (every reader slot taken); file_bytes is
- * rows.mdb's allocated blocks. RocksDB: the row counts are its estimate
+/* Thread-safe. The row counts are RocksDB's estimate
  * ("rocksdb.estimate-num-keys": overwritten and deleted keys may be
  * counted until a compaction merges them; exact for rows written once);
  * file_bytes is the allocated blocks of every file in its folder (SST

@@ -1,7 +1,6 @@
 /* The disk tier's store (server/store/row_disk.h) in RocksDB, through its C
  * API: one database, the folder DIR/rows.rocksdb, with a column family per
- * table ("t0", "t1", ...; "default" stays empty). Chosen at configure time
- * (PSTRAIN_ROW_STORE=rocksdb, the default; row_disk.c is the LMDB one).
+ * table ("t0", "t1", ...; "default" stays empty).
  *
  * Why RocksDB: the tier writes batches of tens of thousands of rows at
  * random keys. A B+tree (LMDB) rewrites a 4 KiB page for each of them and
@@ -16,8 +15,10 @@
  * Memory is bounded and small (it runs beside the tables, under the same
  * memory cgroup): memtables of 4 MiB, 2 per column family, 16 MiB for all
  * of them together; one LRU block cache of 8 MiB shared by the column
- * families, holding the index and filter blocks too (so their memory is
- * bounded by it); no compression; one background job; no mmap reads.
+ * families for data blocks; the index and filter blocks held by the table
+ * readers (about 1.7 bytes a key: in the shared cache, the data blocks every
+ * read brings evicted them, and reads went to disk for filters, 15% of the
+ * pserver's time in perf); no compression; one background job; no mmap reads.
  *
  * Nothing is durable: no WAL, no sync (the checkpoint is the truth; the
  * folder is removed at open and at close). */
@@ -244,15 +245,8 @@ ps_err row_disk_open(row_disk **out, const char *dir, int tables, const size_t *
   atomic_init(&d->rows_written, 0);
   atomic_init(&d->bytes_written, 0);
 
-  /* A store left by an earlier run is never trusted: the checkpoint is. The
-   * LMDB store's files too (a build with PSTRAIN_ROW_STORE=lmdb), which
-   * would only take disk space. */
-  char old[ROW_DISK_PATH_MAX + 32];
+  /* A store left by an earlier run is never trusted: the checkpoint is. */
   code = remove_tree(d->path, "the old store", err);
-  for (int i = 0; code == PS_ERR_OK && i < 2; i++) {
-    snprintf(old, sizeof old, "%s/rows.mdb%s", dir, i == 0 ? "" : "-lock");
-    code = remove_tree(old, "an old LMDB store's file", err);
-  }
   if (code != PS_ERR_OK) {
     free(d);
     return code;
@@ -293,11 +287,10 @@ ps_err row_disk_open(row_disk **out, const char *dir, int tables, const size_t *
   rocksdb_options_set_keep_log_file_num(o, 1);
   rocksdb_options_set_stats_dump_period_sec(o, 0);
   rocksdb_options_set_stats_persist_period_sec(o, 0);
-  /* Index and filter blocks live in the bounded block cache (L0's pinned
-   * there: every read looks at each L0 file's filter). */
+  /* Data blocks in the bounded cache; index and filters with the table
+   * readers, where reads of data blocks cannot evict them. */
   rocksdb_block_based_options_set_block_cache(d->table_opt, d->cache);
-  rocksdb_block_based_options_set_cache_index_and_filter_blocks(d->table_opt, 1);
-  rocksdb_block_based_options_set_pin_l0_filter_and_index_blocks_in_cache(d->table_opt, 1);
+  rocksdb_block_based_options_set_cache_index_and_filter_blocks(d->table_opt, 0);
   /* The full Bloom filter, owned by the table options once set. */
   rocksdb_filterpolicy_t *bloom = rocksdb_filterpolicy_create_bloom_full(RDB_BLOOM_BITS);
   rocksdb_block_based_options_set_filter_policy(d->table_opt, bloom);
@@ -490,7 +483,7 @@ static int room_for(row_disk *d, uint64_t batch_bytes, uint64_t *free_bytes,
 
 /* One WriteBatch, written once: RocksDB applies it to the memtables whole
  * or not at all. A batch's puts of one key: the last wins (the batch's
- * order); deletes come after the puts. Nothing like LMDB's env sync is
+ * order); deletes come after the puts. No sync is
  * needed after it: the rows go to a memtable (bounded: 4 MiB, two per
  * column family), and a full one is flushed to an SST file by a background
  * job, sequentially, so dirty page cache stays a few MiB at any time.
