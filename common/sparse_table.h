@@ -182,6 +182,8 @@ size_t sparse_table_missing(const sparse_table *t, const uint64_t *keys, size_t 
  * Counts nothing for admission and marks nothing seen. */
 ps_err sparse_table_install(sparse_table *t, const uint64_t *keys, size_t n, const float *rows,
                             ps_error *err);
+/* Key's whole row (row_floats), or NULL without one; valid until the table changes. */
+const float *sparse_table_peek(const sparse_table *t, uint64_t key);
 /* Takes key's whole row out of the table into row: 1, or 0 when it has none. */
 int sparse_table_take(sparse_table *t, uint64_t key, float *row);
 /* Copies up to max whole rows with their keys, in map order from *cursor

@@ -84,6 +84,12 @@ ps_err sparse_table_install(sparse_table *t, const uint64_t *keys, size_t n, con
   return PS_ERR_OK;
 }
 
+const float *sparse_table_peek(const sparse_table *t, uint64_t key) {
+  int found;
+  size_t slot = st_map_find(t, key, &found);
+  return found ? st_row(t, t->map_rows[slot]) : NULL;
+}
+
 int sparse_table_take(sparse_table *t, uint64_t key, float *row) {
   int found;
   size_t slot = st_map_find(t, key, &found);

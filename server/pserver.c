@@ -366,6 +366,13 @@ static int rows_in_memory(pserver *ps, rpc_call *call, const char *method, tier_
   return rc < 0 ? -1 : rc == 0;
 }
 
+/* An evaluation's lookup reads rows: with a disk tier they are served from
+ * where they are, not brought into the tables. Returns 1. */
+static int lookup_is_read_only(tier_fetch *fetch, const wire_blocks_msg *m) {
+  fetch->read_only = m->kind == PSTRAIN__PULL_KIND__PULL_LOOKUP;
+  return 1;
+}
+
 /* The request's rows checked, or on a later pass taken back as checked. */
 static ps_err checked_rows(pserver *ps, rpc_call *call, const char *method, const rpc_message *msg,
                            const wire_blocks_msg *m, int pull, tier_fetch *fetch) {
@@ -447,8 +454,10 @@ static int handle_pull_pass(pserver *ps, rpc_call *call, const rpc_message *msg,
     pserver_refuse(call, "Pull", err.code, "%s", err.msg);
   } else if (check_sender(ps, call, "Pull", m.has_key, &m.key, m.config_hash) == PS_ERR_OK &&
              checked_rows(ps, call, "Pull", msg, &m, 1, fetch) == PS_ERR_OK &&
+             lookup_is_read_only(fetch, &m) &&
              (handled = rows_in_memory(ps, call, "Pull", fetch)) == 1) {
     store_pull(ps, call, &m);
+    store_tier_release(ps);
   }
   pthread_mutex_unlock(&ps->lock);
   if (handled == 0) handled = read_rows(ps, call, "Pull", fetch);

@@ -179,6 +179,7 @@ void store_lookup_submit(pserver *ps, store_lookup *l) {
                              &l->err);
     } else if (l->n[t] > 0) {
       sparse_table_lookup(table, l->keys[t], l->n[t], l->rows[t]);
+      store_tier_lookup_rows(ps, t, l->keys[t], l->n[t], l->rows[t]); /* rows not brought in */
     }
   }
   l->done(ps, l, rc, l->ctx);

@@ -389,6 +389,10 @@ void store_tier_close(pserver *ps) {
 void tier_fetch_free(tier_fetch *f) {
   store_rows_stash_free(f->stash);
   for (int t = 0; t < CTR_TABLES_MAX; t++) {
+    free(f->ov_keys[t]);
+    free(f->ov_rows[t]);
+  }
+  for (int t = 0; t < CTR_TABLES_MAX; t++) {
     free(f->keys[t]);
     free(f->rows[t]);
     free(f->found[t]);
@@ -443,6 +447,67 @@ static ps_err install(store_tier *tr, int t, size_t n, ps_error *err) {
   return rc;
 }
 
+/* mu held: key's buffered row into row: taken out of the buffer, or with
+ * peek copied (a read-only request); 0 without one. */
+static int buffer_get(store_tier *tr, int t, uint64_t key, float *row, int peek) {
+  if (!peek) return tier_buffer_take(tr, t, key, row);
+  const float *held = sparse_table_peek(tr->buffer[t], key);
+  if (held == NULL) return 0;
+  memcpy(row, held, row_bytes(tr, t));
+  return 1;
+}
+
+static const uint64_t *serve_keys;
+static int by_serve_key(const void *a, const void *b) {
+  uint64_t x = serve_keys[*(const size_t *)a], y = serve_keys[*(const size_t *)b];
+  return x < y ? -1 : x > y;
+}
+
+/* A read-only request's rows: the first n of the install list, after the
+ * first `keep` served already (0: this pass's replace the last's), sorted by
+ * key. */
+static ps_err serve(store_tier *tr, int t, tier_fetch *f, size_t keep, size_t n, ps_error *err) {
+  size_t rf = tr->row_floats[t], all = keep + n;
+  f->ov_n[t] = keep;
+  if (n == 0) return PS_ERR_OK;
+  size_t *order = malloc(all * sizeof *order);
+  uint64_t *keys = malloc(all * sizeof *keys);
+  float *rows = malloc(all * rf * sizeof *rows);
+  if (order == NULL || keys == NULL || rows == NULL) {
+    free(order);
+    free(keys);
+    free(rows);
+    return ps_error_set(err, PS_ERR_NO_MEMORY, "disk tier: out of memory for %zu rows", all);
+  }
+  /* The served rows and the new ones side by side, then sorted into place. */
+  if (keep > 0) {
+    memcpy(keys, f->ov_keys[t], keep * sizeof *keys);
+    memcpy(rows, f->ov_rows[t], keep * rf * sizeof *rows);
+  }
+  memcpy(keys + keep, tr->install_keys, n * sizeof *keys);
+  memcpy(rows + keep * rf, tr->install_rows, n * rf * sizeof *rows);
+  for (size_t i = 0; i < all; i++) order[i] = i;
+  serve_keys = keys; /* under the pserver's lock: one sort at a time */
+  qsort(order, all, sizeof *order, by_serve_key);
+  if (all > f->ov_cap[t] && (!grow_array(&f->ov_keys[t], all, sizeof *f->ov_keys[t]) ||
+                             !grow_array(&f->ov_rows[t], all * rf, sizeof *f->ov_rows[t]))) {
+    free(order);
+    free(keys);
+    free(rows);
+    return ps_error_set(err, PS_ERR_NO_MEMORY, "disk tier: out of memory for %zu rows", all);
+  }
+  if (all > f->ov_cap[t]) f->ov_cap[t] = all;
+  for (size_t i = 0; i < all; i++) {
+    f->ov_keys[t][i] = keys[order[i]];
+    memcpy(f->ov_rows[t] + i * rf, rows + order[i] * rf, rf * sizeof(float));
+  }
+  free(order);
+  free(keys);
+  free(rows);
+  f->ov_n[t] = all;
+  return PS_ERR_OK;
+}
+
 /* One table's pass (mu held for the buffer and f's validity, dropped
  * around installs): f's rows installed where still missing, buffered rows
  * taken back, the rest named in f. Returns rows left to read, or -1. */
@@ -466,7 +531,7 @@ static long prepare_table(store_tier *tr, int t, tier_fetch *f, int valid, ps_er
     key_set_add(&tr->asked, key);
     if (sparse_table_has(hot, key)) continue;
     float *row = tr->install_rows + inst * rf;
-    int have = tier_buffer_take(tr, t, key, row);
+    int have = buffer_get(tr, t, key, row, f->read_only);
     if (!have && f->found[t][i]) {
       memcpy(row, f->rows[t] + i * rf, rf * sizeof(float));
       have = 1;
@@ -484,7 +549,7 @@ static long prepare_table(store_tier *tr, int t, tier_fetch *f, int valid, ps_er
       uint64_t key = lists[l]->keys[tr->missing[m]];
       if (valid && key_set_has(&tr->asked, key)) continue; /* read: new, or installed above */
       float *row = tr->install_rows + inst * rf;
-      if (tier_buffer_take(tr, t, key, row)) {
+      if (buffer_get(tr, t, key, row, f->read_only)) {
         tr->buffer_hits += first;
         if (sparse_table_row_step(hot, row) >= horizon) tr->install_keys[inst++] = key;
         continue;
@@ -504,7 +569,11 @@ static long prepare_table(store_tier *tr, int t, tier_fetch *f, int valid, ps_er
     }
   }
   pthread_mutex_unlock(&tr->mu);
-  if (install(tr, t, inst, err) != PS_ERR_OK) return -1;
+  if (f->read_only) {
+    if (serve(tr, t, f, 0, inst, err) != PS_ERR_OK) return -1;
+  } else if (install(tr, t, inst, err) != PS_ERR_OK) {
+    return -1;
+  }
   f->n[t] = to_read;
   return (long)to_read;
 }
@@ -531,17 +600,25 @@ static void count_reads(store_tier *tr, const tier_fetch *f) {
   }
 }
 
+static int prepare(store_tier *tr, tier_fetch *f, ps_error *err);
+
 int store_tier_prepare(pserver *ps, tier_fetch *f, ps_error *err) {
   store_tier *tr = tier_of(ps);
   if (tr == NULL || ps->store.rows == NULL) return 0;
+  int rc = prepare(tr, f, err);
+  /* The request is refused, and a sync step cannot go on without it: the
+   * job stops now, naming why (not at a step timeout). */
+  if (rc < 0) store_rows_stop_at_limit(ps, err->msg);
+  return rc;
+}
+
+static int prepare(store_tier *tr, tier_fetch *f, ps_error *err) {
+  pserver *ps = tr->ps;
   pthread_mutex_lock(&tr->mu);
   int failed = tr->failed, valid = f->read && f->commits == tr->commits;
   if (failed) ps_error_set(err, PS_ERR_RESOURCE_EXHAUSTED, "%s", tr->failure);
   pthread_mutex_unlock(&tr->mu);
-  if (failed) {
-    store_rows_stop_at_limit(ps, err->msg);
-    return -1;
-  }
+  if (failed) return -1;
   if (valid) count_reads(tr, f);
   f->passes++;
   long left = 0;
@@ -551,7 +628,10 @@ int store_tier_prepare(pserver *ps, tier_fetch *f, ps_error *err) {
     left += n;
   }
   f->read = 0;
-  if (left == 0) return 0;
+  if (left == 0) {
+    tr->serving = f->read_only ? f : NULL;
+    return 0;
+  }
   if (f->passes < TIER_PASSES) {
     pthread_mutex_lock(&tr->mu);
     f->commits = tr->commits;
@@ -573,9 +653,15 @@ int store_tier_prepare(pserver *ps, tier_fetch *f, ps_error *err) {
       memcpy(tr->install_rows + inst * rf, row, rf * sizeof(float));
       inst++;
     }
-    if (install(tr, t, inst, err) != PS_ERR_OK) return -1;
+    /* A read-only request's, beside what this pass found in the buffer. */
+    if (f->read_only) {
+      if (serve(tr, t, f, f->ov_n[t], inst, err) != PS_ERR_OK) return -1;
+    } else if (install(tr, t, inst, err) != PS_ERR_OK) {
+      return -1;
+    }
     f->n[t] = 0;
   }
+  tr->serving = f->read_only ? f : NULL;
   return 0;
 }
 
@@ -621,4 +707,28 @@ void store_tier_wait_room(pserver *ps) {
     if (pthread_cond_timedwait(&tr->drained, &tr->mu, &until) == ETIMEDOUT) break;
   }
   pthread_mutex_unlock(&tr->mu);
+}
+
+void store_tier_release(pserver *ps) {
+  if (tier_of(ps) != NULL) tier_of(ps)->serving = NULL;
+}
+
+void store_tier_lookup_rows(pserver *ps, int t, const uint64_t *keys, size_t n, float *rows) {
+  store_tier *tr = tier_of(ps);
+  if (tr == NULL || tr->serving == NULL || tr->serving->ov_n[t] == 0) return;
+  const tier_fetch *f = tr->serving;
+  const sparse_table *hot = ps->store.tables[t];
+  size_t dim = (size_t)sparse_table_config_of(hot)->dim, rf = tr->row_floats[t];
+  for (size_t i = 0; i < n; i++) {
+    if (sparse_table_has(hot, keys[i])) continue;
+    size_t lo = 0, hi = f->ov_n[t];
+    while (lo < hi) { /* the first served key >= keys[i] */
+      size_t mid = lo + (hi - lo) / 2;
+      if (f->ov_keys[t][mid] < keys[i]) lo = mid + 1;
+      else hi = mid;
+    }
+    if (lo < f->ov_n[t] && f->ov_keys[t][lo] == keys[i]) {
+      memcpy(rows + i * dim, f->ov_rows[t] + lo * rf, dim * sizeof(float));
+    }
+  }
 }

@@ -30,6 +30,13 @@ typedef struct tier_fetch {
   size_t n[CTR_TABLES_MAX], cap[CTR_TABLES_MAX];
   uint64_t commits; /* the tier's write-backs when the keys were chosen */
   struct store_rows_stash *stash; /* the request's checked rows, between passes */
+  /* A read-only request (an evaluation's lookup): its rows from the buffer
+   * and the disk are served from here, not installed in the tables (they
+   * would take memory and push out rows training uses). Sorted by key. */
+  int read_only;
+  uint64_t *ov_keys[CTR_TABLES_MAX];
+  float *ov_rows[CTR_TABLES_MAX]; /* whole rows */
+  size_t ov_n[CTR_TABLES_MAX], ov_cap[CTR_TABLES_MAX];
   int read;         /* rows read for those keys */
   int passes;
 } tier_fetch;
@@ -59,6 +66,14 @@ void store_tier_close(struct pserver *ps);
  * handles the request again), 0 when every row it names is in memory or
  * new, -1 on error (err: the request is refused with it). */
 int store_tier_prepare(struct pserver *ps, tier_fetch *f, ps_error *err);
+/* Lock held, after a read-only request was handled: its rows are no longer
+ * served (store_tier_lookup_rows). */
+void store_tier_release(struct pserver *ps);
+/* Lock held: the read-only request's rows of table t that are not in
+ * memory, from its buffer and disk copies, into rows (n x dim); rows of
+ * keys in memory are left as the table wrote them. */
+void store_tier_lookup_rows(struct pserver *ps, int t, const uint64_t *keys, size_t n,
+                            float *rows);
 /* No lock: reads f's rows from disk. */
 ps_err store_tier_read(struct pserver *ps, tier_fetch *f, ps_error *err);
 /* No lock: waits (bounded) while the buffer is over its share, so requests

@@ -50,6 +50,7 @@ struct store_tier {
   key_set pins[CTR_TABLES_MAX];
   key_set asked;
   uint32_t *missing; /* a request's keys not in memory (their indices) */
+  tier_fetch *serving; /* a read-only request's rows, while it is handled */
   uint64_t *install_keys;
   float *install_rows;
   size_t install_cap;
