@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The disk tier (--table-dir) end to end, one pserver and one trainer on a
 # CTR job whose tables outgrow the budget (8,700 ids, --table-memory-mb 0.5):
-# 1. exports byte-equal to the job with every row in memory, the statistics
-#    line showing rows on disk, rows read back and the hit rate;
+# 1. exports byte-equal to the job with every row in memory and the same
+#    test AUC (the evaluation is served rows from disk without bringing them
+#    in), the statistics line showing rows on disk, rows read back and the
+#    hit rate;
 # 2. with --evict-after: rows forgotten in memory and on disk alike (byte-equal
 #    to the job without a tier);
 # 3. a full disk (root: a 1 MiB tmpfs in the pserver's own mount namespace):
@@ -54,6 +56,10 @@ job tier --model ctr:8:32,16 --export "$SCRATCH/tier.safetensors" -- "${TIER[@]}
 [ "$T_STATUS$S_STATUS" = 00 ] || fail "tier: trainer $T_STATUS, pserver $S_STATUS: $(tail -n 2 "$SCRATCH/tier-t.log")"
 cmp -s "$SCRATCH/free.safetensors" "$SCRATCH/tier.safetensors" ||
   fail "the tier's export differs from the in-memory job's"
+# The evaluation's lookups are served rows from disk without bringing them in: the same AUC.
+auc() { grep -o "done: .*test AUC [0-9.]*" "$1" | grep -o "[0-9.]*$"; }
+[ -n "$(auc "$SCRATCH/free-t.log")" ] && [ "$(auc "$SCRATCH/free-t.log")" = "$(auc "$SCRATCH/tier-t.log")" ] ||
+  fail "test AUC in memory $(auc "$SCRATCH/free-t.log"), with the tier $(auc "$SCRATCH/tier-t.log")"
 grep -q "disk tier: rows past 0.4 MiB in memory move to $SCRATCH/tables/pserver-0" "$SCRATCH/tier-s0.log" ||
   fail "the tier's start is not logged: $(grep 'disk tier' "$SCRATCH/tier-s0.log" | head -n 1)"
 line=$(tier_line "$SCRATCH/tier-s0.log")
