@@ -1,10 +1,13 @@
-/* The disk tier's state, shared by its two files: tier.c (the spill, the
- * buffer's writer, a request's rows, open and close) and tier_contents.c
- * (a table's whole rows: checkpoints, exports, loads; figures). */
+/* The disk tier's state, shared by its files: tier.c (the spill, the
+ * buffer's writer, open and close), tier_request.c (a request's rows) and
+ * tier_contents.c (a table's whole rows: checkpoints, exports, loads;
+ * figures). */
 #ifndef PSTRAIN_SERVER_STORE_TIER_INTERNAL_H
 #define PSTRAIN_SERVER_STORE_TIER_INTERNAL_H
 
 #include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "common/sparse_table.h"
 #include "server/pserver_internal.h"
@@ -58,6 +61,59 @@ struct store_tier {
   store_tier_stats logged; /* at the last statistics line, for its rates */
   double logged_at;
 };
+
+
+static inline int key_set_reset(key_set *s, size_t n) {
+  size_t cap = 64;
+  while (cap < 2 * n) cap *= 2;
+  if (cap > s->cap) {
+    uint64_t *k = realloc(s->keys, cap * sizeof *k);
+    if (k != NULL) s->keys = k;
+    uint32_t *st = k != NULL ? realloc(s->stamp, cap * sizeof *st) : NULL;
+    if (st == NULL) return 0;
+    s->stamp = st;
+    memset(s->stamp, 0, cap * sizeof *st);
+    s->cap = cap;
+    s->now = 0;
+  }
+  if (++s->now == 0) {
+    memset(s->stamp, 0, s->cap * sizeof *s->stamp);
+    s->now = 1;
+  }
+  return 1;
+}
+
+static inline size_t key_set_slot(const key_set *s, uint64_t key) {
+  uint64_t h = (key ^ 0x9e3779b97f4a7c15ULL) * 0xbf58476d1ce4e5b9ULL;
+  return (size_t)(h >> 32) & (s->cap - 1);
+}
+
+static inline void key_set_add(key_set *s, uint64_t key) {
+  size_t mask = s->cap - 1;
+  for (size_t i = key_set_slot(s, key);; i = (i + 1) & mask) {
+    if (s->stamp[i] != s->now) {
+      s->stamp[i] = s->now;
+      s->keys[i] = key;
+      return;
+    }
+    if (s->keys[i] == key) return;
+  }
+}
+
+static inline int key_set_has(const key_set *s, uint64_t key) {
+  if (s->cap == 0) return 0;
+  size_t mask = s->cap - 1;
+  for (size_t i = key_set_slot(s, key);; i = (i + 1) & mask) {
+    if (s->stamp[i] != s->now) return 0;
+    if (s->keys[i] == key) return 1;
+  }
+}
+
+static inline void key_set_free(key_set *s) {
+  free(s->keys);
+  free(s->stamp);
+  memset(s, 0, sizeof *s);
+}
 
 
 static inline store_tier *tier_of(pserver *ps) { return ps->store.tier; }
