@@ -8,7 +8,7 @@
 # (two pservers hold about half of one's rows each). Where the build has no
 # MPI, the collective row's absence is all that is skipped.
 # Then --workload ctr-tier --quick: the pserver's disk tier with its tables 4x
-# and 16x its budget beside the run with every row in memory: three rows, the
+# and 8x its budget beside the run with every row in memory: three rows, the
 # tier's hit rates strictly between 0 and 100%, rows written to disk, and the
 # same test AUC as in memory (the tier trains the same bytes).
 . "$(dirname "$0")/lib.sh"
@@ -72,11 +72,11 @@ timeout 300 "$PY" "$(dirname "$0")/../scripts/bench" --workload ctr-tier --quick
 import json, sys
 r = json.load(open(sys.argv[1]))
 runs = {x["name"]: x for x in r["results"]}
-assert list(runs) == ["memory", "4x", "16x"], list(runs)
+assert list(runs) == ["memory", "4x", "8x"], list(runs)
 memory = runs["memory"]
 assert 0.6 < memory["auc"] < 1.0 and memory["examples_per_s"] > 100, memory
 assert r["tables_mib"] > 1, r["tables_mib"]
-for name in ("4x", "16x"):
+for name in ("4x", "8x"):
     x = runs[name]
     assert 0 < x["hit_pct"] < 100 and x["mb_written"] > 0, x
     assert x["budget_mib"] < r["tables_mib"] / 3, x
@@ -85,7 +85,7 @@ for name in ("4x", "16x"):
 print(", ".join(f"{n}: {x['examples_per_s']:.0f}/s AUC {x['auc']:.4f}"
                 + (f" hit {x['hit_pct']:.1f}%" if "hit_pct" in x else "") for n, x in runs.items()))
 PY
-for row in memory 4x 16x; do
+for row in memory 4x 8x; do
   grep -q "^| $row |" "$SCRATCH/tier/ctr-tier.md" || fail "ctr-tier.md has no $row row"
 done
 finish
