@@ -310,10 +310,13 @@ static int serve(pserver *ps, pserver_watch *watch) {
       return 1;
     }
     if (stop_signal != 0) {
+      /* No step completes once waiting calls are refused: the step logged is
+       * the one the shutdown checkpoint holds (a push could complete one
+       * between a log line read first and the refusal). */
+      pserver_abort_waiting(ps, PS_ERR_UNAVAILABLE, "the pserver is shutting down");
       LOG_INFO("stopping on %s at step %ld", stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
                pserver_version(ps));
       pserver_log_summary(ps);
-      pserver_abort_waiting(ps, PS_ERR_UNAVAILABLE, "the pserver is shutting down");
       double t0 = now_s();
       if (pserver_checkpoint(ps, &err) != PS_ERR_OK) {
         LOG_ERROR("checkpoint on shutdown: %s", err.msg);
