@@ -102,7 +102,7 @@ struct backend {
   int host_memory;  /* its memory is host memory: pointers may be read directly */
   int device;       /* the GPU's index (CUDA backend) */
   void *stream;     /* its cudaStream_t (CUDA backend), for NCCL */
-  char description[128]; /* e.g. the BLAS and its kernel core, or the GPU's name */
+  char description[256]; /* e.g. the BLAS and its kernel core, or the GPU's name */
 };
 
 /* The CPU backend; threads > 0 sets the BLAS thread count, 0 keeps its default. */

@@ -206,8 +206,10 @@ ps_err backend_cpu_create(backend **out, int threads, ps_error *err) {
     LOG_WARN("cpu backend: convolutions through im2col + BLAS: %s", dnnl_err.msg);
     cb->dnnl = NULL;
   }
-  snprintf(b->description, sizeof b->description, "%s; kernel core %s; %d thread(s)%s",
-           openblas_get_config(), openblas_get_corename(), openblas_get_num_threads(),
+  const char *idle = getenv("OPENBLAS_THREAD_TIMEOUT"); /* trainer/main.c sets it */
+  snprintf(b->description, sizeof b->description,
+           "%s; kernel core %s; %d thread(s), idle after 2^%s cycles%s", openblas_get_config(),
+           openblas_get_corename(), openblas_get_num_threads(), idle != NULL ? idle : "28",
            cb->dnnl != NULL ? "; oneDNN convolutions" : "");
   *out = b;
   return PS_ERR_OK;
