@@ -3,6 +3,7 @@
  * too long (exit 1) or a signal arrives (exit 0 after answering waiters). */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -500,6 +501,15 @@ static void raise_fd_limit(pserver_start *st) {
 int main(int argc, char **argv) {
   /* Before any thread starts: threads inherit the FP mode (common/fp_env.h). */
   fp_env_flush_denormals();
+  /* glibc gives each thread that allocates a malloc arena of its own (up to
+   * 8 per core), and what it frees stays resident there: with the disk
+   * tier's readers, writer and RocksDB's threads that was 145 MiB at peak
+   * instead of 132 in a 150 MiB memory cgroup, at the same speed. Two
+   * arenas serve them all; the tables' large blocks are mmap'ed anyway. A
+   * MALLOC_ARENA_MAX in the environment is kept. */
+  if (getenv("MALLOC_ARENA_MAX") == NULL && mallopt(M_ARENA_MAX, 2) != 1) {
+    fprintf(stderr, "pserver: mallopt(M_ARENA_MAX, 2) failed; going on with glibc's arenas\n");
+  }
   static pserver_start st; /* large (the pserver list): not on the stack */
   ps_error err;
   log_set_role("pserver");

@@ -315,6 +315,7 @@ static void accept_registration(pserver *ps, rpc_call *call, const Pstrain__Requ
   Pstrain__RegisterReply reply = PSTRAIN__REGISTER_REPLY__INIT;
   reply.pserver_incarnation = ps->incarnation;
   reply.step = step;
+  reply.disk_tier = ps->store.tier != NULL;
   pserver_reply_message(call, &reply.base);
 }
 
@@ -410,6 +411,7 @@ static int handle_push_pass(pserver *ps, rpc_call *call, const rpc_message *msg,
     ps->stats_in += msg->total;
     pserver_metrics_push(ps->cfg.metrics, m.key.trainer_id, msg->total);
     ps->mode->push(ps, call, msg, &m);
+    store_tier_prefetch_done(ps, (int)m.key.trainer_id); /* its rows are the push's now */
   }
   pthread_mutex_unlock(&ps->lock);
   if (handled == 0) handled = read_rows(ps, call, "PushPull", fetch);
@@ -454,10 +456,27 @@ static int handle_pull_pass(pserver *ps, rpc_call *call, const rpc_message *msg,
     pserver_refuse(call, "Pull", err.code, "%s", err.msg);
   } else if (check_sender(ps, call, "Pull", m.has_key, &m.key, m.config_hash) == PS_ERR_OK &&
              checked_rows(ps, call, "Pull", msg, &m, 1, fetch) == PS_ERR_OK &&
-             lookup_is_read_only(fetch, &m) &&
-             (handled = rows_in_memory(ps, call, "Pull", fetch)) == 1) {
-    store_pull(ps, call, &m);
-    store_tier_release(ps);
+             lookup_is_read_only(fetch, &m)) {
+    if (m.kind == PSTRAIN__PULL_KIND__PULL_PREFETCH) {
+      /* Answered now; the rows come in after (handle_pull), off the trainer's path. */
+      store_tier_prefetch_begin(ps, fetch, (int)m.key.trainer_id);
+      Pstrain__ParamsReply ack = PSTRAIN__PARAMS_REPLY__INIT; /* no rows: the tier's figures */
+      Pstrain__TierStats tier = PSTRAIN__TIER_STATS__INIT;
+      store_tier_stats st;
+      store_tier_stats_quick(ps, &st);
+      tier.lookups = st.lookups;
+      tier.hits = st.hits;
+      tier.ahead = st.ahead;
+      tier.rows_memory = st.rows_memory;
+      tier.disk_bytes_read = st.disk_bytes_read;
+      tier.disk_bytes_written = st.disk_bytes_written;
+      ack.pserver_incarnation = ps->incarnation;
+      ack.tier = &tier;
+      pserver_reply_message(call, &ack.base);
+    } else if ((handled = rows_in_memory(ps, call, "Pull", fetch)) == 1) {
+      store_pull(ps, call, &m);
+      store_tier_release(ps);
+    }
   }
   pthread_mutex_unlock(&ps->lock);
   if (handled == 0) handled = read_rows(ps, call, "Pull", fetch);
@@ -470,6 +489,8 @@ static void handle_pull(pserver *ps, rpc_call *call, const rpc_message *msg) {
   for (int handled = 0; !handled;) {
     handled = handle_pull_pass(ps, call, msg, &fetch);
   }
+  /* A prefetch, answered: its rows on disk read and installed (the call is gone). */
+  if (fetch.prefetch) store_tier_prefetch_finish(ps, &fetch);
   tier_fetch_free(&fetch);
 }
 

@@ -155,6 +155,7 @@ void pserver_metrics_after_step(pserver_metrics *pm, const pserver *ps, const in
   metric_set(pm->tier_rows, (const char *[]){"buffer"}, (double)now.rows_buffer);
   metric_set(pm->tier_rows, (const char *[]){"disk"}, (double)now.rows_disk);
   metric_inc(pm->tier_lookups, (const char *[]){"memory"}, (double)(now.hits - was->hits));
+  metric_inc(pm->tier_lookups, (const char *[]){"ahead"}, (double)(now.ahead - was->ahead));
   metric_inc(pm->tier_lookups, (const char *[]){"buffer"},
              (double)(now.buffer_hits - was->buffer_hits));
   metric_inc(pm->tier_lookups, (const char *[]){"disk"}, (double)(now.disk_hits - was->disk_hits));

@@ -153,8 +153,9 @@ static void build(storm *s, int m, int p, uint32_t trainer, uint64_t step, uint6
     req.pserver_id = (uint32_t)p;
     pack_into(&req.base, out);
   } else if (m == M_PULL && s->tables > 0) {
-    /* A step's pull, a lookup, or every row (tables present, no keys). */
-    int kind = (int)rng_below(&s->r, 3);
+    /* A step's pull, a lookup, every row (tables present, no keys), or a
+     * prefetch of a step's keys (a pserver with a disk tier reads them). */
+    int kind = (int)rng_below(&s->r, 4);
     if (smut == SMUT_COUNT_ZERO && kind == PSTRAIN__PULL_KIND__PULL_LOOKUP) {
       kind = PSTRAIN__PULL_KIND__PULL_STEP; /* a lookup's counts are not used */
     }

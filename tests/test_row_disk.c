@@ -6,7 +6,8 @@
  * arguments; a full disk (a small tmpfs in a mount namespace of its own:
  * root only, skipped with the reason otherwise); 300k rows written while
  * three threads read and a snapshot is open (memtable flushes and
- * compactions under them), the snapshot still as it began. */
+ * compactions under them), the snapshot still as it began; the tier's
+ * readers (tier_readers.h) reading what one MultiGet reads. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <limits.h>
@@ -24,6 +25,7 @@
 #include <unistd.h>
 
 #include "server/store/row_disk.h"
+#include "server/store/tier_readers.h"
 #include "tests/check.h"
 
 static char tmp[64];  /* this run's folder */
@@ -749,6 +751,56 @@ static void case_full_disk(void) {
   rmdir(mnt);
 }
 
+/* The tier's readers: 5,000 keys (some absent, some twice) read over four
+ * threads and the caller equal one MultiGet's result byte for byte; a
+ * read below a chunk's keys is the caller's alone; a bad table's error
+ * comes back from a reader thread. */
+static void case_readers(void) {
+  row_disk *d = open_store();
+  enum { N = 5000 };
+  uint64_t *keys = malloc(N * sizeof *keys);
+  REQUIRE(keys != NULL);
+  for (size_t i = 0; i < N; i++) keys[i] = fl_key(i);
+  ps_error err;
+  REQUIRE(put(d, 0, keys, N, 3, &err) == PS_ERR_OK);
+  /* Asked for: every other stored key, keys never stored, and repeats. */
+  uint64_t *ask = malloc(N * sizeof *ask);
+  REQUIRE(ask != NULL);
+  for (size_t i = 0; i < N; i++) {
+    ask[i] = i % 7 == 0 ? fl_key(N + i) : i % 11 == 0 ? fl_key(i / 2) : fl_key(i);
+  }
+  qsort(ask, N, sizeof *ask, u64_cmp);
+  uint8_t *want = malloc(N * ROW_BYTES[0]), *got = malloc(N * ROW_BYTES[0]);
+  uint8_t *want_found = malloc(N), *got_found = malloc(N);
+  REQUIRE(want != NULL && got != NULL && want_found != NULL && got_found != NULL);
+  REQUIRE(row_disk_read(d, 0, ask, N, want, want_found, &err) == PS_ERR_OK);
+  tier_readers *r = NULL;
+  REQUIRE(tier_readers_start(&r, d, 4, &err) == PS_ERR_OK);
+  for (size_t n = 1; n <= N; n = n * 3 + 1) {
+    memset(got, 0xEE, N * ROW_BYTES[0]);
+    memset(got_found, 9, N);
+    CHECK(tier_readers_read(r, 0, ask, n, got, ROW_BYTES[0], got_found, &err) == PS_ERR_OK);
+    CHECK(memcmp(got_found, want_found, n) == 0);
+    for (size_t i = 0; i < n; i++) {
+      if (want_found[i]) CHECK(memcmp(got + i * ROW_BYTES[0], want + i * ROW_BYTES[0], ROW_BYTES[0]) == 0);
+    }
+  }
+  size_t found = 0;
+  for (size_t i = 0; i < N; i++) found += want_found[i];
+  CHECK(found > N / 2 && found < N); /* both kinds were asked for */
+  CHECK(tier_readers_read(r, 7, ask, N, got, ROW_BYTES[0], got_found, &err) ==
+        PS_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(err.msg, "no table 7") != NULL);
+  tier_readers_stop(r);
+  free(keys);
+  free(ask);
+  free(want);
+  free(got);
+  free(want_found);
+  free(got_found);
+  row_disk_close(d);
+}
+
 int main(int argc, char **argv) {
   if (argc == 3 && strcmp(argv[1], "--full-disk") == 0) return full_disk_child(argv[2]);
   snprintf(tmp, sizeof tmp, "/tmp/pstrain-row-disk-XXXXXX");
@@ -759,6 +811,7 @@ int main(int argc, char **argv) {
   RUN_CASE(case_overwrite_delete);
   RUN_CASE(case_snapshot);
   RUN_CASE(case_flushes_under_readers);
+  RUN_CASE(case_readers);
   RUN_CASE(case_stats);
   RUN_CASE(case_reopen_removes);
   RUN_CASE(case_bad_arguments);

@@ -51,8 +51,8 @@ tier_line() { grep "disk tier: .* rows in memory" "$1" | tail -n 1 | sed 's/.*di
 # 1. All in memory, then the tier.
 job free --model ctr:8:32,16 --export "$SCRATCH/free.safetensors" -- --log-every 20
 [ "$T_STATUS$S_STATUS" = 00 ] || fail "in memory: trainer $T_STATUS, pserver $S_STATUS"
-job tier --model ctr:8:32,16 --export "$SCRATCH/tier.safetensors" -- "${TIER[@]}" \
-  --table-dir "$SCRATCH/tables"
+job tier --model ctr:8:32,16 --export "$SCRATCH/tier.safetensors" \
+  --metrics "$SCRATCH/tier-metrics.jsonl" -- "${TIER[@]}" --table-dir "$SCRATCH/tables"
 [ "$T_STATUS$S_STATUS" = 00 ] || fail "tier: trainer $T_STATUS, pserver $S_STATUS: $(tail -n 2 "$SCRATCH/tier-t.log")"
 cmp -s "$SCRATCH/free.safetensors" "$SCRATCH/tier.safetensors" ||
   fail "the tier's export differs from the in-memory job's"
@@ -64,8 +64,21 @@ grep -q "disk tier: rows past 0.4 MiB in memory move to $SCRATCH/tables/pserver-
   fail "the tier's start is not logged: $(grep 'disk tier' "$SCRATCH/tier-s0.log" | head -n 1)"
 line=$(tier_line "$SCRATCH/tier-s0.log")
 echo "tier: $line" >&2
-grep -qE "^[0-9]+ rows in memory, [0-9]+ buffered, [1-9][0-9]* on disk \([0-9.]+ MiB of files\); of [0-9]+ rows asked for since the last line [0-9.]+% were in memory, [0-9.]+% buffered, [0-9.]*[1-9][0-9.]*% read from disk, [0-9.]+% new; disk [0-9.]+ MB/s read, [0-9.]+ MB/s written; since the start [0-9.]+% in memory, [0-9.]+ MB read, [0-9.]+ MB written" <<<"$line" ||
+grep -qE "^[0-9]+ rows in memory, [0-9]+ buffered, [1-9][0-9]* on disk \([0-9.]+ MiB of files\); of [0-9]+ rows asked for since the last line [0-9.]+% were in memory, [0-9.]+% brought in ahead, [0-9.]+% buffered, [0-9.]+% read from disk, [0-9.]+% new; disk [0-9.]+ MB/s read, [0-9.]+ MB/s written; since the start [0-9.]+% in memory, [0-9.]+ MB read, [0-9.]+ MB written" <<<"$line" ||
   fail "the tier's statistics line: '$line'"
+# The trainer's metrics rows carry the tier's figures (from the prefetches' answers).
+"$PY" - "$SCRATCH/tier-metrics.jsonl" <<'PYEOF' || fail "the trainer's metrics rows lack the tier's figures"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+last = rows[-1]
+assert 50 < last["tier_hit_pct"] < 100 and last["tier_ahead_pct"] > 0, last
+assert last["tier_disk_read_mb"] > 0 and last["tier_disk_written_mb"] > 0, last
+assert last["tier_rows_in_memory"] > 0, last
+PYEOF
+# The trainer sent each step's keys ahead (PULL_PREFETCH): rows came in
+# from disk before their push asked (the exports above are equal all the same).
+grep -qE "disk tier: .* [0-9.]*[1-9][0-9.]*% brought in ahead" "$SCRATCH/tier-s0.log" ||
+  fail "no rows were brought in ahead of their step: $(grep 'asked for' "$SCRATCH/tier-s0.log" | tail -1)"
 [ -z "$(ls -A "$SCRATCH/tables/pserver-0" 2>/dev/null)" ] ||
   fail "the tier's files outlived the pserver: $(ls "$SCRATCH/tables/pserver-0")"
 

@@ -38,6 +38,9 @@ void row_disk_close(row_disk *d);
 /* The directory (as given to open), for messages. */
 const char *row_disk_path(const row_disk *d);
 
+/* The bytes of rows read and written since the store opened (no I/O). */
+void row_disk_bytes(row_disk *d, uint64_t *read, uint64_t *written);
+
 /* Reads the rows of n keys of table t (any order, duplicates allowed) in one
  * consistent view (one MultiGet):
  * found[i] 1 and rows + i * row_bytes filled where key i is on disk, 0

@@ -44,6 +44,7 @@
 
 /* The options (row_disk.h and the comment above say why). */
 #define RDB_WRITE_BUFFER ((size_t)4 << 20)   /* a memtable */
+#define RDB_MEMTABLE_BLOOM 0.02 /* of a memtable's bytes: ~16 bits a row of 76 bytes */
 #define RDB_WRITE_BUFFERS 2                  /* memtables per column family */
 #define RDB_ALL_WRITE_BUFFERS ((size_t)16 << 20) /* every column family's together */
 #define RDB_WAL_CAP ((uint64_t)64 << 10) /* the empty WAL files' preallocation */
@@ -268,6 +269,12 @@ ps_err row_disk_open(row_disk **out, const char *dir, int tables, const size_t *
   rocksdb_options_set_create_missing_column_families(o, 1);
   rocksdb_options_set_error_if_exists(o, 1); /* removed above: it must be new */
   rocksdb_options_set_compression(o, rocksdb_no_compression); /* rows are floats */
+  /* Most rows a request reads are old, in SST files, not in the memtables:
+   * a Bloom filter over each memtable's keys answers "not here" without
+   * its skiplist search (~20 key comparisons, a sixth of the pserver's
+   * time in perf). */
+  rocksdb_options_set_memtable_whole_key_filtering(o, 1);
+  rocksdb_options_set_memtable_prefix_bloom_size_ratio(o, RDB_MEMTABLE_BLOOM);
   rocksdb_options_set_write_buffer_size(o, RDB_WRITE_BUFFER);
   rocksdb_options_set_max_write_buffer_number(o, RDB_WRITE_BUFFERS);
   rocksdb_options_set_db_write_buffer_size(o, RDB_ALL_WRITE_BUFFERS);
@@ -481,6 +488,17 @@ static int room_for(row_disk *d, uint64_t batch_bytes, uint64_t *free_bytes,
   return *free_bytes >= *need_bytes;
 }
 
+typedef struct key_order {
+  uint64_t key;
+  size_t index;
+} key_order;
+
+static int by_key_then_index(const void *a, const void *b) {
+  const key_order *x = a, *y = b;
+  if (x->key != y->key) return x->key < y->key ? -1 : 1;
+  return x->index < y->index ? -1 : x->index > y->index;
+}
+
 /* One WriteBatch, written once: RocksDB applies it to the memtables whole
  * or not at all. A batch's puts of one key: the last wins (the batch's
  * order); deletes come after the puts. No sync is
@@ -523,14 +541,30 @@ ps_err row_disk_write(row_disk *d, const uint64_t *const *keys, const void *cons
     return ps_error_set(err, PS_ERR_NO_MEMORY, "row store %s: no memory for a write batch",
                         d->dir);
   }
+  /* The puts in key order (a key's puts in the batch's): each memtable
+   * insert then starts from the last one's place in the skiplist, where
+   * random order searched it from the top (inserts were a fifth of the
+   * pserver's time in perf). */
+  size_t most = 0;
+  for (int t = 0; t < d->tables; t++) most = n[t] > most ? n[t] : most;
+  key_order *order = most > 0 ? malloc(most * sizeof *order) : NULL;
+  if (most > 0 && order == NULL) {
+    rocksdb_writebatch_destroy(wb);
+    return ps_error_set(err, PS_ERR_NO_MEMORY, "row store %s: no memory to sort a write batch",
+                        d->dir);
+  }
   for (int t = 0; t < d->tables; t++) {
     size_t rb = d->row_bytes[t];
-    for (size_t i = 0; i < n[t]; i++) {
+    for (size_t i = 0; i < n[t]; i++) order[i] = (key_order){keys[t][i], i};
+    qsort(order, n[t], sizeof *order, by_key_then_index);
+    for (size_t j = 0; j < n[t]; j++) {
       char k[8];
-      key_put(k, keys[t][i]);
-      rocksdb_writebatch_put_cf(wb, table_cf(d, t), k, 8, (const char *)rows[t] + i * rb, rb);
+      key_put(k, order[j].key);
+      rocksdb_writebatch_put_cf(wb, table_cf(d, t), k, 8,
+                                (const char *)rows[t] + order[j].index * rb, rb);
     }
   }
+  free(order);
   for (int t = 0; t < d->tables; t++) {
     for (size_t i = 0; i < del_n[t]; i++) {
       char k[8];
@@ -642,6 +676,11 @@ void row_disk_snapshot_end(row_disk_snapshot *s) {
 }
 
 /* --- stats ---------------------------------------------------------------- */
+
+void row_disk_bytes(row_disk *d, uint64_t *read, uint64_t *written) {
+  *read = atomic_load_explicit(&d->bytes_read, memory_order_relaxed);
+  *written = atomic_load_explicit(&d->bytes_written, memory_order_relaxed);
+}
 
 void row_disk_stats_get(row_disk *d, row_disk_stats *out) {
   memset(out, 0, sizeof *out);

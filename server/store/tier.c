@@ -7,6 +7,7 @@
 #include "server/store/tier.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,8 @@
  * moves of 1/16 each. */
 #define TIER_BUFFER_SHARE 8
 #define TIER_BUFFER_MIN ((size_t)64 << 10)
+/* Threads reading a request's rows beside the handler's own (tier_readers.h). */
+#define TIER_READERS 7
 
 static int table_index(const store_tier *tr, const sparse_table *t) {
   for (int i = 0; i < tr->tables; i++) {
@@ -36,7 +39,8 @@ static void add_rows(key_set *s, const sparse_rows *r) {
 }
 
 /* The keys a request or a kept step holds stay in memory: the request's
- * checked rows, and every trainer's kept pushes, next keys and pulls. */
+ * checked rows, and every trainer's kept pushes, next keys, pulls and
+ * prefetched keys. */
 static void spill_begin(void *ctx) {
   store_tier *tr = ctx;
   pserver *ps = tr->ps;
@@ -46,6 +50,7 @@ static void spill_begin(void *ctx) {
     for (int i = 0; i < ps->cfg.trainers; i++) {
       n += sp->trainers[i].grads[t].n + sp->trainers[i].next[t].n + sp->trainers[i].pull[t].n;
     }
+    for (int i = 0; i < tr->ahead_trainers; i++) n += tr->ahead[i].n[t];
     key_set *s = &tr->pins[t];
     if (!key_set_reset(s, n)) {
       /* No memory for the pins: nothing may move (the move fails, named). */
@@ -58,6 +63,9 @@ static void spill_begin(void *ctx) {
       add_rows(s, &sp->trainers[i].grads[t]);
       add_rows(s, &sp->trainers[i].next[t]);
       add_rows(s, &sp->trainers[i].pull[t]);
+    }
+    for (int i = 0; i < tr->ahead_trainers; i++) {
+      for (size_t k = 0; k < tr->ahead[i].n[t]; k++) key_set_add(s, tr->ahead[i].keys[t][k]);
     }
   }
 }
@@ -242,11 +250,16 @@ ps_err tier_buffers_create(store_tier *tr, ps_error *err) {
 
 static void tier_free(store_tier *tr) {
   tier_writer_stop(tr);
+  tier_readers_stop(tr->readers);
   row_disk_close(tr->disk);
   for (int t = 0; t < CTR_TABLES_MAX; t++) {
     sparse_table_destroy(tr->buffer[t]);
     key_set_free(&tr->pins[t]);
   }
+  for (int i = 0; i < tr->ahead_trainers; i++) {
+    for (int t = 0; t < CTR_TABLES_MAX; t++) free(tr->ahead[i].keys[t]);
+  }
+  free(tr->ahead);
   key_set_free(&tr->asked);
   free(tr->missing);
   free(tr->install_keys);
@@ -269,8 +282,16 @@ ps_err store_tier_open(pserver *ps, ps_error *err) {
   }
   store_tier *tr = calloc(1, sizeof *tr);
   if (tr == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "disk tier: out of memory");
+  static atomic_uint_fast64_t opened;
   tr->ps = ps;
+  tr->serial = atomic_fetch_add(&opened, 1) + 1;
   tr->tables = ps->store.table_count;
+  tr->ahead = calloc((size_t)ps->cfg.trainers, sizeof *tr->ahead);
+  if (tr->ahead == NULL) {
+    free(tr);
+    return ps_error_set(err, PS_ERR_NO_MEMORY, "disk tier: out of memory");
+  }
+  tr->ahead_trainers = ps->cfg.trainers;
   pthread_mutex_init(&tr->mu, NULL);
   pthread_cond_init(&tr->wake, NULL);
   pthread_cond_init(&tr->drained, NULL);
@@ -294,6 +315,7 @@ ps_err store_tier_open(pserver *ps, ps_error *err) {
                       budget->source);
   }
   if (rc == PS_ERR_OK) rc = row_disk_open(&tr->disk, tr->dir, tr->tables, bytes, err);
+  if (rc == PS_ERR_OK) rc = tier_readers_start(&tr->readers, tr->disk, TIER_READERS, err);
   if (rc == PS_ERR_OK) rc = tier_writer_start(tr, err);
   if (rc != PS_ERR_OK) {
     tier_free(tr);

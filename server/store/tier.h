@@ -39,6 +39,11 @@ typedef struct tier_fetch {
   size_t ov_n[CTR_TABLES_MAX], ov_cap[CTR_TABLES_MAX];
   int read;         /* rows read for those keys */
   int passes;
+  /* A PULL_PREFETCH, answered: best effort (rows that cannot be made room
+   * for, or keep moving out, are left for the push), not counted as asked
+   * for; set while rows remain to read (store_tier_prefetch_finish). */
+  int best_effort, prefetch;
+  uint64_t tier_serial; /* the tier that named its keys (a job reset opens another) */
 } tier_fetch;
 
 void tier_fetch_free(tier_fetch *f);
@@ -47,6 +52,10 @@ typedef struct store_tier_stats {
   uint64_t lookups, hits, buffer_hits, disk_hits, disk_misses; /* keys asked for by requests */
   uint64_t rows_memory, rows_buffer, rows_disk;
   uint64_t disk_bytes_read, disk_bytes_written, file_bytes;
+  /* Rows prefetches brought into memory (from the buffer or the disk)
+   * before their request came, which found them there: not counted in
+   * hits, so hits are what memory held by itself. */
+  uint64_t ahead;
   uint64_t reads_under_lock; /* rows read with the lock held (a request's rows moved out
                                 between its passes again and again, exports, loads) */
   size_t buffer_limit;       /* bytes of the budget kept for the buffer */
@@ -74,6 +83,17 @@ void store_tier_release(struct pserver *ps);
  * keys in memory are left as the table wrote them. */
 void store_tier_lookup_rows(struct pserver *ps, int t, const uint64_t *keys, size_t n,
                             float *rows);
+/* Lock held, a PULL_PREFETCH's keys checked (store_rows' req): they stay
+ * in memory from now until the trainer's next push (pinned), its buffered
+ * rows come back now, and f->prefetch is set when some are on disk, to read
+ * with store_tier_prefetch_finish once the call is answered. Best effort:
+ * a failure leaves the rows to the push. Nothing without a tier. */
+void store_tier_prefetch_begin(struct pserver *ps, tier_fetch *f, int trainer);
+/* No lock, the prefetch answered: reads its rows and installs them (as a
+ * request's passes; dropped when the job was reset meanwhile). */
+void store_tier_prefetch_finish(struct pserver *ps, tier_fetch *f);
+/* Lock held: trainer's prefetched keys are no longer held (its push came). */
+void store_tier_prefetch_done(struct pserver *ps, int trainer);
 /* No lock: reads f's rows from disk. */
 ps_err store_tier_read(struct pserver *ps, tier_fetch *f, ps_error *err);
 /* No lock: waits (bounded) while the buffer is over its share, so requests
@@ -106,6 +126,9 @@ ps_err store_tier_load_rows(struct pserver *ps, int t, const pserver_rows *r, ps
 
 /* Zeros without a tier. */
 void store_tier_stats_get(const struct pserver *ps, store_tier_stats *out);
+/* Lock held: the figures cheap to take on every request (lookups, hits,
+ * ahead, rows in memory, disk bytes; the rest zero). */
+void store_tier_stats_quick(const struct pserver *ps, store_tier_stats *out);
 /* The statistics line's part (nothing without a tier): rows where, the hit
  * rate and the disk's bytes per second since the last line. */
 void store_tier_log_stats(const struct pserver *ps, long step);

@@ -406,12 +406,28 @@ ps_err store_tier_load_rows(pserver *ps, int t, const pserver_rows *r, ps_error 
 
 /* --- figures ---------------------------------------------------------------------------- */
 
+void store_tier_stats_quick(const pserver *ps, store_tier_stats *out) {
+  memset(out, 0, sizeof *out);
+  store_tier *tr = ps->store.tier;
+  if (tr == NULL) return;
+  out->lookups = tr->lookups;
+  out->ahead = tr->ahead_buffer + tr->ahead_disk;
+  out->hits = tr->hits > out->ahead ? tr->hits - out->ahead : 0;
+  for (int t = 0; t < tr->tables; t++) {
+    sparse_table_stats st;
+    sparse_table_stats_get(ps->store.tables[t], &st);
+    out->rows_memory += st.rows;
+  }
+  row_disk_bytes(tr->disk, &out->disk_bytes_read, &out->disk_bytes_written);
+}
+
 void store_tier_stats_get(const pserver *ps, store_tier_stats *out) {
   memset(out, 0, sizeof *out);
   store_tier *tr = ps->store.tier;
   if (tr == NULL) return;
   out->lookups = tr->lookups;
-  out->hits = tr->hits;
+  out->ahead = tr->ahead_buffer + tr->ahead_disk;
+  out->hits = tr->hits > out->ahead ? tr->hits - out->ahead : 0;
   out->buffer_hits = tr->buffer_hits;
   out->disk_hits = tr->disk_hits;
   out->disk_misses = tr->disk_misses;
@@ -448,11 +464,13 @@ void store_tier_log_stats(const pserver *ps, long step) {
   double pct = asked > 0 ? 100.0 / (double)asked : 0;
   LOG_INFO("step %ld: disk tier: %llu rows in memory, %llu buffered, %llu on disk (%.1f MiB of "
            "files); of %llu rows asked for since the last line %.2f%% were in memory, %.2f%% "
-           "buffered, %.2f%% read from disk, %.2f%% new; disk %.2f MB/s read, %.2f MB/s written; "
+           "brought in ahead, %.2f%% buffered, %.2f%% read from disk, %.2f%% new; disk %.2f MB/s "
+           "read, %.2f MB/s written; "
            "since the start %.2f%% in memory, %.1f MB read, %.1f MB written%s",
            step, (unsigned long long)now.rows_memory, (unsigned long long)now.rows_buffer,
            (unsigned long long)now.rows_disk, (double)now.file_bytes / 1048576.0,
            (unsigned long long)asked, pct * (double)(now.hits - was->hits),
+           pct * (double)(now.ahead - was->ahead),
            pct * (double)(now.buffer_hits - was->buffer_hits),
            pct * (double)(now.disk_hits - was->disk_hits),
            pct * (double)(now.disk_misses - was->disk_misses),

@@ -13,6 +13,7 @@
 #include "server/pserver_internal.h"
 #include "server/store/row_disk.h"
 #include "server/store/tier.h"
+#include "server/store/tier_readers.h"
 
 /* Bytes of rows the writer takes out of the buffer per transaction, and a
  * load writes per transaction (rows of 4 KiB and of 76 bytes alike). */
@@ -28,9 +29,17 @@ typedef struct key_set {
   uint32_t now;
 } key_set;
 
+/* A trainer's prefetched keys per table, kept in memory until its push. */
+typedef struct tier_ahead {
+  uint64_t *keys[CTR_TABLES_MAX];
+  size_t n[CTR_TABLES_MAX], cap[CTR_TABLES_MAX];
+} tier_ahead;
+
 struct store_tier {
   pserver *ps;
+  uint64_t serial; /* which tier this is: one per job configured, never reused */
   row_disk *disk;
+  tier_readers *readers;
   char dir[4096];
   int tables;
   size_t row_floats[CTR_TABLES_MAX];
@@ -51,6 +60,9 @@ struct store_tier {
   int writer_running;
   /* Under the pserver's lock. */
   key_set pins[CTR_TABLES_MAX];
+  tier_ahead *ahead; /* (ahead_trainers) */
+  int ahead_trainers;
+  uint64_t ahead_buffer, ahead_disk; /* rows prefetches took back from the buffer, read */
   key_set asked;
   uint32_t *missing; /* a request's keys not in memory (their indices) */
   tier_fetch *serving; /* a read-only request's rows, while it is handled */

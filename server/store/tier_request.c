@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "common/grow.h"
+#include "common/log.h"
 #include "server/pserver_internal.h"
 #include "server/store/rows.h"
 #include "server/store/tier_internal.h"
@@ -178,7 +179,8 @@ static long prepare_table(store_tier *tr, int t, tier_fetch *f, int valid, ps_er
     if (have && sparse_table_row_step(hot, row) >= horizon) tr->install_keys[inst++] = key;
   }
   size_t to_read = 0;
-  int first = f->passes == 1; /* where the request's rows were when it came */
+  /* Where the request's rows were when it came (a prefetch's count apart). */
+  int first = f->passes == 1 && !f->best_effort;
   int disk_empty = tr->written[t] == 0; /* nothing to read: every other row is new */
   for (int l = 0; l < 2; l++) {
     size_t missing = sparse_table_missing(hot, lists[l]->keys, lists[l]->n, tr->missing);
@@ -190,6 +192,7 @@ static long prepare_table(store_tier *tr, int t, tier_fetch *f, int valid, ps_er
       float *row = tr->install_rows + inst * rf;
       if (buffer_get(tr, t, key, row, f->read_only)) {
         tr->buffer_hits += first;
+        tr->ahead_buffer += f->best_effort && f->passes == 1;
         if (sparse_table_row_step(hot, row) >= horizon) tr->install_keys[inst++] = key;
         continue;
       }
@@ -233,7 +236,8 @@ static ps_err read_now(store_tier *tr, tier_fetch *f, ps_error *err) {
 static void count_reads(store_tier *tr, const tier_fetch *f) {
   for (int t = 0; t < tr->tables; t++) {
     for (size_t i = 0; i < f->n[t]; i++) {
-      if (f->found[t][i]) tr->disk_hits++;
+      if (f->best_effort) tr->ahead_disk += f->found[t][i];
+      else if (f->found[t][i]) tr->disk_hits++;
       else tr->disk_misses++;
     }
   }
@@ -260,6 +264,7 @@ static int prepare(store_tier *tr, tier_fetch *f, ps_error *err) {
   if (failed) return -1;
   if (valid) count_reads(tr, f);
   f->passes++;
+  f->tier_serial = tr->serial;
   long left = 0;
   for (int t = 0; t < tr->tables; t++) {
     long n = prepare_table(tr, t, f, valid, err);
@@ -276,6 +281,10 @@ static int prepare(store_tier *tr, tier_fetch *f, ps_error *err) {
     f->commits = tr->commits;
     pthread_mutex_unlock(&tr->mu);
     return 1;
+  }
+  if (f->best_effort) { /* a prefetch: the push reads what is left */
+    for (int t = 0; t < tr->tables; t++) f->n[t] = 0;
+    return 0;
   }
   /* Moved out again between passes, again and again: read them now. With
    * the lock held no row can enter the buffer, so the disk is current. */
@@ -304,12 +313,22 @@ static int prepare(store_tier *tr, tier_fetch *f, ps_error *err) {
   return 0;
 }
 
+static int by_key(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
 ps_err store_tier_read(pserver *ps, tier_fetch *f, ps_error *err) {
   store_tier *tr = tier_of(ps);
+  if (tr == NULL || tr->serial != f->tier_serial) {
+    f->read = 0; /* the job was reset meanwhile: the next pass finds where rows are now */
+    return PS_ERR_OK;
+  }
   for (int t = 0; t < tr->tables; t++) {
-    if (f->n[t] > 0 &&
-        row_disk_read(tr->disk, t, f->keys[t], f->n[t], f->rows[t], f->found[t], err) !=
-            PS_ERR_OK) {
+    /* Sorted, each reader's range of keys lies in blocks of its own. */
+    if (f->n[t] > 1) qsort(f->keys[t], f->n[t], sizeof *f->keys[t], by_key);
+    if (f->n[t] > 0 && tier_readers_read(tr->readers, t, f->keys[t], f->n[t], f->rows[t],
+                                         row_bytes(tr, t), f->found[t], err) != PS_ERR_OK) {
       pthread_mutex_lock(&tr->mu); /* the job stops at the next request's pass */
       tr->failed = 1;
       snprintf(tr->failure, sizeof tr->failure, "disk tier: reading rows failed: %.450s", err->msg);
@@ -319,6 +338,62 @@ ps_err store_tier_read(pserver *ps, tier_fetch *f, ps_error *err) {
   }
   f->read = 1;
   return PS_ERR_OK;
+}
+
+/* --- a trainer's next keys, ahead of its push ----------------------------------------- */
+
+void store_tier_prefetch_begin(pserver *ps, tier_fetch *f, int trainer) {
+  store_tier *tr = tier_of(ps);
+  f->prefetch = 0;
+  if (tr == NULL || ps->store.rows == NULL || trainer < 0 || trainer >= tr->ahead_trainers) {
+    return;
+  }
+  tier_ahead *a = &tr->ahead[trainer];
+  for (int t = 0; t < tr->tables; t++) {
+    const sparse_rows *r = &ps->store.rows->req[SPARSE_FIELD_KEYS][t];
+    a->n[t] = 0;
+    if (r->n > a->cap[t]) {
+      if (!grow_array(&a->keys[t], r->n, sizeof *a->keys[t])) return; /* not held: best effort */
+      a->cap[t] = r->n;
+    }
+    memcpy(a->keys[t], r->keys, r->n * sizeof *r->keys);
+    a->n[t] = r->n;
+  }
+  f->best_effort = 1;
+  ps_error err;
+  int rc = prepare(tr, f, &err);
+  if (rc < 0) LOG_DEBUG("disk tier: a prefetch of trainer %d's rows left to its push: %s",
+                        trainer, err.msg);
+  if (rc == 1) {
+    store_stash_rows(ps, &f->stash);
+    f->prefetch = 1;
+  }
+}
+
+void store_tier_prefetch_finish(pserver *ps, tier_fetch *f) {
+  for (int again = 1; again;) {
+    ps_error err;
+    if (store_tier_read(ps, f, &err) != PS_ERR_OK) return; /* the next request stops the job */
+    again = 0;
+    pthread_mutex_lock(&ps->lock);
+    store_tier *tr = tier_of(ps);
+    if (!ps->stopping && tr != NULL && tr->serial == f->tier_serial &&
+        store_unstash_rows(ps, f->stash)) {
+      int rc = prepare(tr, f, &err);
+      if (rc < 0) LOG_DEBUG("disk tier: a prefetch's rows left to the push: %s", err.msg);
+      if (rc == 1) {
+        store_stash_rows(ps, &f->stash);
+        again = 1;
+      }
+    }
+    pthread_mutex_unlock(&ps->lock);
+  }
+}
+
+void store_tier_prefetch_done(pserver *ps, int trainer) {
+  store_tier *tr = tier_of(ps);
+  if (tr == NULL || trainer < 0 || trainer >= tr->ahead_trainers) return;
+  for (int t = 0; t < tr->tables; t++) tr->ahead[trainer].n[t] = 0;
 }
 
 /* mu held: whether a table's buffer is over half its rows. */

@@ -96,6 +96,8 @@ static ps_err register_all(ps_client *c, double timeout, long *steps, ps_error *
       break;
     }
     c->pserver_incarnation[p] = reply->pserver_incarnation;
+    c->tier_pservers += reply->disk_tier - c->pserver_tier[p]; /* registered again: anew */
+    c->pserver_tier[p] = reply->disk_tier;
     steps[p] = (long)reply->step;
     protobuf_c_message_free_unpacked(&reply->base, NULL);
     /* async and ssp count pushes, geo merged steps */
@@ -128,6 +130,8 @@ ps_err ps_client_connect(ps_client *c, const endpoint_list *pservers, const job_
   }
   c->channels = calloc((size_t)n, sizeof *c->channels);
   c->pserver_incarnation = calloc((size_t)n, sizeof *c->pserver_incarnation);
+  c->pserver_tier = calloc((size_t)n, sizeof *c->pserver_tier);
+  c->tier_stats = calloc((size_t)n, sizeof *c->tier_stats);
   c->writers = calloc((size_t)n, sizeof *c->writers);
   c->ops = calloc((size_t)n, sizeof *c->ops);
   c->refs_cap = c->map.block_count + 1;
@@ -137,7 +141,7 @@ ps_err ps_client_connect(ps_client *c, const endpoint_list *pservers, const job_
   size_t total = c->map.total > 0 ? c->map.total : 1;
   if (converted) c->wire_grads = malloc(total * wire_dtype_size(job->wire_dtype));
   if ((converted && c->wire_grads == NULL) || c->seen == NULL || c->channels == NULL ||
-      c->pserver_incarnation == NULL || c->writers == NULL || c->ops == NULL || c->refs == NULL) {
+      c->pserver_incarnation == NULL || c->pserver_tier == NULL || c->tier_stats == NULL || c->writers == NULL || c->ops == NULL || c->refs == NULL) {
     ps_client_close(c);
     return ps_error_set(err, PS_ERR_NO_MEMORY, "ps client: out of memory");
   }
@@ -200,6 +204,8 @@ void ps_client_close(ps_client *c) {
   free(c->wire_grads);
   free(c->channels);
   free(c->pserver_incarnation);
+  free(c->pserver_tier);
+  free(c->tier_stats);
   shard_map_free(&c->map);
   tensor_layout_free(&c->layout);
   memset(c, 0, sizeof *c);
@@ -326,6 +332,59 @@ ps_err ps_client_pull_kind(ps_client *c, long step, uint32_t kind, float *params
   if (rc != PS_ERR_OK) rc = batch_error(c, what, rc, err);
   long want = c->job.update == UPDATE_SYNC && kind == PSTRAIN__PULL_KIND__PULL_STEP ? step : -1;
   if (rc == PS_ERR_OK) rc = apply_replies(c, what, want, params, err);
+  free_replies(c);
+  c->comm_seconds += now_s() - start;
+  return rc;
+}
+
+/* Pserver p's tier figures from its answer to a prefetch. */
+static ps_err take_tier_stats(ps_client *c, int p, const rpc_message *msg, ps_error *err) {
+  Pstrain__ParamsReply *reply =
+      (Pstrain__ParamsReply *)wire_unpack(&pstrain__params_reply__descriptor, msg, err);
+  if (reply == NULL) {
+    char why[sizeof err->msg];
+    snprintf(why, sizeof why, "%s", err->msg);
+    return ps_error_set(err, PS_ERR_CORRUPT_DATA, "prefetching: pserver %d at %s answered: %s", p,
+                        c->targets.items[p], why);
+  }
+  if (reply->tier != NULL) {
+    const Pstrain__TierStats *s = reply->tier;
+    c->tier_stats[p] = (ps_tier_stats){s->lookups, s->hits, s->ahead, s->rows_memory,
+                                       s->disk_bytes_read, s->disk_bytes_written};
+  }
+  protobuf_c_message_free_unpacked(&reply->base, NULL);
+  return PS_ERR_OK;
+}
+
+ps_err ps_client_prefetch(ps_client *c, long step, ps_error *err) {
+  if (c->tier_pservers == 0 || c->sparse == NULL) return PS_ERR_OK;
+  double start = now_s();
+  wire_key key = {(uint32_t)c->trainer_id, c->incarnation, (uint64_t)step};
+  int k = 0;
+  for (int p = 0; p < c->job.pservers; p++) {
+    if (!c->pserver_tier[p]) continue;
+    wire_writer *w = &c->writers[p];
+    if (wire_writer_begin(w, 0, err) != PS_ERR_OK) return err->code;
+    wire_writer_push_header(w, &key, c->hash);
+    if (c->sparse->append(c->sparse->ctx, p, w, NULL, err) != PS_ERR_OK) return err->code;
+    wire_writer_pull_kind(w, PSTRAIN__PULL_KIND__PULL_PREFETCH);
+    if (wire_writer_check(w, err) != PS_ERR_OK) return err->code;
+    c->ops[k] = (rpc_op){.channel = c->channels[p], .method = WIRE_METHOD_PULL,
+                         .parts = w->parts, .part_count = w->part_count,
+                         .timeout_s = c->rpc_timeout};
+    k++;
+  }
+  ps_err rc = rpc_client_call_all(c->rpc, c->ops, k, err);
+  for (int p = 0, i = 0; p < c->job.pservers && rc != PS_ERR_OK; p++) {
+    if (!c->pserver_tier[p] || c->ops[i++].code == PS_ERR_OK) continue;
+    rc = ps_error_set(err, c->ops[i - 1].code, "prefetching step %ld's rows: pserver %d at %s: "
+                      "%s", step, p, c->targets.items[p], c->ops[i - 1].message);
+    break;
+  }
+  for (int p = 0, i = 0; p < c->job.pservers && rc == PS_ERR_OK; p++) {
+    if (!c->pserver_tier[p]) continue;
+    rc = take_tier_stats(c, p, &c->ops[i++].reply.message, err);
+  }
   free_replies(c);
   c->comm_seconds += now_s() - start;
   return rc;

@@ -27,6 +27,12 @@ typedef struct ps_client_sparse_ops {
                  ps_error *err);
 } ps_client_sparse_ops;
 
+/* A pserver's disk tier since it started, as its last PULL_PREFETCH
+ * answer said (proto TierStats). */
+typedef struct ps_tier_stats {
+  uint64_t lookups, hits, ahead, rows_memory, disk_bytes_read, disk_bytes_written;
+} ps_tier_stats;
+
 typedef struct ps_client {
   int trainer_id;
   uint64_t incarnation;
@@ -38,6 +44,9 @@ typedef struct ps_client {
   rpc_client *rpc;
   rpc_channel **channels;   /* (pservers) */
   uint64_t *pserver_incarnation;
+  uint8_t *pserver_tier;    /* (pservers) its rows may be on disk: it takes PULL_PREFETCH */
+  int tier_pservers;        /* how many */
+  ps_tier_stats *tier_stats; /* (pservers) */
   long start_step;          /* the pservers' step at registration (sync: all equal) */
   wire_writer *writers;     /* (pservers) */
   rpc_op *ops;              /* (pservers) */
@@ -80,6 +89,12 @@ ps_err ps_client_pull(ps_client *c, float *params, ps_error *err);
  * then PullRequest.kind): dense blocks into params, rows to the sparse ops.
  * In sync mode a PULL_STEP's reply must be of version step. */
 ps_err ps_client_pull_kind(ps_client *c, long step, uint32_t kind, float *params, ps_error *err);
+
+/* PULL_PREFETCH of the sparse ops' keys (the next step's) to the pservers
+ * with a disk tier (nothing without one): each answers at once and reads
+ * the rows on disk while this trainer computes. The caller may ignore a
+ * failure: the push sends the keys again. */
+ps_err ps_client_prefetch(ps_client *c, long step, ps_error *err);
 
 /* Pushes the gradients of zero-based step `step` from grads to every pserver
  * at once and writes the returned blocks into params. In sync mode the

@@ -195,6 +195,13 @@ ps_err ps_sparse_pull_step(ps_sparse *s, long step, float *params, ps_error *err
   return ps_client_pull_kind(s->c, step, PSTRAIN__PULL_KIND__PULL_STEP, params, err);
 }
 
+ps_err ps_sparse_prefetch(ps_sparse *s, long step, ps_error *err) {
+  s->send_grads = NULL;
+  s->send_keys = &s->next;
+  s->want_all = 0;
+  return ps_client_prefetch(s->c, step, err);
+}
+
 ps_err ps_sparse_push_pull(ps_sparse *s, long step, const float *dense_grads,
                            float *const *grads, float *params, double recover_timeout,
                            long *resume_at, ps_error *err) {

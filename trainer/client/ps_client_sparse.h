@@ -66,6 +66,10 @@ void ps_sparse_scatter(const ps_sparse *s, const ps_sparse_keys *k, float *const
  * once): rows into s->rows, dense parameters into params. */
 ps_err ps_sparse_pull_step(ps_sparse *s, long step, float *params, ps_error *err);
 
+/* PULL_PREFETCH of s->next's keys, step's, to the pservers with a disk
+ * tier (ps_client_prefetch). */
+ps_err ps_sparse_prefetch(ps_sparse *s, long step, ps_error *err);
+
 /* The push-pull of step: dense grads, the gradients (batch order, (cur.n,
  * dim) per table) of the keys in s->cur, and s->next's keys, whose rows come
  * back in s->rows (dense parameters into params). On a recoverable failure,

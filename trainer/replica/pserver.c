@@ -76,6 +76,7 @@ ps_err pserver_replica_start_sparse(pserver_replica *p, ps_error *err) {
   }
   if (!ok) return ps_error_set(err, PS_ERR_NO_MEMORY, "pserver mode: out of memory");
   p->need_pull = 1;
+  p->ahead_split = -1;
   p->version = t->start_step;
   return PS_ERR_OK;
 }
@@ -112,6 +113,36 @@ static ps_err pserver_start(replica *r, ps_error *err) {
   return PS_ERR_OK;
 }
 
+/* The next batch's keys split into sp.next (none after the job's last step). */
+static ps_err split_next(pserver_replica *p, long step, ps_error *err) {
+  const sparse_dedup *ahead = NULL;
+  PS_TRY(data_source_keys_ahead(p->base.t->data, step + 1, &ahead, err));
+  return ps_sparse_split(&p->sp, &p->sp.next, ahead != NULL ? ahead->unique : NULL,
+                         ahead != NULL ? ahead->counts : NULL, ahead != NULL ? ahead->n_unique : 0,
+                         err);
+}
+
+/* Pservers with a disk tier: the next batch's keys go out now, so their
+ * rows on disk are read while this step computes rather than while its
+ * push waits. A failure is the push's to find and recover from (a pserver
+ * gone, rolled back, stopping): the prefetch only saves time. */
+static ps_err prefetch_next(pserver_replica *p, long step, ps_error *err) {
+  trainer *t = p->base.t;
+  PS_TRY(split_next(p, step, err));
+  p->ahead_split = step + 1;
+  if (p->sp.next.n == 0) return PS_ERR_OK;
+  double start = now_s();
+  ps_err rc = ps_sparse_prefetch(&p->sp, step + 1, err);
+  timeline_span(t->tl, "prefetch", step, start);
+  p->base.comm_seconds += now_s() - start;
+  if (rc != PS_ERR_OK) {
+    if (!p->prefetch_failed) LOG_WARN("%s (the push sends the keys again; said once)", err->msg);
+    else LOG_DEBUG("%s (left to the push)", err->msg);
+    p->prefetch_failed = 1;
+  }
+  return PS_ERR_OK;
+}
+
 /* The rows of the batch's keys: pulled (the first step, or after the job
  * went back) or arrived with the last push's reply. */
 static ps_err pserver_pull(replica *r, long step, const data_batch *b, ps_error *err) {
@@ -126,6 +157,7 @@ static ps_err pserver_pull(replica *r, long step, const data_batch *b, ps_error 
     }
   } else {
     const sparse_dedup *d = b->dedup;
+    p->ahead_split = -1;
     if (ps_sparse_split(&p->sp, &p->sp.next, d->unique, d->counts, n, err) != PS_ERR_OK ||
         ps_sparse_pull_step(&p->sp, step, p->params, err) != PS_ERR_OK) {
       return err->code;
@@ -141,7 +173,7 @@ static ps_err pserver_pull(replica *r, long step, const data_batch *b, ps_error 
   ps_sparse_keys split = p->sp.cur;
   p->sp.cur = p->sp.next;
   p->sp.next = split;
-  return PS_ERR_OK;
+  return p->c.tier_pservers > 0 ? prefetch_next(p, step, err) : PS_ERR_OK;
 }
 
 /* This trainer's share of the global batch's mean loss, relative to the 1/N
@@ -181,12 +213,9 @@ static ps_err push_sparse(pserver_replica *p, long step, const data_batch *b, lo
   const size_t n = b->size > 0 ? b->dedup->n_unique : 0;
   if (b->size > 0) PS_TRY(model_get_grads(t->model, p->grads, err));
   sparse_grads(p, b, step, n);
-  /* The next batch's keys ride on this push (none after the job's last step). */
-  const sparse_dedup *ahead = NULL;
-  PS_TRY(data_source_keys_ahead(t->data, step + 1, &ahead, err));
-  PS_TRY(ps_sparse_split(&p->sp, &p->sp.next, ahead != NULL ? ahead->unique : NULL,
-                         ahead != NULL ? ahead->counts : NULL, ahead != NULL ? ahead->n_unique : 0,
-                         err));
+  /* The next batch's keys ride on this push (split already when prefetched). */
+  if (p->ahead_split != step + 1) PS_TRY(split_next(p, step, err));
+  p->ahead_split = -1;
   double start = now_s();
   long resume_at;
   PS_TRY(ps_sparse_push_pull(&p->sp, step, p->grads, t->row_grads, p->params,
@@ -296,9 +325,27 @@ ps_err pserver_broadcast(replica *r, void *data, size_t bytes, ps_error *err) {
 void pserver_metrics(const replica *r, char *buf, size_t len) {
   const pserver_replica *p = (const pserver_replica *)r;
   double bytes = (double)(p->c.bytes_sent + p->c.bytes_received);
-  snprintf(buf, len, ",\"update\":\"%s\",\"pservers\":%d,\"bytes_per_step\":%.0f",
-           update_mode_name(p->c.job.update), p->c.job.pservers,
-           p->steps > 0 ? bytes / (double)p->steps : 0.0);
+  int n = snprintf(buf, len, ",\"update\":\"%s\",\"pservers\":%d,\"bytes_per_step\":%.0f",
+                   update_mode_name(p->c.job.update), p->c.job.pservers,
+                   p->steps > 0 ? bytes / (double)p->steps : 0.0);
+  if (p->c.tier_pservers == 0 || n < 0 || (size_t)n >= len) return;
+  /* The disk tiers' figures since their pservers started (their last answers). */
+  ps_tier_stats sum = {0};
+  for (int i = 0; i < p->c.job.pservers; i++) {
+    const ps_tier_stats *s = &p->c.tier_stats[i];
+    sum.lookups += s->lookups;
+    sum.hits += s->hits;
+    sum.ahead += s->ahead;
+    sum.rows_memory += s->rows_memory;
+    sum.disk_bytes_read += s->disk_bytes_read;
+    sum.disk_bytes_written += s->disk_bytes_written;
+  }
+  double pct = sum.lookups > 0 ? 100.0 / (double)sum.lookups : 0.0;
+  snprintf(buf + n, len - (size_t)n,
+           ",\"tier_hit_pct\":%.2f,\"tier_ahead_pct\":%.2f,\"tier_rows_in_memory\":%llu,"
+           "\"tier_disk_read_mb\":%.1f,\"tier_disk_written_mb\":%.1f",
+           pct * (double)sum.hits, pct * (double)sum.ahead, (unsigned long long)sum.rows_memory,
+           (double)sum.disk_bytes_read / 1e6, (double)sum.disk_bytes_written / 1e6);
 }
 
 static ps_err pserver_finish(replica *r, long steps, ps_error *err) {

@@ -25,6 +25,8 @@ typedef struct pserver_replica {
   float *params, *grads;  /* (layout.total) dense, as sent and received */
   float *next_rows[MODEL_TABLES_MAX]; /* (batch * 26, dim) the next step's rows, batch order */
   int need_pull;          /* the next step's rows are not here yet: PULL_STEP first */
+  long ahead_split;       /* sp.next holds this step's keys, prefetched (-1: none) */
+  int prefetch_failed;    /* a prefetch failed once: later failures are not warned of */
   long version;           /* the parameters' step after the last reply */
   /* --update geo: */
   float *at_exchange;     /* (total) the parameters the last exchange gave */
