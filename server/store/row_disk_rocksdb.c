@@ -556,7 +556,7 @@ ps_err row_disk_write(row_disk *d, const uint64_t *const *keys, const void *cons
   for (int t = 0; t < d->tables; t++) {
     size_t rb = d->row_bytes[t];
     for (size_t i = 0; i < n[t]; i++) order[i] = (key_order){keys[t][i], i};
-    qsort(order, n[t], sizeof *order, by_key_then_index);
+    if (n[t] > 1) qsort(order, n[t], sizeof *order, by_key_then_index);
     for (size_t j = 0; j < n[t]; j++) {
       char k[8];
       key_put(k, order[j].key);

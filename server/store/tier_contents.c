@@ -422,22 +422,14 @@ void store_tier_stats_quick(const pserver *ps, store_tier_stats *out) {
 }
 
 void store_tier_stats_get(const pserver *ps, store_tier_stats *out) {
-  memset(out, 0, sizeof *out);
+  store_tier_stats_quick(ps, out);
   store_tier *tr = ps->store.tier;
   if (tr == NULL) return;
-  out->lookups = tr->lookups;
-  out->ahead = tr->ahead_buffer + tr->ahead_disk;
-  out->hits = tr->hits > out->ahead ? tr->hits - out->ahead : 0;
   out->buffer_hits = tr->buffer_hits;
   out->disk_hits = tr->disk_hits;
   out->disk_misses = tr->disk_misses;
   out->reads_under_lock = tr->reads_under_lock;
   out->buffer_limit = tr->buffer_limit;
-  for (int t = 0; t < tr->tables; t++) {
-    sparse_table_stats st;
-    sparse_table_stats_get(ps->store.tables[t], &st);
-    out->rows_memory += st.rows;
-  }
   pthread_mutex_lock(&tr->mu);
   for (int t = 0; t < tr->tables; t++) {
     sparse_table_stats st;
@@ -448,8 +440,6 @@ void store_tier_stats_get(const pserver *ps, store_tier_stats *out) {
   row_disk_stats ds;
   row_disk_stats_get(tr->disk, &ds);
   for (int t = 0; t < tr->tables; t++) out->rows_disk += ds.rows[t];
-  out->disk_bytes_read = ds.bytes_read;
-  out->disk_bytes_written = ds.bytes_written;
   out->file_bytes = ds.file_bytes;
 }
 
