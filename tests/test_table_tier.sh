@@ -82,16 +82,20 @@ grep -qE "disk tier: .* [0-9.]*[1-9][0-9.]*% brought in ahead" "$SCRATCH/tier-s0
 [ -z "$(ls -A "$SCRATCH/tables/pserver-0" 2>/dev/null)" ] ||
   fail "the tier's files outlived the pserver: $(ls "$SCRATCH/tables/pserver-0")"
 
-# 2. Eviction forgets rows wherever they are.
+# 2. Eviction forgets rows wherever they are (and the trainer's prefetch off:
+# its pushes bring every row back themselves).
 job evict --model ctr:8:32,16 --evict-after 20 --export "$SCRATCH/evict.safetensors" -- \
   --log-every 20
 job evict-tier --model ctr:8:32,16 --evict-after 20 --export "$SCRATCH/evict-tier.safetensors" \
-  -- "${TIER[@]}" --table-dir "$SCRATCH/tables"
+  --prefetch=false -- "${TIER[@]}" --table-dir "$SCRATCH/tables"
 [ "$T_STATUS$S_STATUS" = 00 ] || fail "evict tier: trainer $T_STATUS, pserver $S_STATUS"
 cmp -s "$SCRATCH/evict.safetensors" "$SCRATCH/evict-tier.safetensors" ||
   fail "--evict-after with the tier differs from without"
 grep -q "table embedding: .* [1-9][0-9]* evicted" "$SCRATCH/evict-tier-s0.log" ||
   fail "--evict-after evicted nothing"
+! grep -qE "[0-9.]*[1-9][0-9.]*% brought in ahead" "$SCRATCH/evict-tier-s0.log" &&
+  grep -qE "[0-9.]*[1-9][0-9.]*% read from disk" "$SCRATCH/evict-tier-s0.log" ||
+  fail "--prefetch=false: rows were still brought in ahead, or none read by the pushes: $(tier_line "$SCRATCH/evict-tier-s0.log")"
 
 # 3. A full disk.
 if [ "$(id -u)" != 0 ] || ! unshare -m true 2>/dev/null; then

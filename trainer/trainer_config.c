@@ -61,6 +61,11 @@ static const option_def trainer_option_table[] = {
      "pserver sync mode, CPU backend: push each layer's gradients as soon as backward has them, "
      "overlapping communication with the rest of backward (off: one push per pserver at the end "
      "of the step; on loopback with all cores busy it costs more than it hides)", NULL, ANY},
+    {"prefetch", NULL, OPT_BOOL, OFF(prefetch), "true",
+     "pserver mode, CTR models, pservers with a disk tier (--table-dir): send each step's next "
+     "keys ahead (PULL_PREFETCH), so the pservers read those rows from disk while this trainer "
+     "computes (false: its push brings them; where trainer and pserver share a machine's few "
+     "cores and the reads come from the page cache, the ahead reads cost ~5%)", NULL, ANY},
     {"recover-timeout", NULL, OPT_DOUBLE, OFF(recover_timeout), "120",
      "pserver mode: seconds to wait for a lost or restarted pserver to come back before "
      "failing (0: fail at once)", NULL, NUM(0, 1e7)},

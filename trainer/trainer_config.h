@@ -36,6 +36,7 @@ typedef struct trainer_options {
   double rpc_timeout;
   double recover_timeout;
   bool overlap;
+  bool prefetch; /* pserver mode with a disk tier: the next step's keys sent ahead */
   long max_steps;
   const char *token_file;
   const char *tls_cert, *tls_key, *tls_ca, *tls_server_name;

@@ -173,7 +173,8 @@ static ps_err pserver_pull(replica *r, long step, const data_batch *b, ps_error 
   ps_sparse_keys split = p->sp.cur;
   p->sp.cur = p->sp.next;
   p->sp.next = split;
-  return p->c.tier_pservers > 0 ? prefetch_next(p, step, err) : PS_ERR_OK;
+  return p->c.tier_pservers > 0 && t->settings.opt.prefetch ? prefetch_next(p, step, err)
+                                                            : PS_ERR_OK;
 }
 
 /* This trainer's share of the global batch's mean loss, relative to the 1/N
