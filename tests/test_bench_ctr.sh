@@ -6,7 +6,9 @@
 # collective reach local's AUC exactly (4 decimals of 6), the pserver runs
 # report bytes per step, pserver RSS and the table MiB each pserver holds
 # (two pservers hold about half of one's rows each). Where the build has no
-# MPI, the collective row's absence is all that is skipped.
+# MPI, the collective row's absence is all that is skipped. Its memory row
+# (--memory-mb, root): every mode trains a small table with each process in
+# a memory cgroup of its own, and the cgroups are gone afterwards.
 # Then --workload ctr-tier --quick: the pserver's disk tier with its tables 4x
 # and 8x its budget beside the run with every row in memory: three rows, the
 # tier's hit rates strictly between 0 and 100%, rows written to disk, and the
@@ -64,6 +66,38 @@ if "collective" in runs:
 print(", ".join(f"{n}: {r['examples_per_s']:.0f}/s AUC {r['auc']:.4f}" for n, r in runs.items()))
 PY
 grep -q "| pserver sync, 2 pserver(s)" "$OUT/ctr-modes.md" || fail "no ctr-modes table"
+
+# The memory row's mechanics (root, memory cgroups): each process of each
+# mode in a cgroup of its own; a table this small trains in every mode (the
+# limit is generous: sanitizer builds take more memory).
+if [ "$(id -u)" != 0 ]; then
+  echo "SKIP: the ctr-modes memory row needs root for its cgroups" >&2
+else
+  status=0
+  timeout 600 "$PY" "$(dirname "$0")/../scripts/bench" --workload ctr-modes --memory-mb 512 \
+    --memory-only --memory-rows 20000 --memory-scales 0.001 --batch 128 --bin "$BIN" \
+    --out "$SCRATCH/memory" >"$SCRATCH/memory.log" 2>&1 || status=$?
+  if grep -q "no memory cgroups here" "$SCRATCH/memory.log"; then
+    echo "SKIP: the ctr-modes memory row: $(grep -o 'no memory cgroups here.*' "$SCRATCH/memory.log")" >&2
+  elif [ "$status" != 0 ]; then
+    fail "bench ctr-modes --memory-mb failed ($status): $(tail -8 "$SCRATCH/memory.log")"
+  else
+    "$PY" - "$SCRATCH/memory/ctr-modes-memory.json" <<'PY' || fail "ctr-modes-memory.json check"
+import json, sys
+runs = json.load(open(sys.argv[1]))["runs"]
+assert set(runs) == {"collective", "pserver sync, 2 pservers",
+                     "pserver sync, 2 pservers, disk tier"}, list(runs)
+for name, rs in runs.items():
+    assert len(rs) == 1 and rs[0]["trained"] and rs[0]["oom_kills"] == 0, (name, rs)
+    assert rs[0]["examples_per_s"] > 100 and 0.5 < rs[0]["auc"] < 1.0, (name, rs)
+print(", ".join(f"{n}: {rs[0]['examples_per_s']:.0f}/s" for n, rs in runs.items()))
+PY
+    grep -q "| pserver sync, 2 pservers, disk tier | 0.001 (" "$SCRATCH/memory/ctr-modes-memory.md" ||
+      fail "ctr-modes-memory.md lacks the tier's row: $(cat "$SCRATCH/memory/ctr-modes-memory.md")"
+    [ -z "$(ls -d /sys/fs/cgroup/memory/pstrain-bench-modes-* /sys/fs/cgroup/pstrain-bench-modes-* 2>/dev/null)" ] ||
+      fail "the memory row left its cgroups behind"
+  fi
+fi
 
 timeout 300 "$PY" "$(dirname "$0")/../scripts/bench" --workload ctr-tier --quick \
   --bin "$BIN" --out "$SCRATCH/tier" >"$SCRATCH/tier.log" 2>&1 ||
