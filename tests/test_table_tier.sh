@@ -64,7 +64,7 @@ grep -q "disk tier: rows past 0.4 MiB in memory move to $SCRATCH/tables/pserver-
   fail "the tier's start is not logged: $(grep 'disk tier' "$SCRATCH/tier-s0.log" | head -n 1)"
 line=$(tier_line "$SCRATCH/tier-s0.log")
 echo "tier: $line" >&2
-grep -qE "^[0-9]+ rows in memory, [0-9]+ buffered, [1-9][0-9]* on disk \([0-9.]+ MiB of files\); of [0-9]+ rows asked for since the last line [0-9.]+% were in memory, [0-9.]+% brought in ahead, [0-9.]+% buffered, [0-9.]+% read from disk, [0-9.]+% new; disk [0-9.]+ MB/s read, [0-9.]+ MB/s written; since the start [0-9.]+% in memory, [0-9.]+ MB read, [0-9.]+ MB written" <<<"$line" ||
+grep -qE "^[0-9]+ rows in memory, [0-9]+ buffered, [1-9][0-9]* on disk \([0-9.]+ MiB of files, [1-9][0-9]* bytes a row\); of [0-9]+ rows asked for since the last line [0-9.]+% were in memory, [0-9.]+% brought in ahead, [0-9.]+% buffered, [0-9.]+% read from disk, [0-9.]+% new; disk [0-9.]+ MB/s read, [0-9.]+ MB/s written; since the start [0-9.]+% in memory, [0-9.]+ MB read, [0-9.]+ MB written" <<<"$line" ||
   fail "the tier's statistics line: '$line'"
 # The trainer's metrics rows carry the tier's figures (from the prefetches' answers).
 "$PY" - "$SCRATCH/tier-metrics.jsonl" <<'PYEOF' || fail "the trainer's metrics rows lack the tier's figures"

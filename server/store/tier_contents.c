@@ -453,12 +453,14 @@ void store_tier_log_stats(const pserver *ps, long step) {
   uint64_t asked = now.lookups - was->lookups;
   double pct = asked > 0 ? 100.0 / (double)asked : 0;
   LOG_INFO("step %ld: disk tier: %llu rows in memory, %llu buffered, %llu on disk (%.1f MiB of "
-           "files); of %llu rows asked for since the last line %.2f%% were in memory, %.2f%% "
+           "files, %.0f bytes a row); of %llu rows asked for since the last line %.2f%% were in "
+           "memory, %.2f%% "
            "brought in ahead, %.2f%% buffered, %.2f%% read from disk, %.2f%% new; disk %.2f MB/s "
            "read, %.2f MB/s written; "
            "since the start %.2f%% in memory, %.1f MB read, %.1f MB written%s",
            step, (unsigned long long)now.rows_memory, (unsigned long long)now.rows_buffer,
            (unsigned long long)now.rows_disk, (double)now.file_bytes / 1048576.0,
+           now.rows_disk > 0 ? (double)now.file_bytes / (double)now.rows_disk : 0.0,
            (unsigned long long)asked, pct * (double)(now.hits - was->hits),
            pct * (double)(now.ahead - was->ahead),
            pct * (double)(now.buffer_hits - was->buffer_hits),
