@@ -460,19 +460,7 @@ static int handle_pull_pass(pserver *ps, rpc_call *call, const rpc_message *msg,
     if (m.kind == PSTRAIN__PULL_KIND__PULL_PREFETCH) {
       /* Answered now; the rows come in after (handle_pull), off the trainer's path. */
       store_tier_prefetch_begin(ps, fetch, (int)m.key.trainer_id);
-      Pstrain__ParamsReply ack = PSTRAIN__PARAMS_REPLY__INIT; /* no rows: the tier's figures */
-      Pstrain__TierStats tier = PSTRAIN__TIER_STATS__INIT;
-      store_tier_stats st;
-      store_tier_stats_quick(ps, &st);
-      tier.lookups = st.lookups;
-      tier.hits = st.hits;
-      tier.ahead = st.ahead;
-      tier.rows_memory = st.rows_memory;
-      tier.disk_bytes_read = st.disk_bytes_read;
-      tier.disk_bytes_written = st.disk_bytes_written;
-      ack.pserver_incarnation = ps->incarnation;
-      ack.tier = &tier;
-      pserver_reply_message(call, &ack.base);
+      store_tier_answer_prefetch(ps, call);
     } else if ((handled = rows_in_memory(ps, call, "Pull", fetch)) == 1) {
       store_pull(ps, call, &m);
       store_tier_release(ps);

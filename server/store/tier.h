@@ -17,6 +17,7 @@
 
 #include "common/ctr_tables.h"
 #include "common/error.h"
+#include "common/rpc.h"
 #include "server/pserver_shard_file.h"
 
 struct pserver;
@@ -89,6 +90,9 @@ void store_tier_lookup_rows(struct pserver *ps, int t, const uint64_t *keys, siz
  * with store_tier_prefetch_finish once the call is answered. Best effort:
  * a failure leaves the rows to the push. Nothing without a tier. */
 void store_tier_prefetch_begin(struct pserver *ps, tier_fetch *f, int trainer);
+/* Lock held: answers a PULL_PREFETCH with the tier's figures (no rows;
+ * zeros without a tier). */
+void store_tier_answer_prefetch(struct pserver *ps, rpc_call *call);
 /* No lock, the prefetch answered: reads its rows and installs them (as a
  * request's passes; dropped when the job was reset meanwhile). */
 void store_tier_prefetch_finish(struct pserver *ps, tier_fetch *f);

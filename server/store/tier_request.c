@@ -370,6 +370,22 @@ void store_tier_prefetch_begin(pserver *ps, tier_fetch *f, int trainer) {
   }
 }
 
+void store_tier_answer_prefetch(pserver *ps, rpc_call *call) {
+  store_tier_stats st;
+  store_tier_stats_quick(ps, &st);
+  Pstrain__TierStats tier = PSTRAIN__TIER_STATS__INIT;
+  tier.lookups = st.lookups;
+  tier.hits = st.hits;
+  tier.ahead = st.ahead;
+  tier.rows_memory = st.rows_memory;
+  tier.disk_bytes_read = st.disk_bytes_read;
+  tier.disk_bytes_written = st.disk_bytes_written;
+  Pstrain__ParamsReply ack = PSTRAIN__PARAMS_REPLY__INIT;
+  ack.pserver_incarnation = ps->incarnation;
+  ack.tier = &tier;
+  pserver_reply_message(call, &ack.base);
+}
+
 void store_tier_prefetch_finish(pserver *ps, tier_fetch *f) {
   for (int again = 1; again;) {
     ps_error err;
