@@ -141,7 +141,8 @@ ps_err ps_client_connect(ps_client *c, const endpoint_list *pservers, const job_
   size_t total = c->map.total > 0 ? c->map.total : 1;
   if (converted) c->wire_grads = malloc(total * wire_dtype_size(job->wire_dtype));
   if ((converted && c->wire_grads == NULL) || c->seen == NULL || c->channels == NULL ||
-      c->pserver_incarnation == NULL || c->pserver_tier == NULL || c->tier_stats == NULL || c->writers == NULL || c->ops == NULL || c->refs == NULL) {
+      c->pserver_incarnation == NULL || c->pserver_tier == NULL || c->tier_stats == NULL ||
+      c->writers == NULL || c->ops == NULL || c->refs == NULL) {
     ps_client_close(c);
     return ps_error_set(err, PS_ERR_NO_MEMORY, "ps client: out of memory");
   }
