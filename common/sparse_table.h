@@ -51,7 +51,8 @@ typedef struct sparse_table sparse_table;
 
 /* Where a table's rows go when it would pass its memory, instead of the
  * pull being refused (a pserver's disk tier, server/store/tier.c): the
- * least recently seen rows that are not pinned move out whole through put
+ * rows least recently seen and least used (sparse_table_evict.c's keep
+ * score) that are not pinned move out whole through put
  * (values, state and meta: sparse_table_row_floats floats) and come back by
  * sparse_table_install. The table forgets a moved row; the spill must not. */
 typedef struct sparse_spill {

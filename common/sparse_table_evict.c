@@ -1,8 +1,11 @@
-/* Sparse tables' eviction: rows unseen for evict_after steps, and the least
- * recently seen ones when a pull would pass max_bytes (dropped) or, with a
- * spill, the memory (moved out). Rows go to the free list; their map slots
- * are emptied by backward shift, without tombstones. */
+/* Sparse tables' eviction: rows unseen for evict_after steps, the least
+ * recently seen ones when a pull would pass max_bytes (dropped), and with a
+ * spill those least recently seen and least used when it would pass the
+ * memory (moved out). Rows go to the free list; their map slots are emptied
+ * by backward shift, without tombstones. */
 #include "common/sparse_table_internal.h"
+
+#include <limits.h>
 
 void st_release_row(sparse_table *t, uint32_t r) {
   float *row = st_row(t, r);
@@ -67,27 +70,51 @@ size_t sparse_table_evict(sparse_table *t, long step) {
 
 long sparse_table_forgotten_before(const sparse_table *t) { return t->forgot_before; }
 
-/* The smallest T <= step such that at least `target` rows were last seen
- * before T (there are that many before step): a histogram of last-seen
- * steps over a sequential sweep of the rows, narrowed 256x per pass. */
-static long eviction_threshold(const sparse_table *t, long step, size_t target) {
-  long lo = step, hi = step;
+/* Rows moved out to the spill go by use, not only recency: a row's keep
+ * score is its last step plus SPILL_USE_STEPS per doubling of its update
+ * count, so a row used twice as often stays as long as one seen that many
+ * steps later. Power-law ids (CTR) come back often, once-seen ones rarely:
+ * on the disk tier's benchmark (docs/benchmarks.md) 43-47% fewer rows were
+ * read back than by recency alone, and recency still lets once-hot rows go.
+ * The count's log2 in eighths (exact within 1/8) keeps the score an integer
+ * for the threshold's histogram. */
+#define SPILL_USE_STEPS 4096
+static long recency(uint64_t m) { return st_meta_step(m); }
+static long keep_score(uint64_t m) {
+  uint64_t x = st_meta_count(m) + 1;
+  int log2 = 63 - __builtin_clzll(x);
+  long eighths = 8L * log2 + (long)(log2 >= 3 ? (x >> (log2 - 3)) & 7 : (x << (3 - log2)) & 7);
+  return st_meta_step(m) + eighths * (SPILL_USE_STEPS / 8);
+}
+
+/* The smallest T such that at least `target` of the rows last seen before
+ * `step` have value(meta) < T (there are that many): a histogram of the
+ * values over a sequential sweep of the rows, narrowed 256x per pass. */
+static long eviction_threshold(const sparse_table *t, long step, size_t target,
+                               long (*value)(uint64_t)) {
+  long lo = 0, hi = 0;
+  int any = 0;
   for (size_t r = 0; r < t->high_water; r++) {
     uint64_t m = st_meta_get(t, st_row(t, (uint32_t)r));
-    if (m != ST_META_FREE && st_meta_step(m) < lo) lo = st_meta_step(m);
+    if (m == ST_META_FREE || st_meta_step(m) >= step) continue;
+    long v = value(m);
+    if (!any || v < lo) lo = v;
+    if (!any || v >= hi) hi = v + 1;
+    any = 1;
   }
-  size_t below = 0; /* rows last seen before lo */
+  size_t below = 0; /* candidates with values before lo */
   for (;;) {
     size_t hist[256] = {0};
     long width = (hi - lo + 255) / 256;
     for (size_t r = 0; r < t->high_water; r++) {
       uint64_t m = st_meta_get(t, st_row(t, (uint32_t)r));
-      long seen = st_meta_step(m);
-      if (m != ST_META_FREE && seen >= lo && seen < hi) hist[(seen - lo) / width]++;
+      if (m == ST_META_FREE || st_meta_step(m) >= step) continue;
+      long v = value(m);
+      if (v >= lo && v < hi) hist[(v - lo) / width]++;
     }
     size_t b = 0;
     while (b < 255 && below + hist[b] < target) below += hist[b++];
-    if (width == 1) return lo + (long)b + 1;
+    if (width <= 1) return lo + (long)b + 1;
     lo += (long)b * width;
     if (lo + width < hi) hi = lo + width;
   }
@@ -133,15 +160,16 @@ ps_err st_evict_for_limit(sparse_table *t, const uint32_t *rows, size_t n, size_
   size_t target = t->live / 16;
   if (target > candidates) target = candidates;
   if (target < lo) target = lo;
-  if (target > 0) evict_before(t, eviction_threshold(t, step, target));
+  if (target > 0) evict_before(t, eviction_threshold(t, step, target, recency));
   return PS_ERR_OK;
 }
 
 /* ---- moving rows out (cfg.spill) -------------------------------------------- */
 
-/* Moves the rows last seen before `before` that are not pinned to the
- * spill, at most `max`; returns how many moved. Swept as evict_before. */
-static size_t move_before(sparse_table *t, long before, size_t max) {
+/* Moves the rows last seen before `step` with keep scores below `before`
+ * that are not pinned to the spill, at most `max`; returns how many moved.
+ * Swept as evict_before. */
+static size_t move_before(sparse_table *t, long before, long step, size_t max) {
   const sparse_spill *sp = t->cfg.spill;
   size_t mask = t->map_cap - 1, start = 0, moved = 0;
   while (t->map_rows[start] != ST_EMPTY) start++;
@@ -150,7 +178,8 @@ static size_t move_before(sparse_table *t, long before, size_t max) {
     while (moved < max && t->map_rows[i] != ST_EMPTY) {
       uint32_t r = t->map_rows[i];
       const float *row = st_row(t, r);
-      if (st_meta_step(st_meta_get(t, row)) >= before ||
+      uint64_t m = st_meta_get(t, row);
+      if (st_meta_step(m) >= step || keep_score(m) >= before ||
           sp->pinned(sp->ctx, t, t->map_keys[i])) {
         break;
       }
@@ -196,9 +225,11 @@ ps_err st_spill_room(sparse_table *t, size_t missing, long step, ps_error *err) 
   if (target > candidates) target = candidates;
   const sparse_spill *sp = t->cfg.spill;
   sp->begin(sp->ctx);
-  if (target > 0) moved = move_before(t, eviction_threshold(t, step, target), target);
+  if (target > 0) {
+    moved = move_before(t, eviction_threshold(t, step, target, keep_score), step, target);
+  }
   /* Pinned rows were counted above and stayed: the rest of the candidates. */
-  if (moved < need) moved += move_before(t, step, need - moved);
+  if (moved < need) moved += move_before(t, LONG_MAX, step, need - moved);
   if (moved < need) {
     return ps_error_set(err, PS_ERR_RESOURCE_EXHAUSTED,
                         "table '%s': %zu new rows do not fit in its memory and only %zu of the "

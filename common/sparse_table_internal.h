@@ -155,8 +155,8 @@ void st_release_row(sparse_table *t, uint32_t r);
 /* Empties map slot `hole` by backward shift (no tombstones). */
 void st_map_delete_at(sparse_table *t, size_t hole);
 /* With cfg.spill: room for `missing` new rows, growing where the memory
- * allows, else moving least recently seen rows (last seen before `step`, not
- * pinned) out to the spill, at least enough and about 1/16 of the table.
+ * allows, else moving the rows with the lowest keep scores (recency plus
+ * use; last seen before `step`, not pinned) out to the spill, at least enough and about 1/16 of the table.
  * RESOURCE_EXHAUSTED, changing nothing but the moves, when too few can go. */
 ps_err st_spill_room(sparse_table *t, size_t missing, long step, ps_error *err);
 /* The shared budget (cfg.budget, not NULL): takes `bytes` more, 0 (nothing

@@ -193,6 +193,58 @@ static void test_pins_and_full(void) {
   free(out);
 }
 
+/* Rows used often stay in memory past rows seen later but used once, for
+ * a while (SPILL_USE_STEPS, 4096 steps, per doubling of their count): after
+ * that, newer rows win. */
+static void test_frequent_rows_stay(void) {
+  sparse_budget budget = {.limit = (size_t)(0.2 * 1048576)};
+  atomic_init(&budget.used, 0);
+  snprintf(budget.source, sizeof budget.source, "--table-memory-mb 0.2");
+  sparse_table_config c = config(SPARSE_OPT_ADAGRAD, 16);
+  sink s = {.rows = make_sink_table(&c)};
+  sparse_spill spill = {sink_begin, sink_pinned, sink_put, &s};
+  c.budget = &budget;
+  c.spill = &spill;
+  sparse_table *t = make(&c);
+  enum { HOT = 100, BATCH = 500 };
+  uint64_t hot[HOT], batch[BATCH];
+  for (int i = 0; i < HOT; i++) hot[i] = 7 + (uint64_t)i * 13;
+  float *out = malloc(BATCH * 16 * sizeof(float)), *grads = calloc(BATCH * 16, sizeof(float));
+  REQUIRE(out && grads);
+  ps_error err;
+  /* The hot rows: pulled and pushed at steps 0..7 (count 8, last seen at 7). */
+  for (long step = 0; step < 8; step++) {
+    pull_ok(t, hot, HOT, NULL, step, out);
+    REQUIRE(sparse_table_push(t, hot, HOT, grads, step, &err) == PS_ERR_OK);
+  }
+  /* New rows, each used once at steps 8..39: by recency alone the hot rows,
+   * the oldest, would be the first to move out. */
+  uint64_t next_key = 1000000;
+  for (long step = 8; step < 40; step++) {
+    for (int i = 0; i < BATCH; i++) batch[i] = next_key++;
+    pull_ok(t, batch, BATCH, NULL, step, out);
+    REQUIRE(sparse_table_push(t, batch, BATCH, grads, step, &err) == PS_ERR_OK);
+  }
+  sparse_table_stats st;
+  sparse_table_stats_get(t, &st);
+  CHECK(st.moved_out > 0);
+  for (int i = 0; i < HOT; i++) CHECK(sparse_table_has(t, hot[i]));
+  CHECK(!sparse_table_has(t, 1000000)); /* the first once-used row: moved */
+  CHECK(sparse_table_has(s.rows, 1000000));
+  /* 16,384 steps later (7 + 4096 * log2(9) is 12,991): new rows used once outrank them. */
+  for (long step = 16384; step < 16424; step++) {
+    for (int i = 0; i < BATCH; i++) batch[i] = next_key++;
+    pull_ok(t, batch, BATCH, NULL, step, out);
+    REQUIRE(sparse_table_push(t, batch, BATCH, grads, step, &err) == PS_ERR_OK);
+  }
+  for (int i = 0; i < HOT; i++) CHECK(!sparse_table_has(t, hot[i]) && sparse_table_has(s.rows, hot[i]));
+  CHECK_EQ_INT(rows_of(t) + rows_of(s.rows), HOT + (size_t)(next_key - 1000000));
+  sparse_table_destroy(t);
+  sparse_table_destroy(s.rows);
+  free(out);
+  free(grads);
+}
+
 /* Take, scan, pack and the whole row's parts agree with a dump. */
 static void test_whole_rows(void) {
   sparse_table_config c = config(SPARSE_OPT_ADAM, 4);
@@ -240,6 +292,7 @@ int main(void) {
   RUN_CASE(test_equals_unlimited_adagrad);
   RUN_CASE(test_equals_unlimited_adam);
   RUN_CASE(test_pins_and_full);
+  RUN_CASE(test_frequent_rows_stay);
   RUN_CASE(test_whole_rows);
   return check_report("test_sparse_table_spill");
 }

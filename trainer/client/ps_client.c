@@ -134,6 +134,9 @@ ps_err ps_client_connect(ps_client *c, const endpoint_list *pservers, const job_
   c->tier_stats = calloc((size_t)n, sizeof *c->tier_stats);
   c->writers = calloc((size_t)n, sizeof *c->writers);
   c->ops = calloc((size_t)n, sizeof *c->ops);
+  c->prefetch_writers = calloc((size_t)n, sizeof *c->prefetch_writers);
+  c->prefetch_ops = calloc((size_t)n, sizeof *c->prefetch_ops);
+  c->prefetch_target = calloc((size_t)n, sizeof *c->prefetch_target);
   c->refs_cap = c->map.block_count + 1;
   c->refs = malloc(c->refs_cap * sizeof *c->refs);
   c->seen = malloc(c->map.block_count > 0 ? c->map.block_count : 1);
@@ -142,11 +145,15 @@ ps_err ps_client_connect(ps_client *c, const endpoint_list *pservers, const job_
   if (converted) c->wire_grads = malloc(total * wire_dtype_size(job->wire_dtype));
   if ((converted && c->wire_grads == NULL) || c->seen == NULL || c->channels == NULL ||
       c->pserver_incarnation == NULL || c->pserver_tier == NULL || c->tier_stats == NULL ||
-      c->writers == NULL || c->ops == NULL || c->refs == NULL) {
+      c->writers == NULL || c->ops == NULL || c->refs == NULL || c->prefetch_writers == NULL ||
+      c->prefetch_ops == NULL || c->prefetch_target == NULL) {
     ps_client_close(c);
     return ps_error_set(err, PS_ERR_NO_MEMORY, "ps client: out of memory");
   }
-  if (rpc_client_create(&c->rpc, token, tls, err) != PS_ERR_OK) {
+  /* Prefetches have a completion queue of their own: they are collected
+   * a step later, whatever calls ran on c->rpc meanwhile. */
+  if (rpc_client_create(&c->rpc, token, tls, err) != PS_ERR_OK ||
+      rpc_client_create(&c->prefetch_rpc, token, tls, err) != PS_ERR_OK) {
     ps_client_close(c);
     return err->code;
   }
@@ -194,12 +201,18 @@ void ps_client_close(ps_client *c) {
   }
   if (c->ops != NULL) free_replies(c);
   ps_client_parts_free(c);
+  if (c->prefetch_rpc != NULL) ps_client_prefetch_abort(c);
+  rpc_client_destroy(c->prefetch_rpc); /* before c->rpc: its calls use c->rpc's channels */
   rpc_client_destroy(c->rpc);
-  if (c->writers != NULL) {
-    for (int p = 0; p < c->job.pservers; p++) wire_writer_free(&c->writers[p]);
+  for (int p = 0; p < c->job.pservers; p++) {
+    if (c->writers != NULL) wire_writer_free(&c->writers[p]);
+    if (c->prefetch_writers != NULL) wire_writer_free(&c->prefetch_writers[p]);
   }
   free(c->writers);
   free(c->ops);
+  free(c->prefetch_writers);
+  free(c->prefetch_ops);
+  free(c->prefetch_target);
   free(c->refs);
   free(c->seen);
   free(c->wire_grads);
@@ -333,70 +346,6 @@ ps_err ps_client_pull_kind(ps_client *c, long step, uint32_t kind, float *params
   if (rc != PS_ERR_OK) rc = batch_error(c, what, rc, err);
   long want = c->job.update == UPDATE_SYNC && kind == PSTRAIN__PULL_KIND__PULL_STEP ? step : -1;
   if (rc == PS_ERR_OK) rc = apply_replies(c, what, want, params, err);
-  free_replies(c);
-  c->comm_seconds += now_s() - start;
-  return rc;
-}
-
-/* Pserver p's tier figures from its answer to a prefetch. */
-static ps_err take_tier_stats(ps_client *c, int p, const rpc_message *msg, ps_error *err) {
-  Pstrain__ParamsReply *reply =
-      (Pstrain__ParamsReply *)wire_unpack(&pstrain__params_reply__descriptor, msg, err);
-  if (reply == NULL) {
-    char why[sizeof err->msg];
-    snprintf(why, sizeof why, "%s", err->msg);
-    return ps_error_set(err, PS_ERR_CORRUPT_DATA, "prefetching: pserver %d at %s answered: %s", p,
-                        c->targets.items[p], why);
-  }
-  if (reply->tier != NULL) {
-    const Pstrain__TierStats *s = reply->tier;
-    c->tier_stats[p] = (ps_tier_stats){s->lookups, s->hits, s->ahead, s->rows_memory,
-                                       s->disk_bytes_read, s->disk_bytes_written};
-  }
-  protobuf_c_message_free_unpacked(&reply->base, NULL);
-  return PS_ERR_OK;
-}
-
-/* Whether pserver p gets this step's prefetch: while its tier has written
- * nothing to disk every row is in memory and a prefetch is a call for
- * nothing (a fifth of the speed of 2 small pservers on 2 cores), so it is
- * asked only every PREFETCH_PROBE_STEPS steps whether rows went out yet. */
-#define PREFETCH_PROBE_STEPS 32
-static int prefetch_to(const ps_client *c, int p, long step) {
-  return c->pserver_tier[p] &&
-         (c->tier_stats[p].disk_bytes_written > 0 || step % PREFETCH_PROBE_STEPS == 0);
-}
-
-ps_err ps_client_prefetch(ps_client *c, long step, ps_error *err) {
-  if (c->tier_pservers == 0 || c->sparse == NULL) return PS_ERR_OK;
-  double start = now_s();
-  wire_key key = {(uint32_t)c->trainer_id, c->incarnation, (uint64_t)step};
-  int k = 0;
-  for (int p = 0; p < c->job.pservers; p++) {
-    if (!prefetch_to(c, p, step)) continue;
-    wire_writer *w = &c->writers[p];
-    if (wire_writer_begin(w, 0, err) != PS_ERR_OK) return err->code;
-    wire_writer_push_header(w, &key, c->hash);
-    if (c->sparse->append(c->sparse->ctx, p, w, NULL, err) != PS_ERR_OK) return err->code;
-    wire_writer_pull_kind(w, PSTRAIN__PULL_KIND__PULL_PREFETCH);
-    if (wire_writer_check(w, err) != PS_ERR_OK) return err->code;
-    c->ops[k] = (rpc_op){.channel = c->channels[p], .method = WIRE_METHOD_PULL,
-                         .parts = w->parts, .part_count = w->part_count,
-                         .timeout_s = c->rpc_timeout};
-    k++;
-  }
-  if (k == 0) return PS_ERR_OK;
-  ps_err rc = rpc_client_call_all(c->rpc, c->ops, k, err);
-  for (int p = 0, i = 0; p < c->job.pservers && rc != PS_ERR_OK; p++) {
-    if (!prefetch_to(c, p, step) || c->ops[i++].code == PS_ERR_OK) continue;
-    rc = ps_error_set(err, c->ops[i - 1].code, "prefetching step %ld's rows: pserver %d at %s: "
-                      "%s", step, p, c->targets.items[p], c->ops[i - 1].message);
-    break;
-  }
-  for (int p = 0, i = 0; p < c->job.pservers && rc == PS_ERR_OK; p++) {
-    if (!prefetch_to(c, p, step)) continue;
-    rc = take_tier_stats(c, p, &c->ops[i++].reply.message, err);
-  }
   free_replies(c);
   c->comm_seconds += now_s() - start;
   return rc;

@@ -50,6 +50,13 @@ typedef struct ps_client {
   long start_step;          /* the pservers' step at registration (sync: all equal) */
   wire_writer *writers;     /* (pservers) */
   rpc_op *ops;              /* (pservers) */
+  /* PULL_PREFETCH calls (ps_client_prefetch.c), collected a step later. */
+  rpc_client *prefetch_rpc;
+  wire_writer *prefetch_writers; /* (pservers) */
+  rpc_op *prefetch_ops;          /* (pservers) */
+  int *prefetch_target;          /* (pservers) prefetch_ops[k]'s pserver */
+  int prefetch_started, prefetch_in_flight;
+  long prefetch_step;
   wire_block_ref *refs;
   size_t refs_cap;
   unsigned char *seen;      /* per-block flags while checking a reply */
@@ -91,10 +98,16 @@ ps_err ps_client_pull(ps_client *c, float *params, ps_error *err);
 ps_err ps_client_pull_kind(ps_client *c, long step, uint32_t kind, float *params, ps_error *err);
 
 /* PULL_PREFETCH of the sparse ops' keys (the next step's) to the pservers
- * with a disk tier (nothing without one): each answers at once and reads
- * the rows on disk while this trainer computes. The caller may ignore a
- * failure: the push sends the keys again. */
+ * with a disk tier (nothing without one): started, not waited for; each
+ * pserver answers at once and reads the rows on disk while this trainer
+ * computes. The answers of the last prefetch are collected first (their
+ * failure is returned then). The caller may ignore a failure: the push
+ * sends the keys again. */
 ps_err ps_client_prefetch(ps_client *c, long step, ps_error *err);
+/* Waits for the prefetch calls in flight; the first failure, if any. */
+ps_err ps_client_prefetch_collect(ps_client *c, ps_error *err);
+/* Cancels and collects them (closing). */
+void ps_client_prefetch_abort(ps_client *c);
 
 /* Pushes the gradients of zero-based step `step` from grads to every pserver
  * at once and writes the returned blocks into params. In sync mode the
