@@ -20,6 +20,18 @@ void pserver_reply_message(rpc_call *call, const ProtobufCMessage *m);
 /* Answers every waiting push and pull with code; they are not applied. */
 void pserver_abort_waiting_locked(pserver *ps, ps_err code, const char *why);
 
+/* Mutual TLS: a trainer acts only as the id its certificate names; answers if not. */
+ps_err pserver_check_identity(pserver *ps, rpc_call *call, const char *method,
+                              uint32_t trainer_id);
+
+/* What the job's mode has waiting of trainer (-1: every one) is answered with code. */
+void pserver_drop_waiting(pserver *ps, int trainer, ps_err code, const char *why);
+
+/* --- pserver_register.c ------------------------------------------------------- */
+
+/* A RegisterTrainer request: answered, accepted or refused. */
+void pserver_handle_register(pserver *ps, rpc_call *call, const rpc_message *msg);
+
 /* --- pserver_job.c: the job, replies and the statistics line ------------------------ */
 
 /* Allocates the store, the mode's state and per-job scratch for job,
