@@ -62,6 +62,11 @@ ps_err row_disk_write(row_disk *d, const uint64_t *const *keys, const void *cons
                       const size_t *n, const uint64_t *const *del, const size_t *del_n,
                       ps_error *err);
 
+/* Deletes every row of table t at once: a range tombstone (snapshots
+ * still see the rows), then a compaction of the table that drops them
+ * from its files (a sequential read of them, the caller waiting). */
+ps_err row_disk_clear(row_disk *d, int t, ps_error *err);
+
 /* A consistent snapshot of every table for a checkpoint (a RocksDB
  * snapshot and an iterator per table, made at the table's first next, kept
  * out of the block cache): taken where the caller's state is consistent,

@@ -588,6 +588,30 @@ ps_err row_disk_write(row_disk *d, const uint64_t *const *keys, const void *cons
   return PS_ERR_OK;
 }
 
+ps_err row_disk_clear(row_disk *d, int t, ps_error *err) {
+  if (t < 0 || t >= d->tables) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "row store %s: no table %d (%d tables)",
+                        d->dir, t, d->tables);
+  }
+  /* [0, 2^64 - 1 followed by one byte): every 8-byte key, compared bytewise. */
+  char lo[8], hi[9];
+  key_put(lo, 0);
+  key_put(hi, UINT64_MAX);
+  hi[8] = 0;
+  char *rdb_err = NULL;
+  rocksdb_delete_range_cf(d->db, d->write_opt, table_cf(d, t), lo, sizeof lo, hi, sizeof hi,
+                          &rdb_err);
+  if (rdb_err != NULL) {
+    char doing[64];
+    snprintf(doing, sizeof doing, "clearing table %d", t);
+    return rdb_fail(err, d, rdb_err, doing);
+  }
+  /* Without it the tombstone stays until compactions reach it: the files
+   * keep their bytes and the entries' estimate counts them. */
+  rocksdb_compact_range_cf(d->db, table_cf(d, t), NULL, 0, NULL, 0);
+  return PS_ERR_OK;
+}
+
 /* --- snapshot ------------------------------------------------------------- */
 
 ps_err row_disk_snapshot_begin(row_disk *d, row_disk_snapshot **out, ps_error *err) {

@@ -261,40 +261,6 @@ static ps_err check_rows(const sparse_table *t, const pserver_rows *r, ps_error 
   return rc;
 }
 
-/* Deletes every row of table t from the disk (a load replaces them). */
-static ps_err clear_disk(store_tier *tr, int t, ps_error *err) {
-  uint64_t *del = malloc(TIER_DELETE_BATCH * sizeof *del);
-  float *row = malloc(tr->row_floats[t] * sizeof *row);
-  ps_err rc = del != NULL && row != NULL
-                  ? PS_ERR_OK
-                  : ps_error_set(err, PS_ERR_NO_MEMORY, "disk tier: out of memory");
-  for (int more = 1; rc == PS_ERR_OK && more;) {
-    row_disk_snapshot *snap;
-    if ((rc = row_disk_snapshot_begin(tr->disk, &snap, err)) != PS_ERR_OK) break;
-    size_t n = 0;
-    int got;
-    while (n < TIER_DELETE_BATCH && (got = row_disk_snapshot_next(snap, t, &del[n], row, err)) == 1) {
-      n++;
-    }
-    row_disk_snapshot_end(snap);
-    if (got < 0) {
-      rc = err->code;
-      break;
-    }
-    more = n == TIER_DELETE_BATCH;
-    const uint64_t *dels[CTR_TABLES_MAX] = {0};
-    size_t del_n[CTR_TABLES_MAX] = {0}, none[CTR_TABLES_MAX] = {0};
-    const uint64_t *keys[CTR_TABLES_MAX] = {0};
-    const void *rows[CTR_TABLES_MAX] = {0};
-    dels[t] = del;
-    del_n[t] = n;
-    if (n > 0) rc = row_disk_write(tr->disk, keys, rows, none, dels, del_n, err);
-  }
-  free(del);
-  free(row);
-  return rc;
-}
-
 /* Writes rows order[from..n) of r to disk as whole rows, in batches. */
 static ps_err write_rest(store_tier *tr, int t, const pserver_rows *r, const size_t *order,
                          size_t from, ps_error *err) {
@@ -373,7 +339,7 @@ ps_err store_tier_load_rows(pserver *ps, int t, const pserver_rows *r, ps_error 
   pthread_mutex_unlock(&tr->mu);
   free(keys);
   free(row);
-  ps_err rc = clear_disk(tr, t, err);
+  ps_err rc = row_disk_clear(tr->disk, t, err); /* a load replaces them */
   /* The most lately seen rows that fit its share of the memory, tried
    * smaller until they do; the rest to disk. */
   size_t k = r->rows, bytes = row_bytes(tr, t) + 24;

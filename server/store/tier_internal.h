@@ -18,8 +18,6 @@
 /* Bytes of rows the writer takes out of the buffer per transaction, and a
  * load writes per transaction (rows of 4 KiB and of 76 bytes alike). */
 #define TIER_WRITE_BYTES ((size_t)4 << 20)
-/* Keys a load deletes per transaction. */
-#define TIER_DELETE_BATCH 32768
 
 /* A set of keys: open addressing, cleared by a new stamp. */
 typedef struct key_set {
