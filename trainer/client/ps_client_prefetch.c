@@ -75,7 +75,7 @@ ps_err ps_client_prefetch(ps_client *c, long step, ps_error *err) {
   double start = now_s();
   wire_key key = {(uint32_t)c->trainer_id, c->incarnation, (uint64_t)step};
   int k = 0;
-  for (int p = 0; p < c->job.pservers && rc == PS_ERR_OK; p++) {
+  for (int p = 0; p < c->job.pservers; p++) {
     if (!prefetch_to(c, p, step)) continue;
     wire_writer *w = &c->prefetch_writers[p];
     if (wire_writer_begin(w, 0, err) != PS_ERR_OK) return err->code;
@@ -91,7 +91,7 @@ ps_err ps_client_prefetch(ps_client *c, long step, ps_error *err) {
   }
   c->prefetch_step = step;
   c->prefetch_started = 0;
-  for (int i = 0; i < k && rc == PS_ERR_OK; i++) {
+  for (int i = 0; i < k; i++) {
     rpc_op *op = &c->prefetch_ops[i];
     rpc_client_start(c->prefetch_rpc, op);
     if (op->internal == NULL) { /* not started: op->code says why */
