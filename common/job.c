@@ -175,11 +175,13 @@ static int group_written(const job_config *job, int group) {
 }
 
 /* Whether field f is in the job's text: its group's rule, and the wire
- * dtype only when it is not f32 and the input normalization only when there
- * is one (jobs from before them hash as they did). */
+ * dtype only when it is not f32, the input normalization only when there
+ * is one and the async push scale only when whole (jobs from before them
+ * hash as they did). */
 static int field_written(const job_config *job, int f) {
   if (f == JOB_FIELD_wire_dtype && job->wire_dtype == WIRE_DTYPE_F32) return 0;
   if (f == JOB_FIELD_input_norm && job->input_norm[0] == '\0') return 0;
+  if (f == JOB_FIELD_async_whole && job->async_whole == 0) return 0;
   return group_written(job, fields[f].group);
 }
 

@@ -42,6 +42,10 @@ typedef struct job_config {
   update_mode update;
   int staleness; /* ssp: steps a trainer may lead the slowest (0 otherwise) */
   int geo_steps; /* geo: local steps between a trainer's exchanges (0 otherwise) */
+  /* async, ssp: 1 applies each push whole (PaddlePaddle's and TensorFlow's
+   * convention); 0 scales it 1/trainers, so trainers pushes make one step
+   * the size of sync's */
+  int async_whole;
   int trainers;
   int pservers;
   size_t block_size;

@@ -50,6 +50,7 @@
   X(update,       JOB, UPDATE,   " update=",      "update",         0, 0)               \
   X(staleness,    SSP, INT,      " staleness=",   "staleness",      0, PSTRAIN_MAX_STALENESS) \
   X(geo_steps,    GEO, INT,      " geo_steps=",   "geo steps",      0, PSTRAIN_MAX_GEO_STEPS) \
+  X(async_whole,  JOB, INT,      " async_whole=", "async push scale", 0, 1)           \
   X(trainers,     JOB, INT,      " trainers=",    "trainers",       1, PSTRAIN_MAX_TRAINERS) \
   X(pservers,     JOB, INT,      " pservers=",    "pservers",       1, PSTRAIN_MAX_PSERVERS) \
   X(block_size,   JOB, SIZE,     " block_size=",  "block size",     1, 1u << 26)        \

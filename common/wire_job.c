@@ -110,7 +110,13 @@ ps_err wire_job_from_proto(const Pstrain__JobConfig *in, job_config *job, ps_err
                         "job description: staleness %d with update %s (only ssp has one)",
                         job->staleness, update_mode_name(job->update));
   }
-  /* Likewise geo_steps; geo itself needs at least one step per exchange. */
+  /* Sync averages a step's pushes and geo its exchanges: no scale to choose. */
+  if (job->async_whole != 0 && job->update != UPDATE_ASYNC && job->update != UPDATE_SSP) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                        "job description: pushes applied whole with update %s (only async and "
+                        "ssp scale pushes)", update_mode_name(job->update));
+  }
+  /* Outside geo, geo_steps likewise; geo itself needs at least one step per exchange. */
   if (job->update != UPDATE_GEO && job->geo_steps != 0) {
     return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
                         "job description: geo steps %d with update %s (only geo has them)",

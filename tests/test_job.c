@@ -451,6 +451,41 @@ static void check_ssp_rows(void) {
   CHECK_CONTAINS(err.msg, "staleness 1000001 is not 0..1000000");
 }
 
+/* async_whole is written only when 1 (async and ssp jobs that scale their
+ * pushes 1/trainers hash as before it existed), after the update's rows; it
+ * is refused with sync and geo, which have no push scale to choose. */
+static void check_async_whole_row(void) {
+  ps_error err;
+  job_config whole = base_job(), mean = base_job(), back;
+  whole.update = mean.update = UPDATE_ASYNC;
+  whole.async_whole = 1;
+  char text[1024];
+  job_config_format(&mean, text, sizeof text);
+  CHECK(strstr(text, "async_whole") == NULL);
+  CHECK(strstr(text, " update=async trainers=2 ") != NULL);
+  job_config_format(&whole, text, sizeof text);
+  CHECK(strstr(text, " update=async async_whole=1 trainers=2 ") != NULL);
+  CHECK(job_config_hash(&whole) != job_config_hash(&mean));
+  char diff[512];
+  job_config_diff(&whole, &mean, diff, sizeof diff);
+  CHECK_EQ_STR(diff, "async push scale 1 vs 0");
+  Pstrain__JobConfig jc;
+  wire_job_parts parts;
+  char model[256];
+  wire_job_to_proto(&whole, &jc, &parts, model, sizeof model);
+  CHECK_EQ_INT(jc.async_whole, 1);
+  CHECK_EQ_INT(wire_job_from_proto(&jc, &back, &err), PS_ERR_OK);
+  CHECK_EQ_INT(back.async_whole, 1);
+  CHECK(job_config_hash(&back) == job_config_hash(&whole));
+  jc.update = "sync";
+  CHECK_EQ_INT(wire_job_from_proto(&jc, &back, &err), PS_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(err.msg, "pushes applied whole with update sync");
+  jc.update = "async";
+  jc.async_whole = 2;
+  CHECK_EQ_INT(wire_job_from_proto(&jc, &back, &err), PS_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(err.msg, "async push scale 2 is not 0..1");
+}
+
 /* geo_steps is written only for geo jobs, right after the update; it is
  * refused with another update, below 1 with geo, past the limit, and geo
  * refuses the tables' admission and eviction. */
@@ -517,10 +552,11 @@ int main(void) {
   check_wire_dtype_row();
   check_input_norm_row();
   /* Every member of job_config is a row: what no row covers is padding
-   * (after optimizer.kind, optimizer.schedule, pservers, wire_dtype,
+   * (after optimizer.kind, optimizer.schedule, wire_dtype,
    * sparse.sparse_kind and sparse.admit_after on LP64). */
-  CHECK_EQ_INT(uncovered_bytes(), 24);
+  CHECK_EQ_INT(uncovered_bytes(), 20);
   check_ssp_rows();
+  check_async_whole_row();
   check_geo_rows();
   check_sparse_rows();
   check_golden_text();

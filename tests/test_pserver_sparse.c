@@ -256,10 +256,12 @@ static void test_admission(void) {
   stop(&ps);
 }
 
-/* Async: each push is applied on arrival, scaled 1/N, at schedule step
- * version / N, and its next keys are pulled at the new version / N. */
-static void test_async(void) {
+/* Async: each push is applied on arrival, scaled 1/N (whole: as it is), at
+ * schedule step version / N, and its next keys are pulled at the new
+ * version / N. */
+static void async_rows(int whole) {
   make_job(UPDATE_ASYNC, 0);
+  job.async_whole = whole;
   pserver ps;
   pserver_config cfg = make_config();
   start(&ps, &cfg);
@@ -288,7 +290,9 @@ static void test_async(void) {
     result(push(&ps, (uint32_t)r, (uint64_t)(k / TRAINERS), g, grads, next), &got);
     CHECK_EQ_INT(got.code, PS_ERR_OK);
     for (int t = 0; t < 2; t++) {
-      for (size_t i = 0; i < grads[t].n * (size_t)dim_of(t); i++) grads[t].values[i] *= 0.5f;
+      for (size_t i = 0; i < grads[t].n * (size_t)dim_of(t) && !whole; i++) {
+        grads[t].values[i] *= 1.0f / TRAINERS;
+      }
       REQUIRE(sparse_table_push(ref.t[t], grads[t].keys, grads[t].n, grads[t].values,
                                 k / TRAINERS, &err) == PS_ERR_OK);
       if ((k + 1) % TRAINERS == 0) sparse_table_evict(ref.t[t], (k + 1) / TRAINERS);
@@ -303,11 +307,15 @@ static void test_async(void) {
   free(g);
 }
 
+static void test_async(void) { async_rows(0); }
+static void test_async_whole(void) { async_rows(1); }
+
 int main(void) {
   fixture_init();
   test_sync();
   test_admission();
   test_async();
+  test_async_whole();
   fixture_free();
   return check_report("test_pserver_sparse");
 }

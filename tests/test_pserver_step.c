@@ -1,7 +1,7 @@
 /* The pserver's step, driven through pserver_handle on in-memory calls:
  * - async update math: a push of gradient g from one of N trainers changes
- *   the weights by exactly optimizer_apply on g/N at schedule step
- *   (pushes applied so far) / N;
+ *   the weights by exactly optimizer_apply on g/N (g with --async-push
+ *   whole) at schedule step (pushes applied so far) / N;
  * - the statistics line: one per --log-every steps, each with a rate that
  *   covers the interval (no second line for the same step). */
 #define _POSIX_C_SOURCE 200809L
@@ -79,10 +79,11 @@ static void make_job(update_mode update) {
                                      .beta1 = 0.9, .beta2 = 0.999, .epsilon = 1e-8};
 }
 
-/* Async: push k (0-based, over all trainers) applies g/N at step k / N. */
-static void test_async_math(void) {
+/* Async: push k (0-based, over all trainers) applies g/N (whole: g) at step k / N. */
+static void async_math(int whole) {
   ps_error err;
   make_job(UPDATE_ASYNC);
+  job.async_whole = whole;
   pserver ps;
   pserver_config cfg = {.id = 0, .pservers = 1, .trainers = TRAINERS, .step_timeout = 60,
                         .max_shard_mb = 64, .max_blocks_per_request = 64};
@@ -98,7 +99,7 @@ static void test_async_math(void) {
   for (int k = 0; k < 5; k++) {
     uint32_t trainer = (uint32_t)(k % TRAINERS);
     for (size_t i = 0; i < n; i++) grads[i] = 0.01f * (float)((i * 7 + (size_t)k) % 11) - 0.05f;
-    for (size_t i = 0; i < n; i++) scaled[i] = grads[i] * (1.0f / TRAINERS);
+    for (size_t i = 0; i < n; i++) scaled[i] = whole ? grads[i] : grads[i] * (1.0f / TRAINERS);
     optimizer_apply(&job.optimizer, k / TRAINERS, want, scaled, m1, m2, n);
     CHECK_EQ_INT(push(&ps, trainer, (uint64_t)(k / TRAINERS), grads, got), PS_ERR_OK);
     CHECK(memcmp(got, want, n * sizeof *got) == 0);
@@ -115,6 +116,9 @@ static void test_async_math(void) {
   free(m1);
   free(m2);
 }
+
+static void test_async_math(void) { async_math(0); }
+static void test_async_math_whole(void) { async_math(1); }
 
 /* Sync, --log-every 5, 20 steps: four lines, steps 5..20, each once, no
  * rate of 0 pushes/s and none from an interval of no time. */
@@ -184,6 +188,7 @@ int main(void) {
   REQUIRE(model_build_layout(&job.model, &layout, &err) == PS_ERR_OK);
   REQUIRE(shard_map_build(&map, &layout, job.block_size, 1, &err) == PS_ERR_OK);
   test_async_math();
+  test_async_math_whole();
   test_stats_lines();
   shard_map_free(&map);
   tensor_layout_free(&layout);

@@ -176,4 +176,10 @@ expect_exit 2 "--update ssp needs --staleness S" -- "$T" "${P[@]}" --update ssp
 expect_exit 2 "--staleness '-1' is not an integer 0..1000000" -- "$T" "${P[@]}" --update ssp --staleness -1
 expect_exit 2 "--staleness '2x' is not an integer" -- "$T" "${P[@]}" --update ssp --staleness 2x
 expect_exit 2 "--slowdown: 0.5 is outside 1..1000" -- "$T" --slowdown 0.5
+expect_exit 2 "--async-push whole is for --mode pserver with --update async or ssp (here: --mode pserver --update sync" -- \
+  "$T" "${P[@]}" --async-push whole
+expect_exit 2 "--async-push whole is for --mode pserver with --update async or ssp (here: --mode local --update sync" -- \
+  "$T" --async-push whole
+expect_exit 2 "--async-push whole is for --mode pserver with --update async or ssp (here: --mode pserver --update geo" -- \
+  "$T" "${P[@]}" --update geo --geo-steps 4 --async-push whole
 finish

@@ -35,6 +35,11 @@ static const option_def trainer_option_table[] = {
     {"geo-steps", NULL, OPT_STRING, OFF(geo_steps), "",
      "--update geo: local steps between exchanges with the pservers (1..1000000; needed with "
      "geo, refused without)", NULL, ANY},
+    {"async-push", NULL, OPT_CHOICE, OFF(async_push), "mean",
+     "--update async or ssp: each push scaled 1/--trainers, so the trainers' pushes together "
+     "make one step the size of sync's (mean), or applied whole, as PaddlePaddle and "
+     "TensorFlow do (whole: a recipe ported from them converges here as there)",
+     "mean|whole", ANY},
     {"slowdown", NULL, OPT_DOUBLE, OFF(slowdown), "1",
      "make each step take this many times as long (sleeps after the step's compute; a "
      "straggler for tests and benchmarks)", NULL, NUM(1, 1000)},
@@ -369,6 +374,14 @@ static ps_err mode_flags_check(trainer_settings *s, ps_error *err) {
   ps_err rc = staleness_load(s, err);
   if (rc == PS_ERR_OK) rc = geo_load(s, err);
   if (rc != PS_ERR_OK) return rc;
+  s->async_whole = strcmp(o->async_push, "whole") == 0;
+  if (s->async_whole &&
+      (!s->pserver_mode || (s->update != UPDATE_ASYNC && s->update != UPDATE_SSP))) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                        "--async-push whole is for --mode pserver with --update async or ssp "
+                        "(here: --mode %s --update %s)",
+                        o->mode, o->update);
+  }
   if (o->export_replicas && (!s->collective_mode || !model_is_ctr(&s->model))) {
     return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
                         "--export-replicas is for the CTR models in collective mode, where every "

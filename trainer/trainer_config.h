@@ -26,6 +26,7 @@ typedef struct trainer_options {
   const char *update;
   const char *staleness; /* "" when not given */
   const char *geo_steps; /* "" when not given */
+  const char *async_push;
   double slowdown;
   const char *pservers;
   long trainers;
@@ -96,6 +97,7 @@ typedef struct trainer_settings {
   wire_dtype wire_dtype;  /* f32 outside pserver mode */
   int staleness; /* --staleness (ssp only) */
   int geo_steps; /* --geo-steps (geo only) */
+  int async_whole; /* --async-push whole (async and ssp only) */
   endpoint_list pservers; /* pserver mode */
   char token[256];        /* from --token-file; "" for none */
   tls_config tls;         /* the --tls-* paths (checked); all empty for plaintext */

@@ -25,6 +25,7 @@ void trainer_job(const trainer *t, job_config *job) {
   snprintf(job->input_norm, sizeof job->input_norm, "%s", s->input_norm);
   if (job->update == UPDATE_SSP) job->staleness = s->staleness;
   if (job->update == UPDATE_GEO) job->geo_steps = s->geo_steps;
+  if (job->update == UPDATE_ASYNC || job->update == UPDATE_SSP) job->async_whole = s->async_whole;
   if (ctr_table_count(&s->model) > 0) {
     job->sparse = job_sparse_of(&s->sparse_opt, (int)s->opt.admit_after, s->opt.evict_after);
   }

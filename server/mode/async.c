@@ -1,7 +1,8 @@
 /* Asynchronous updates (--update async): each push is applied on arrival,
- * scaled 1/N, and answered with the fresh parameters; the job's step is
- * the pushes applied / N, so the schedule advances as in sync mode. No
- * state of its own beyond each trainer's last step. Lock held throughout. */
+ * scaled 1/N (or whole: the job's async_whole), and answered with the
+ * fresh parameters; the job's step is the pushes applied / N, so the
+ * schedule advances as in sync mode, by examples applied. No state of its
+ * own beyond each trainer's last step. Lock held throughout. */
 #define _POSIX_C_SOURCE 200809L
 #include "server/pserver_internal.h"
 
@@ -15,7 +16,8 @@ int pserver_async_apply(pserver *ps, rpc_call *call, const rpc_message *msg,
   if (step <= tr->last_step) return 0;
   ps_error err;
   double t0 = now_s();
-  if (store_apply_push(ps, msg, m, n, ps->updates / n, &err) != PS_ERR_OK) {
+  int scale_n = ps->job.async_whole ? 1 : n;
+  if (store_apply_push(ps, msg, m, scale_n, ps->updates / n, &err) != PS_ERR_OK) {
     pserver_refuse(call, "PushPull", err.code, "%s", err.msg);
     return -1;
   }

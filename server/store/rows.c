@@ -539,8 +539,8 @@ void store_rows_reply_step(pserver *ps, const int *slots, rpc_call *const *calls
   pull_reply_all(ps, which, calls, count, ps->updates, done, ctx);
 }
 
-ps_err store_rows_apply_async(pserver *ps, long step, ps_error *err) {
-  float scale = 1.0f / (float)ps->cfg.trainers;
+ps_err store_rows_apply_async(pserver *ps, int scale_n, long step, ps_error *err) {
+  float scale = 1.0f / (float)scale_n;
   for (int t = 0; t < ps->store.table_count; t++) {
     sparse_rows *r = &ps->store.rows->req[SPARSE_FIELD_GRADS][t];
     size_t n = r->n * (size_t)dim_of(ps, t);

@@ -73,8 +73,8 @@ ps_err store_rows_apply_step(pserver *ps, const int *slots, int count, ps_error 
  * replies, then done (store_reply_step). */
 void store_rows_reply_step(pserver *ps, const int *slots, rpc_call *const *calls, int count,
                            store_replied done, void *ctx);
-/* Async: applies the checked push scaled 1/N at schedule step `step`. */
-ps_err store_rows_apply_async(pserver *ps, long step, ps_error *err);
+/* Async: applies the checked push scaled 1/scale_n at schedule step `step`. */
+ps_err store_rows_apply_async(pserver *ps, int scale_n, long step, ps_error *err);
 /* Async, after updates++: eviction, the pull of its next keys, the reply. */
 void store_rows_reply_async(pserver *ps, rpc_call *call);
 /* The parameters and read-only rows of the checked keys. Any job. */

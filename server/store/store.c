@@ -94,7 +94,7 @@ void store_reply_step(pserver *ps, const int *slots, rpc_call *const *calls, int
 
 ps_err store_apply_push(pserver *ps, const rpc_message *msg, const wire_blocks_msg *m, int n,
                         long step, ps_error *err) {
-  if (ps->store.rows != NULL && store_rows_apply_async(ps, step, err) != PS_ERR_OK) {
+  if (ps->store.rows != NULL && store_rows_apply_async(ps, n, step, err) != PS_ERR_OK) {
     return err->code;
   }
   decode_blocks(ps, 0, msg, m);

@@ -79,8 +79,8 @@ typedef void (*store_replied)(struct pserver *ps, ps_err rc, void *ctx);
 void store_reply_step(struct pserver *ps, const int *slots, rpc_call *const *calls, int count,
                       store_replied done, void *ctx);
 
-/* Async and ssp: applies the checked push scaled 1/n at schedule step
- * `step`: rows first (an error leaves the dense shard untouched), then the
+/* Async and ssp: applies the checked push scaled 1/n (n 1: whole) at
+ * schedule step `step`: rows first (an error leaves the dense shard untouched), then the
  * dense blocks. */
 ps_err store_apply_push(struct pserver *ps, const rpc_message *msg, const wire_blocks_msg *m,
                         int n, long step, ps_error *err);
