@@ -148,35 +148,57 @@ static void test_equals_unlimited(sparse_optimizer_kind kind) {
 static void test_equals_unlimited_adagrad(void) { test_equals_unlimited(SPARSE_OPT_ADAGRAD); }
 static void test_equals_unlimited_adam(void) { test_equals_unlimited(SPARSE_OPT_ADAM); }
 
+/* A table of 16-float rows (adagrad) under a budget of `mb` MiB whose rows
+ * move out to a sink table; everything lives in x, which must not move. */
+typedef struct spilled {
+  sparse_budget budget;
+  sink s;
+  sparse_spill spill;
+  sparse_table *t;
+} spilled;
+
+static void spilled_open(spilled *x, double mb) {
+  memset(x, 0, sizeof *x);
+  x->budget.limit = (size_t)(mb * 1048576);
+  atomic_init(&x->budget.used, 0);
+  snprintf(x->budget.source, sizeof x->budget.source, "--table-memory-mb %g", mb);
+  sparse_table_config c = config(SPARSE_OPT_ADAGRAD, 16);
+  x->s.rows = make_sink_table(&c);
+  x->spill = (sparse_spill){sink_begin, sink_pinned, sink_put, &x->s};
+  c.budget = &x->budget;
+  c.spill = &x->spill;
+  x->t = make(&c);
+}
+
+static void spilled_close(spilled *x) {
+  sparse_table_destroy(x->t);
+  sparse_table_destroy(x->s.rows);
+}
+
 /* Pinned rows and the pull's own rows stay; a full spill refuses, changing nothing. */
 static void test_pins_and_full(void) {
-  sparse_budget budget = {.limit = (size_t)(0.2 * 1048576)};
-  atomic_init(&budget.used, 0);
-  snprintf(budget.source, sizeof budget.source, "--table-memory-mb 0.2");
-  sparse_table_config c = config(SPARSE_OPT_ADAGRAD, 16);
-  sink s = {.rows = make_sink_table(&c)};
-  sparse_spill spill = {sink_begin, sink_pinned, sink_put, &s};
-  c.budget = &budget;
-  c.spill = &spill;
-  sparse_table *t = make(&c);
+  spilled x;
+  spilled_open(&x, 0.2);
+  sparse_table *t = x.t;
+  sink *s = &x.s;
   uint64_t keys[8000];
   for (int i = 0; i < 8000; i++) keys[i] = 5 + (uint64_t)i * 11;
   float *out = malloc(8000 * 16 * sizeof(float));
   REQUIRE(out);
   /* The oldest rows: the first pulled. Pin a few of them. */
   pull_ok(t, keys, 500, NULL, 0, out);
-  for (int i = 0; i < 32; i++) s.pinned[s.n_pinned++] = keys[i * 3];
+  for (int i = 0; i < 32; i++) s->pinned[s->n_pinned++] = keys[i * 3];
   for (long step = 1; step < 16; step++) pull_ok(t, keys + step * 500, 500, NULL, step, out);
   sparse_table_stats st;
   sparse_table_stats_get(t, &st);
   CHECK(st.moved_out > 0);
-  for (int i = 0; i < s.n_pinned; i++) CHECK(sparse_table_has(t, s.pinned[i]));
+  for (int i = 0; i < s->n_pinned; i++) CHECK(sparse_table_has(t, s->pinned[i]));
   CHECK(!sparse_table_has(t, keys[1])); /* old and not pinned: moved */
-  CHECK(sparse_table_has(s.rows, keys[1]));
+  CHECK(sparse_table_has(s->rows, keys[1]));
   for (int i = 7500; i < 8000; i++) CHECK(sparse_table_has(t, keys[i])); /* the last pull's */
-  CHECK_EQ_INT(rows_of(t) + rows_of(s.rows), 8000);
+  CHECK_EQ_INT(rows_of(t) + rows_of(s->rows), 8000);
   /* A full spill: the pull that needs room is refused and nothing changes. */
-  s.full = 1;
+  s->full = 1;
   snap before = take(t);
   uint64_t fresh[4000];
   for (int i = 0; i < 4000; i++) fresh[i] = 900000 + (uint64_t)i;
@@ -188,8 +210,7 @@ static void test_pins_and_full(void) {
   CHECK(snap_equal(&before, &after));
   snap_free(&before);
   snap_free(&after);
-  sparse_table_destroy(t);
-  sparse_table_destroy(s.rows);
+  spilled_close(&x);
   free(out);
 }
 
@@ -197,15 +218,9 @@ static void test_pins_and_full(void) {
  * a while (SPILL_USE_STEPS, 4096 steps, per doubling of their count): after
  * that, newer rows win. */
 static void test_frequent_rows_stay(void) {
-  sparse_budget budget = {.limit = (size_t)(0.2 * 1048576)};
-  atomic_init(&budget.used, 0);
-  snprintf(budget.source, sizeof budget.source, "--table-memory-mb 0.2");
-  sparse_table_config c = config(SPARSE_OPT_ADAGRAD, 16);
-  sink s = {.rows = make_sink_table(&c)};
-  sparse_spill spill = {sink_begin, sink_pinned, sink_put, &s};
-  c.budget = &budget;
-  c.spill = &spill;
-  sparse_table *t = make(&c);
+  spilled x;
+  spilled_open(&x, 0.2);
+  sparse_table *t = x.t;
   enum { HOT = 100, BATCH = 500 };
   uint64_t hot[HOT], batch[BATCH];
   for (int i = 0; i < HOT; i++) hot[i] = 7 + (uint64_t)i * 13;
@@ -230,17 +245,16 @@ static void test_frequent_rows_stay(void) {
   CHECK(st.moved_out > 0);
   for (int i = 0; i < HOT; i++) CHECK(sparse_table_has(t, hot[i]));
   CHECK(!sparse_table_has(t, 1000000)); /* the first once-used row: moved */
-  CHECK(sparse_table_has(s.rows, 1000000));
+  CHECK(sparse_table_has(x.s.rows, 1000000));
   /* 16,384 steps later (7 + 4096 * log2(9) is 12,991): new rows used once outrank them. */
   for (long step = 16384; step < 16424; step++) {
     for (int i = 0; i < BATCH; i++) batch[i] = next_key++;
     pull_ok(t, batch, BATCH, NULL, step, out);
     REQUIRE(sparse_table_push(t, batch, BATCH, grads, step, &err) == PS_ERR_OK);
   }
-  for (int i = 0; i < HOT; i++) CHECK(!sparse_table_has(t, hot[i]) && sparse_table_has(s.rows, hot[i]));
-  CHECK_EQ_INT(rows_of(t) + rows_of(s.rows), HOT + (size_t)(next_key - 1000000));
-  sparse_table_destroy(t);
-  sparse_table_destroy(s.rows);
+  for (int i = 0; i < HOT; i++) CHECK(!sparse_table_has(t, hot[i]) && sparse_table_has(x.s.rows, hot[i]));
+  CHECK_EQ_INT(rows_of(t) + rows_of(x.s.rows), HOT + (size_t)(next_key - 1000000));
+  spilled_close(&x);
   free(out);
   free(grads);
 }
