@@ -52,6 +52,12 @@ typedef struct job_config {
   uint64_t seed;
   long batch; /* per trainer per step */
   long steps; /* every trainer takes in all */
+  /* Data handed out in shards of shard_steps batches by pserver 0 (0: each
+   * trainer a fixed 1/trainers share); the queue is built from the data
+   * set's size and the epochs (both 0 without) */
+  int shard_steps;
+  long epoch_examples;
+  int epochs;
   wire_dtype wire_dtype; /* dense blocks on the wire (pserver mode) */
   /* The images' per-channel normalization the trainers computed from the
    * training set (CIFAR-10): "mean,.../std,..." as input_norm_format

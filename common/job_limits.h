@@ -12,6 +12,8 @@
 #define PSTRAIN_MAX_STALENESS 1000000
 /* --geo-steps: local steps between a GEO trainer's exchanges. */
 #define PSTRAIN_MAX_GEO_STEPS 1000000
+/* --shard-steps: batches in a handed-out shard of the data. */
+#define PSTRAIN_MAX_SHARD_STEPS 1000000
 /* The input normalization's text ("m,m,m/s,s,s", %.9g each) and channels. */
 #define PSTRAIN_INPUT_NORM_MAX 128
 #define PSTRAIN_INPUT_NORM_CHANNELS 4

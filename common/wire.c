@@ -13,9 +13,10 @@ enum { WT_VARINT = 0, WT_FIXED64 = 1, WT_LEN = 2, WT_FIXED32 = 5 };
 /* Longest header of a SparseRows: tag, length, table, and three data headers. */
 #define SPARSE_HEADER_MAX (1 + 10 + 1 + 5 + 3 * (1 + 10))
 /* Room wire_writer_begin keeps beyond the blocks: the SparseRows, a pull
- * kind, a dtype and the deltas flag. */
-#define SPARSE_ROOM_BYTES (WIRE_MAX_SPARSE * SPARSE_HEADER_MAX + 3 * (1 + 5))
-#define SPARSE_ROOM_PARTS (WIRE_MAX_SPARSE * 4 + 1)
+ * kind, a dtype, the deltas flag and a data position. */
+#define POSITION_MAX (2 + 1 + 3 * 11)
+#define SPARSE_ROOM_BYTES (WIRE_MAX_SPARSE * SPARSE_HEADER_MAX + 3 * (1 + 5) + POSITION_MAX)
+#define SPARSE_ROOM_PARTS (WIRE_MAX_SPARSE * 4 + 2)
 
 /* --- protobuf-c ------------------------------------------------------------- */
 
@@ -200,6 +201,21 @@ ps_err wire_writer_dtype(wire_writer *w, wire_dtype dtype) {
   buf[n++] = tag(WIRE_FIELD_DTYPE, WT_VARINT);
   n += put_varint(buf + n, (uint32_t)dtype);
   return add_bytes(w, buf, n);
+}
+
+ps_err wire_writer_position(wire_writer *w, const wire_position *p) {
+  uint8_t sub[3 * 11], buf[2 + 1 + sizeof sub];
+  size_t s = 0, n = 0;
+  sub[s++] = tag(1, WT_VARINT);
+  s += put_varint(sub + s, p->epoch);
+  sub[s++] = tag(2, WT_VARINT);
+  s += put_varint(sub + s, p->shard);
+  sub[s++] = tag(3, WT_VARINT);
+  s += put_varint(sub + s, p->offset);
+  buf[n++] = tag(WIRE_FIELD_POSITION, WT_LEN);
+  n += put_varint(buf + n, s);
+  memcpy(buf + n, sub, s);
+  return add_bytes(w, buf, n + s);
 }
 
 ps_err wire_writer_deltas(wire_writer *w) {
@@ -398,6 +414,27 @@ static int parse_key(cursor *c, wire_key *key) {
   return 1;
 }
 
+static int parse_position(cursor *c, wire_position *p) {
+  size_t end, outer = c->end;
+  if (!read_len(c, &end)) return 0;
+  c->end = end;
+  while (c->at < c->end) {
+    uint64_t v;
+    unsigned field, wt;
+    if (!read_tag(c, &field, &wt)) return 0;
+    if (wt == WT_VARINT && field >= 1 && field <= 3) {
+      if (!read_varint(c, &v)) return 0;
+      if (field == 1) p->epoch = v;
+      else if (field == 2) p->shard = v;
+      else p->offset = v;
+    } else if (!skip_field(c, wt)) {
+      return 0;
+    }
+  }
+  c->end = outer;
+  return 1;
+}
+
 /* Records where a length-delimited field's data lies and skips it. */
 static int parse_bytes(cursor *c, wire_block_ref *ref) {
   size_t data_end;
@@ -473,6 +510,8 @@ ps_err wire_parse_blocks(const rpc_message *msg, wire_blocks_msg *out, ps_error 
   out->kind = 0;
   out->dtype = 0;
   out->deltas = 0;
+  out->has_position = 0;
+  memset(&out->position, 0, sizeof out->position);
   out->sparse_count = 0;
   while (c.at < c.end) {
     unsigned field, wt;
@@ -511,6 +550,9 @@ ps_err wire_parse_blocks(const rpc_message *msg, wire_blocks_msg *out, ps_error 
       uint64_t v;
       if (!read_varint(&c, &v) || v > 1) goto malformed;
       out->deltas = (int)v;
+    } else if (field == WIRE_FIELD_POSITION && wt == WT_LEN) {
+      if (!parse_position(&c, &out->position)) goto malformed;
+      out->has_position = 1;
     } else if (field == 0 || !skip_field(&c, wt)) {
       goto malformed;
     }

@@ -26,6 +26,7 @@
 #define WIRE_METHOD_PULL "/pstrain.PServer/Pull"
 #define WIRE_METHOD_DONE "/pstrain.PServer/Done"
 #define WIRE_METHOD_ROLLBACK "/pstrain.PServer/Rollback"
+#define WIRE_METHOD_NEXT_SHARD "/pstrain.PServer/NextShard"
 
 typedef struct wire_key {
   uint32_t trainer_id;
@@ -89,6 +90,13 @@ enum {
 #define WIRE_FIELD_DTYPE 7
 /* PushRequest.deltas: a geo push of parameter changes. */
 #define WIRE_FIELD_DELTAS 8
+/* PushRequest.position: where the batch begins in a handed-out shard. */
+#define WIRE_FIELD_POSITION 9
+
+/* A DataPosition: the batch's epoch, shard and examples into the shard. */
+typedef struct wire_position {
+  uint64_t epoch, shard, offset;
+} wire_position;
 
 /* Most blocks one message may hold: its parts (two a block, and the
  * SparseRows') are counted in an int. */
@@ -107,6 +115,8 @@ ps_err wire_writer_params_header(wire_writer *w, uint64_t incarnation, uint64_t 
 ps_err wire_writer_dtype(wire_writer *w, wire_dtype dtype);
 /* PushRequest.deltas (field 8) set, after the header: a geo push. */
 ps_err wire_writer_deltas(wire_writer *w);
+/* PushRequest.position (field 9), after the header: a handed-out shard's batch. */
+ps_err wire_writer_position(wire_writer *w, const wire_position *p);
 /* A Block (field 3) whose data is borrowed under lease (NULL: copied). */
 ps_err wire_writer_block(wire_writer *w, uint32_t id, const float *data, size_t count,
                          rpc_lease *lease);
@@ -156,6 +166,8 @@ typedef struct wire_blocks_msg {
   uint32_t kind;          /* PullRequest.kind */
   uint32_t dtype;         /* field 7: the blocks' wire_dtype (0, f32, when absent) */
   int deltas;             /* PushRequest.deltas: a geo push of parameter changes */
+  int has_position;       /* PushRequest.position was present */
+  wire_position position;
   size_t sparse_count;
   wire_sparse_ref sparse[WIRE_MAX_SPARSE];
 } wire_blocks_msg;

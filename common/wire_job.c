@@ -13,11 +13,13 @@
 #define PROTO_OUT_SPARSE(id) parts->sparse.id
 #define PROTO_OUT_SSP(id) out->id
 #define PROTO_OUT_GEO(id) out->id
+#define PROTO_OUT_SHARDS(id) out->id
 #define PROTO_IN_JOB(id) in->id
 #define PROTO_IN_OPT(id) in->optimizer->id
 #define PROTO_IN_SPARSE(id) sparse->id
 #define PROTO_IN_SSP(id) in->id
 #define PROTO_IN_GEO(id) in->id
+#define PROTO_IN_SHARDS(id) in->id
 
 #define TO_PROTO_MODEL(p, v) (model_format(&(v), text, text_len), (p) = text)
 #define TO_PROTO_KIND(p, v) ((p) = (char *)optimizer_kind_name(v))
@@ -115,6 +117,22 @@ ps_err wire_job_from_proto(const Pstrain__JobConfig *in, job_config *job, ps_err
     return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
                         "job description: pushes applied whole with update %s (only async and "
                         "ssp scale pushes)", update_mode_name(job->update));
+  }
+  /* Handed-out shards need the queue's size; without them the fields are unused. */
+  if (job->shard_steps > 0 && (job->epoch_examples < 1 || job->epochs < 1)) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                        "job description: shard steps %d with %ld examples per epoch and %d "
+                        "epochs (at least 1 each)", job->shard_steps, job->epoch_examples,
+                        job->epochs);
+  }
+  if (job->shard_steps == 0 && (job->epoch_examples != 0 || job->epochs != 0)) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                        "job description: examples per epoch or epochs without shard steps");
+  }
+  if (job->shard_steps > 0 && job->update != UPDATE_ASYNC) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                        "job description: shards handed out with update %s (async only so far)",
+                        update_mode_name(job->update));
   }
   /* Outside geo, geo_steps likewise; geo itself needs at least one step per exchange. */
   if (job->update != UPDATE_GEO && job->geo_steps != 0) {

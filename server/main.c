@@ -220,6 +220,7 @@ static pserver_config service_config(pserver_start *st) {
                           .check_trainer_identity = o->tls_ca[0] != '\0' && o->tls_check_trainer_id,
                           .max_blocks_per_request = o->max_blocks,
                           .max_registrations = o->max_registrations,
+                          .trainer_lease = o->trainer_lease,
                           .authenticated = st->token[0] != '\0' || o->tls_ca[0] != '\0',
                           .max_receive_bytes = st->receive_limit,
                           .metrics = st->pm};

@@ -13,12 +13,21 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/process.h"
+#include "server/shard_queue.h"
 #include "server/store/tier.h"
 
-enum { METHOD_REGISTER, METHOD_PUSH_PULL, METHOD_PULL, METHOD_DONE, METHOD_ROLLBACK };
+enum {
+  METHOD_REGISTER,
+  METHOD_PUSH_PULL,
+  METHOD_PULL,
+  METHOD_DONE,
+  METHOD_ROLLBACK,
+  METHOD_NEXT_SHARD
+};
 const char *const pserver_methods[] = {WIRE_METHOD_REGISTER, WIRE_METHOD_PUSH_PULL,
-                                       WIRE_METHOD_PULL, WIRE_METHOD_DONE, WIRE_METHOD_ROLLBACK};
-const int pserver_method_count = 5;
+                                       WIRE_METHOD_PULL,     WIRE_METHOD_DONE,
+                                       WIRE_METHOD_ROLLBACK, WIRE_METHOD_NEXT_SHARD};
+const int pserver_method_count = 6;
 
 static void free_trainers(pserver *ps) {
   free(ps->trainers);
@@ -109,8 +118,7 @@ ps_err pserver_check_identity(pserver *ps, rpc_call *call, const char *method,
   return PS_ERR_PERMISSION_DENIED;
 }
 
-/* Checks a request's key and config hash; returns PS_ERR_OK or answers. */
-static ps_err check_sender(pserver *ps, rpc_call *call, const char *method, int has_key,
+ps_err pserver_check_sender(pserver *ps, rpc_call *call, const char *method, int has_key,
                            const wire_key *key, uint64_t hash) {
   if (!has_key) {
     pserver_refuse(call, method, PS_ERR_INVALID_ARGUMENT, "request without a key (trainer id, step)");
@@ -260,15 +268,17 @@ static int handle_push_pass(pserver *ps, rpc_call *call, const rpc_message *msg,
            "(it may have restarted): register again");
   } else if (wire_parse_blocks(msg, &m, &err) != PS_ERR_OK) {
     pserver_refuse(call, "PushPull", err.code, "%s", err.msg);
-  } else if (check_sender(ps, call, "PushPull", m.has_key, &m.key, m.config_hash) == PS_ERR_OK &&
+  } else if (pserver_check_sender(ps, call, "PushPull", m.has_key, &m.key, m.config_hash) == PS_ERR_OK &&
              check_blocks(ps, call, &m) == PS_ERR_OK &&
              check_deltas(ps, call, &m) == PS_ERR_OK &&
+             pserver_check_position(ps, call, &m) == PS_ERR_OK &&
              checked_rows(ps, call, "PushPull", msg, &m, 0, fetch) == PS_ERR_OK &&
              (handled = rows_in_memory(ps, call, "PushPull", fetch)) == 1) {
     ps->stats_pushes++;
     ps->stats_in += msg->total;
     pserver_metrics_push(ps->cfg.metrics, m.key.trainer_id, msg->total);
     ps->mode->push(ps, call, msg, &m);
+    pserver_shards_progress(ps, &m);
     store_tier_prefetch_done(ps, (int)m.key.trainer_id); /* its rows are the push's now */
   }
   pthread_mutex_unlock(&ps->lock);
@@ -312,7 +322,7 @@ static int handle_pull_pass(pserver *ps, rpc_call *call, const rpc_message *msg,
                    msg->total, limit);
   } else if (wire_parse_blocks(msg, &m, &err) != PS_ERR_OK) {
     pserver_refuse(call, "Pull", err.code, "%s", err.msg);
-  } else if (check_sender(ps, call, "Pull", m.has_key, &m.key, m.config_hash) == PS_ERR_OK &&
+  } else if (pserver_check_sender(ps, call, "Pull", m.has_key, &m.key, m.config_hash) == PS_ERR_OK &&
              checked_rows(ps, call, "Pull", msg, &m, 1, fetch) == PS_ERR_OK &&
              lookup_is_read_only(fetch, &m)) {
     if (m.kind == PSTRAIN__PULL_KIND__PULL_PREFETCH) {
@@ -351,11 +361,12 @@ static void handle_done(pserver *ps, rpc_call *call, const rpc_message *msg) {
   }
   wire_key key = key_of(req->key);
   pthread_mutex_lock(&ps->lock);
-  if (check_sender(ps, call, "Done", req->key != NULL, &key, req->config_hash) == PS_ERR_OK) {
+  if (pserver_check_sender(ps, call, "Done", req->key != NULL, &key, req->config_hash) == PS_ERR_OK) {
     trainer_state *tr = &ps->trainers[key.trainer_id];
     if (!tr->done) LOG_INFO("trainer %u is done at step %llu", key.trainer_id, (unsigned long long)key.step);
     tr->done = 1;
     if (ps->mode->done != NULL) ps->mode->done(ps, (int)key.trainer_id); /* it holds no one back */
+    if (ps->shards != NULL) shard_queue_release(ps->shards, (int)key.trainer_id, "is done");
     Pstrain__DoneReply reply = PSTRAIN__DONE_REPLY__INIT;
     reply.pserver_incarnation = ps->incarnation;
     pserver_reply_message(call, &reply.base);
@@ -377,7 +388,7 @@ static void handle_rollback(pserver *ps, rpc_call *call, const rpc_message *msg)
   wire_key key = key_of(req->key);
   long step = (long)req->step;
   pthread_mutex_lock(&ps->lock);
-  if (check_sender(ps, call, "Rollback", req->key != NULL, &key, req->config_hash) != PS_ERR_OK) {
+  if (pserver_check_sender(ps, call, "Rollback", req->key != NULL, &key, req->config_hash) != PS_ERR_OK) {
     /* answered */
   } else if (ps->stopping) {
     pserver_refuse(call, "Rollback", ps->stop_code, "%s", ps->stop_reason);
@@ -423,6 +434,7 @@ void pserver_handle(void *ctx, rpc_call *call, int method, const rpc_message *re
   case METHOD_PULL: handle_pull(ps, call, request); break;
   case METHOD_DONE: handle_done(ps, call, request); break;
   case METHOD_ROLLBACK: handle_rollback(ps, call, request); break;
+  case METHOD_NEXT_SHARD: pserver_handle_next_shard(ps, call, request); break;
   default: rpc_call_reply(call, PS_ERR_UNSUPPORTED, "unknown method", NULL, 0); break;
   }
   pserver_metrics_rpc(ps->cfg.metrics, method, now_s() - started);
@@ -451,6 +463,7 @@ pserver_status pserver_poll(pserver *ps) {
     for (int i = 0; i < ps->cfg.trainers; i++) done += ps->trainers[i].done || ps->trainers[i].lost;
     if (done == ps->cfg.trainers) ps->status = PSERVER_FINISHED;
     if (ps->mode->poll != NULL) ps->mode->poll(ps, now_s());
+    if (ps->shards != NULL) shard_queue_expire(ps->shards, now_s());
   }
   pserver_status status = ps->status;
   pthread_mutex_unlock(&ps->lock);

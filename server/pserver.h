@@ -45,6 +45,8 @@ typedef struct pserver_config {
   int check_trainer_identity; /* mutual TLS: a trainer's certificate must name trainer-<id> */
   long max_blocks_per_request; /* refuse a job whose push to this pserver has more (0: no limit) */
   long max_registrations;     /* incarnations each trainer id may register (0: no limit) */
+  double trainer_lease;       /* jobs with handed-out shards: seconds a trainer may hold one
+                                 without a push before it goes back to the queue */
   int authenticated;          /* every caller proved itself (token or client certificate):
                                  refusals may name values */
   timeline *timeline;         /* --timeline (NULL: none); main closes it after pserver_destroy */
@@ -168,6 +170,7 @@ typedef struct pserver {
   double stats_wait_s;    /* their summed wait from first push to last */
   int tensorboard_failed; /* a --tensorboard write failed (logged once; no more written) */
   pserver_checkpointer ckpt; /* the disk threads: checkpoints written, rollbacks read */
+  struct shard_queue *shards; /* pserver 0 of a job with handed-out shards; else NULL */
 } pserver;
 
 ps_err pserver_init(pserver *ps, const pserver_config *cfg, ps_error *err);

@@ -56,6 +56,10 @@ const option_def pserver_option_table[] = {
     {"max-registrations", NULL, OPT_INT, OFF(max_registrations), "100",
      "incarnations each trainer id may register over this pserver's life (each restart of a "
      "trainer is one; more get RESOURCE_EXHAUSTED; 0: no limit)", NULL, .min = 0, .max = 1e9},
+    {"trainer-lease", NULL, OPT_DOUBLE, OFF(trainer_lease), "10",
+     "jobs whose data is handed out in shards (trainer --shard-steps): seconds a trainer may "
+     "hold a shard without a push before pserver 0 hands it to another (a trainer that "
+     "registers again gives its shard back at once)", NULL, .min = 0.1, .max = 1e7},
     {"token-file", NULL, OPT_STRING, OFF(token_file), "",
      "file whose first line is the job's shared secret: calls without it get UNAUTHENTICATED",
      NULL, .min = 1, .max = 0},

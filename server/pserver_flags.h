@@ -23,6 +23,7 @@ typedef struct pserver_options {
   double table_memory_mb;
   long max_blocks;
   long max_registrations;
+  double trainer_lease;
   const char *on_trainer_loss;
   const char *token_file;
   const char *tls_cert, *tls_key, *tls_ca;

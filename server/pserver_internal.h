@@ -20,6 +20,11 @@ void pserver_reply_message(rpc_call *call, const ProtobufCMessage *m);
 /* Answers every waiting push and pull with code; they are not applied. */
 void pserver_abort_waiting_locked(pserver *ps, ps_err code, const char *why);
 
+/* Checks a request's key (has_key: present), its trainer's registration
+ * and the config hash; returns PS_ERR_OK or answers. */
+ps_err pserver_check_sender(pserver *ps, rpc_call *call, const char *method, int has_key,
+                            const wire_key *key, uint64_t hash);
+
 /* Mutual TLS: a trainer acts only as the id its certificate names; answers if not. */
 ps_err pserver_check_identity(pserver *ps, rpc_call *call, const char *method,
                               uint32_t trainer_id);
@@ -31,6 +36,20 @@ void pserver_drop_waiting(pserver *ps, int trainer, ps_err code, const char *why
 
 /* A RegisterTrainer request: answered, accepted or refused. */
 void pserver_handle_register(pserver *ps, rpc_call *call, const rpc_message *msg);
+
+/* --- pserver_shards.c: the data handed out (pserver 0, jobs with shard steps) --- */
+
+/* Pserver 0 of a job with shard steps: the queue (trainer -1, a
+ * checkpoint's job: refused, the queue is not in checkpoints yet). */
+ps_err pserver_shards_configure(pserver *ps, const job_config *job, int trainer, ps_error *err);
+void pserver_shards_deconfigure(pserver *ps);
+/* A NextShard request: answered from the queue, or refused. */
+void pserver_handle_next_shard(pserver *ps, rpc_call *call, const rpc_message *msg);
+/* A push's data position against the job: present exactly when its data is
+ * handed out; answers and returns the code if not. */
+ps_err pserver_check_position(pserver *ps, rpc_call *call, const wire_blocks_msg *m);
+/* An applied push's position recorded in the queue (pserver 0; else nothing). */
+void pserver_shards_progress(pserver *ps, const wire_blocks_msg *m);
 
 /* --- pserver_job.c: the job, replies and the statistics line ------------------------ */
 

@@ -64,6 +64,7 @@ static ps_err check_job_size(const pserver *ps, const job_config *job, int slots
 void pserver_deconfigure(pserver *ps) {
   if (ps->mode != NULL && ps->mode->deconfigure != NULL) ps->mode->deconfigure(ps);
   ps->mode = NULL;
+  pserver_shards_deconfigure(ps);
   store_free(ps);
   tensor_layout_free(&ps->checkpoint_layout);
   free(ps->refs);
@@ -117,7 +118,8 @@ ps_err pserver_configure(pserver *ps, const job_config *job, int trainer, ps_err
   ps->job = *job;
   ps->mode = mode;
   if (store_configure_rows(ps, err) != PS_ERR_OK ||
-      (mode->configure != NULL && mode->configure(ps, err) != PS_ERR_OK)) {
+      (mode->configure != NULL && mode->configure(ps, err) != PS_ERR_OK) ||
+      pserver_shards_configure(ps, job, trainer, err) != PS_ERR_OK) {
     pserver_deconfigure(ps);
     return err->code;
   }

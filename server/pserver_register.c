@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "common/log.h"
+#include "server/shard_queue.h"
 
 /* Whether key would be a new incarnation of its trainer beyond
  * --max-registrations. A resent registration of the same incarnation is
@@ -100,6 +101,7 @@ static void accept_registration(pserver *ps, rpc_call *call, const Pstrain__Requ
     /* A restarted trainer: nothing of the old process counts any more. */
     LOG_WARN("trainer %u registered again with a new incarnation", key->trainer_id);
     pserver_drop_waiting(ps, id, PS_ERR_ABORTED, "the trainer registered again");
+    if (ps->shards != NULL) shard_queue_gone(ps->shards, id, "registered again (a new process)");
     tr->last_step = -1;
     tr->done = 0;
   }

@@ -48,6 +48,16 @@ static job_config base_geo_job(void) {
   return job;
 }
 
+/* The async job with its data handed out: base_job's with the shards' rows. */
+static job_config base_shards_job(void) {
+  job_config job = base_job();
+  job.update = UPDATE_ASYNC;
+  job.shard_steps = 16;
+  job.epoch_examples = 6000;
+  job.epochs = 2;
+  return job;
+}
+
 /* Another valid value per type; a new type needs its line here. */
 #define MUTATE_MODEL(v) REQUIRE(model_parse("ctr:4:7", &(v), &err) == PS_ERR_OK)
 #define MUTATE_SPARSE_KIND(v) (v) = (v) == SPARSE_OPT_ADAGRAD ? SPARSE_OPT_ADAM : SPARSE_OPT_ADAGRAD
@@ -85,6 +95,7 @@ static const char *diff_name_of(job_field field) {
 #define GROUP_NAME_JOB NULL
 #define GROUP_NAME_SSP NULL
 #define GROUP_NAME_GEO NULL
+#define GROUP_NAME_SHARDS NULL
 #define GROUP_NAME_OPT "optimizer"
 #define GROUP_NAME_SPARSE "sparse tables"
       JOB_FIELDS(GROUP_ROW)
@@ -123,7 +134,7 @@ static const char *group_of(job_field field) {
   return group[field];
 }
 
-/* The rows of group `only` (NULL: every row but geo's) against base. */
+/* The rows of group `only` (NULL: every row but geo's and the shards') against base. */
 static void check_every_field(const job_config *base_in, const char *only) {
   const job_config base = *base_in;
   char base_text[1024], text[1024], diff[1024], names[256], agree_base[2048], agree[2048];
@@ -136,7 +147,10 @@ static void check_every_field(const job_config *base_in, const char *only) {
   CHECK(job_config_hash(&back) == job_config_hash(&base));
   for (int f = 0; f < JOB_FIELD_COUNT; f++) {
     const char *name = job_field_name((job_field)f), *group = group_of((job_field)f);
-    if (only != NULL ? strcmp(group, only) != 0 : strcmp(group, "GEO") == 0) continue;
+    if (only != NULL ? strcmp(group, only) != 0
+                     : strcmp(group, "GEO") == 0 || strcmp(group, "SHARDS") == 0) {
+      continue;
+    }
     /* The field's value is in the canonical text and the agreement text. */
     job_field_format(&base, (job_field)f, value, sizeof value);
     CHECK(value[0] != '\0');
@@ -526,6 +540,39 @@ static void check_geo_rows(void) {
   CHECK_CONTAINS(err.msg, "update geo with admission or eviction of rows");
 }
 
+/* The shards' rows are written only when the data is handed out, after
+ * the steps; they are refused outside async, without the queue's size, and
+ * the size without shard steps. */
+static void check_shards_rows(void) {
+  ps_error err;
+  job_config handed = base_shards_job(), fixed = base_shards_job(), back;
+  fixed.shard_steps = 0;
+  fixed.epoch_examples = 0;
+  fixed.epochs = 0;
+  char text[1024];
+  job_config_format(&fixed, text, sizeof text);
+  CHECK(strstr(text, "shard_steps") == NULL && strstr(text, "epochs") == NULL);
+  job_config_format(&handed, text, sizeof text);
+  CHECK(strstr(text, " steps=100 shard_steps=16 epoch_examples=6000 epochs=2 ") != NULL);
+  Pstrain__JobConfig jc;
+  wire_job_parts parts;
+  char model[256];
+  wire_job_to_proto(&handed, &jc, &parts, model, sizeof model);
+  CHECK_EQ_INT(wire_job_from_proto(&jc, &back, &err), PS_ERR_OK);
+  CHECK(job_config_hash(&back) == job_config_hash(&handed));
+  jc.update = "sync";
+  CHECK_EQ_INT(wire_job_from_proto(&jc, &back, &err), PS_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(err.msg, "shards handed out with update sync (async only so far)");
+  jc.update = "async";
+  jc.epochs = 0;
+  CHECK_EQ_INT(wire_job_from_proto(&jc, &back, &err), PS_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(err.msg, "shard steps 16 with 6000 examples per epoch and 0 epochs");
+  jc.shard_steps = 0;
+  jc.epochs = 2;
+  CHECK_EQ_INT(wire_job_from_proto(&jc, &back, &err), PS_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(err.msg, "examples per epoch or epochs without shard steps");
+}
+
 /* A setting of -0 is 0: protobuf drops a zero of either sign, so a job with
  * -0 must hash and read as the one that arrives (a fuzz_wire finding). */
 static void check_negative_zero(void) {
@@ -549,6 +596,8 @@ int main(void) {
   check_negative_zero();
   check_every_field(&ssp, NULL);
   check_every_field(&geo, "GEO");
+  const job_config shards = base_shards_job();
+  check_every_field(&shards, "SHARDS");
   check_wire_dtype_row();
   check_input_norm_row();
   /* Every member of job_config is a row: what no row covers is padding
@@ -558,6 +607,7 @@ int main(void) {
   check_ssp_rows();
   check_async_whole_row();
   check_geo_rows();
+  check_shards_rows();
   check_sparse_rows();
   check_golden_text();
   check_name_tables();

@@ -548,6 +548,49 @@ static void case_sparse_rows_round_trip(void) {
   wire_writer_free(&w);
 }
 
+/* A push's data position (handed-out data): protobuf-c reads what the
+ * writer wrote, the parser reads it back however split, and a message
+ * without one parses with has_position 0. */
+static void case_data_position(void) {
+  ps_error err;
+  wire_writer w = {0};
+  size_t len;
+  rpc_segment segs[4096];
+  wire_block_ref refs[4];
+  const wire_position at = {3, 1ULL << 40, 4096};
+  REQUIRE(wire_writer_begin(&w, 1, &err) == PS_ERR_OK);
+  wire_writer_push_header(&w, &push_key, 77);
+  wire_writer_position(&w, &at);
+  wire_writer_block(&w, 1, data_a, 5, NULL);
+  REQUIRE(wire_writer_check(&w, &err) == PS_ERR_OK);
+  uint8_t *buf = flatten(&w, &len);
+  Pstrain__PushRequest *r = pstrain__push_request__unpack(NULL, len, buf);
+  REQUIRE(r != NULL && r->position != NULL);
+  CHECK(r->position->epoch == 3 && r->position->shard == 1ULL << 40 &&
+        r->position->offset == 4096);
+  pstrain__push_request__free_unpacked(r, NULL);
+  for (size_t k = 0; k < sizeof piece_sizes / sizeof piece_sizes[0]; k++) {
+    rpc_message msg = split(buf, len, piece_sizes[k] ? piece_sizes[k] : len, segs);
+    wire_blocks_msg m = {.blocks = refs, .block_cap = 4};
+    REQUIRE(wire_parse_blocks(&msg, &m, &err) == PS_ERR_OK);
+    CHECK_EQ_INT(m.has_position, 1);
+    CHECK(m.position.epoch == 3 && m.position.shard == 1ULL << 40 && m.position.offset == 4096);
+    CHECK_EQ_INT(m.block_count, 1);
+  }
+  check_block_prefixes(buf, len, &pstrain__push_request__descriptor);
+  free(buf);
+  REQUIRE(wire_writer_begin(&w, 1, &err) == PS_ERR_OK);
+  wire_writer_push_header(&w, &push_key, 77);
+  REQUIRE(wire_writer_check(&w, &err) == PS_ERR_OK);
+  buf = flatten(&w, &len);
+  rpc_message msg = split(buf, len, len, segs);
+  wire_blocks_msg m = {.blocks = refs, .block_cap = 4};
+  REQUIRE(wire_parse_blocks(&msg, &m, &err) == PS_ERR_OK);
+  CHECK_EQ_INT(m.has_position, 0);
+  free(buf);
+  wire_writer_free(&w);
+}
+
 /* A PullRequest's kind; more SparseRows than a message may hold. */
 static void case_pull_kind_and_sparse_limit(void) {
   ps_error err;
@@ -665,6 +708,7 @@ int main(void) {
   RUN_CASE(case_params_reply_from_protobuf_c);
   RUN_CASE(case_sparse_rows_round_trip);
   RUN_CASE(case_pull_kind_and_sparse_limit);
+  RUN_CASE(case_data_position);
   RUN_CASE(case_job_round_trip_hash_and_diff);
   RUN_CASE(case_small_message_prefixes);
   RUN_CASE(case_writer_limits);

@@ -12,6 +12,14 @@
 
 static int binary(const trainer *t) { return t->model->classes == 0; }
 
+/* Handed-out data: the rows say how many examples each trainer applied. */
+static void applied_field(const trainer *t, const report_point *p, char *buf, size_t len) {
+  buf[0] = '\0';
+  if (t->settings.opt.shard_steps > 0) {
+    snprintf(buf, len, ",\"examples_applied\":%ld", p->examples_applied);
+  }
+}
+
 void report_progress(const trainer *t, const report_point *p) {
   const trainer_options *o = &t->settings.opt;
   LOG_INFO("epoch %ld/%ld step %ld/%ld job step %ld/%ld %s %.4f %.0f %s/s ETA %.0fs (job)",
@@ -54,12 +62,14 @@ static ps_err report_classifier(trainer *t, const report_point *p, const evaluat
            p->epoch + 1, o->epochs, p->train_loss, ev->loss, ev->accuracy, p->examples_per_s,
            p->wall_s);
   if (t->metrics == NULL) return PS_ERR_OK;
+  char applied[48];
+  applied_field(t, p, applied, sizeof applied);
   int rc = fprintf(t->metrics,
                    "{\"epoch\":%ld,\"train_loss\":%.6f,\"test_accuracy\":%.6f,"
                    "\"samples_per_s\":%.1f,\"wall_s\":%.3f,\"mode\":\"%s\",\"trainers\":%d,"
-                   "\"comm_share\":%.4f,\"bytes_per_step\":%.0f%s}\n",
+                   "\"comm_share\":%.4f,\"bytes_per_step\":%.0f%s%s}\n",
                    p->epoch + 1, p->train_loss, ev->accuracy, p->examples_per_s, p->wall_s,
-                   t->mode_label, t->trainers, p->comm_share, p->bytes_per_step,
+                   t->mode_label, t->trainers, p->comm_share, p->bytes_per_step, applied,
                    metrics_repeat_field(t->replay_until, p->global_step));
   return metrics_written(t, rc, err);
 }
@@ -111,11 +121,13 @@ static ps_err report_binary(trainer *t, const report_point *p, const evaluation 
     snprintf(eval, sizeof eval, ",\"auc\":%.6f,\"logloss\":%.6f", ev->auc, ev->loss);
   }
   const char *mode = strncmp(t->mode_label, "pserver", 7) == 0 ? "pserver" : t->mode_label;
+  char applied[48];
+  applied_field(t, p, applied, sizeof applied);
   int rc = fprintf(t->metrics,
                    "{\"epoch\":%ld,\"step\":%ld,\"train_logloss\":%.6f%s,\"examples_per_s\":%.1f,"
-                   "\"wall_s\":%.3f,\"mode\":\"%s\",\"model\":\"%s\",\"trainers\":%d%s%s}\n",
+                   "\"wall_s\":%.3f,\"mode\":\"%s\",\"model\":\"%s\",\"trainers\":%d%s%s%s}\n",
                    p->epoch + 1, p->global_step, p->train_loss, eval, p->examples_per_s,
-                   p->wall_s, mode, o->model, t->trainers, fields,
+                   p->wall_s, mode, o->model, t->trainers, fields, applied,
                    metrics_repeat_field(t->replay_until, p->global_step));
   return metrics_written(t, rc, err);
 }
@@ -144,9 +156,21 @@ static ps_err report_tensorboard(trainer *t, const report_point *p, const evalua
   return tb_writer_write(t->tb, p->global_step, v, n, err);
 }
 
+/* Handed-out data, a trainer other than 0 (it does not evaluate): its
+ * epoch's row in its own metrics file. */
+static ps_err report_trainer_row(trainer *t, const report_point *p, ps_error *err) {
+  int rc = fprintf(t->metrics,
+                   "{\"epoch\":%ld,\"trainer\":%d,\"examples_applied\":%ld,\"train_loss\":%.6f,"
+                   "\"examples_per_s\":%.1f,\"wall_s\":%.3f}\n",
+                   p->epoch + 1, t->id, p->examples_applied, p->train_loss, p->examples_per_s,
+                   p->wall_s);
+  return metrics_written(t, rc, err);
+}
+
 ps_err report_evaluation(trainer *t, const report_point *p, const evaluation *ev, int end,
                          ps_error *err) {
   if (binary(t) || end) PS_TRY(report_tensorboard(t, p, ev, err));
+  if (t->id != 0 && t->metrics != NULL) return end ? report_trainer_row(t, p, err) : PS_ERR_OK;
   if (binary(t)) return report_binary(t, p, ev, err);
   return end ? report_classifier(t, p, ev, err) : PS_ERR_OK;
 }

@@ -23,6 +23,7 @@ typedef struct report_point {
   double comm_share;     /* of the epoch's training time */
   double bytes_per_step; /* sent + received by this trainer in the epoch */
   double eta_s;          /* of the job */
+  long examples_applied; /* handed-out data: the epoch's examples this trainer's pushes applied */
 } report_point;
 
 void report_progress(const trainer *t, const report_point *p);

@@ -9,6 +9,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "trainer/checkpoint.h"
+#include "trainer/data/handed_source.h"
 #include "trainer/evaluate.h"
 #include "trainer/job_progress.h"
 #include "trainer/metrics_repeat.h"
@@ -22,6 +23,9 @@ static ps_err train_step(trainer *t, long step, double *loss, long *next, ps_err
   double started = now_s();
   PS_TRY(data_source_batch(t->data, step, &t->batch, err));
   const data_batch *b = &t->batch;
+  if (b->over != DATA_MORE) return PS_ERR_OK; /* handed-out data: this epoch's is trained */
+  /* Handed-out data: waiting for a shard others hold is not compute. */
+  if (t->settings.opt.shard_steps > 0) started = now_s();
   PS_TRY(replica_pull(t->rep, step, b, err));
   if (b->size > 0) {
     model_batch mb = trainer_model_batch(t, b);
@@ -38,6 +42,10 @@ static ps_err train_step(trainer *t, long step, double *loss, long *next, ps_err
   return replica_push(t->rep, step, b, next, err);
 }
 
+/* Whether pserver 0 hands the data out (--shard-steps): epochs end when
+ * it says so, not after a number of steps. */
+static int handed(const trainer *t) { return t->settings.opt.shard_steps > 0; }
+
 /* An epoch's counts since it began and since the last report. */
 typedef struct epoch_state {
   long epoch, first;      /* zero-based; its first step in this pass */
@@ -52,7 +60,8 @@ static report_point point_of(const trainer *t, const epoch_state *e, long step, 
                              int since_report) {
   double now = now_s(), train_s = now - e->start - e->eval_s;
   long steps = global - e->step0;
-  report_point p = {.epoch = e->epoch, .step = step, .global_step = global};
+  report_point p = {.epoch = e->epoch, .step = step, .global_step = global,
+                    .examples_applied = handed(t) ? e->seen : -1};
   double loss = since_report ? e->loss_since : e->loss_sum;
   long seen = since_report ? e->seen_since : e->seen;
   p.train_loss = seen > 0 ? loss / (double)seen : 0.0;
@@ -106,15 +115,17 @@ static ps_err after_step(trainer *t, epoch_state *e, long step, long global, dou
  * back), or its first part when --max-steps ends it; then the evaluation. */
 static ps_err train_epoch(trainer *t, long epoch, long *global_step, double run_start,
                           train_summary *summary, ps_error *err) {
-  epoch_state e = {.epoch = epoch, .first = *global_step - epoch * t->steps_per_epoch,
+  epoch_state e = {.epoch = epoch,
+                   .first = handed(t) ? 0 : *global_step - epoch * t->steps_per_epoch,
                    .start = now_s(), .comm_s0 = t->rep->comm_seconds,
                    .comm_b0 = t->rep->comm_bytes, .step0 = *global_step};
   double next_progress = e.start + t->settings.opt.progress_interval;
-  for (long step = e.first; step < t->steps_per_epoch && *global_step < t->data->total_steps;
-       step++) {
+  for (long step = e.first;
+       handed(t) || (step < t->steps_per_epoch && *global_step < t->data->total_steps); step++) {
     double loss = 0.0, step_started = now_s(), comm_before = t->rep->comm_seconds;
     long next = 0;
     PS_TRY(train_step(t, *global_step, &loss, &next, err));
+    if (t->batch.over != DATA_MORE) break;
     if (next <= *global_step) {
       t->rewind_to = next; /* the job went back: trainer_run takes the steps again */
       return PS_ERR_OK;
@@ -132,6 +143,12 @@ static ps_err train_epoch(trainer *t, long epoch, long *global_step, double run_
                          t->rep->comm_seconds - comm_before);
     PS_TRY(after_step(t, &e, step, *global_step, run_start, &next_progress, err));
     if (t->rewind_to >= 0) return PS_ERR_OK;
+  }
+  if (handed(t)) {
+    LOG_INFO("epoch %ld: this trainer's pushes applied %ld examples of the handed-out data", epoch + 1,
+             e.seen);
+    /* It trained nothing of an epoch the others finished: nothing to say. */
+    if (e.seen == 0 && t->batch.over == DATA_EPOCH_OVER) return PS_ERR_OK;
   }
   report_point p = point_of(t, &e, t->steps_per_epoch - 1, *global_step, 0);
   summary->train_loss = p.train_loss;
@@ -167,11 +184,30 @@ static ps_err finish_run(trainer *t, long global_step, ps_error *err) {
   return PS_ERR_OK;
 }
 
+/* Handed-out data: epochs as pserver 0 ends them, until it says the job's
+ * data is trained. */
+static ps_err run_handed(trainer *t, long *global_step, double run_start, train_summary *summary,
+                         ps_error *err) {
+  for (long epoch = 0;; epoch = handed_source_epoch(t->data)) {
+    PS_TRY(train_epoch(t, epoch, global_step, run_start, summary, err));
+    summary->epochs = epoch + 1;
+    if (t->batch.over == DATA_JOB_OVER) return PS_ERR_OK;
+  }
+}
+
 ps_err trainer_run(trainer *t, train_summary *summary, ps_error *err) {
   const trainer_options *o = &t->settings.opt;
   double run_start = now_s();
   long global_step = t->start_step;
   memset(summary, 0, sizeof *summary);
+  if (handed(t)) {
+    LOG_INFO("training %s on %ld examples per epoch handed out by pserver 0 in shards of %ld "
+             "steps of %ld (trainer %d of %d), backend %s: %s", o->model, t->files.examples,
+             o->shard_steps, o->batch, t->id, t->trainers, t->be->name, t->be->description);
+    PS_TRY(run_handed(t, &global_step, run_start, summary, err));
+    summary->steps = global_step;
+    return finish_run(t, global_step, err);
+  }
   LOG_INFO("training %s on %ld examples per epoch (trainer %d of %d; %ld steps of %ld), "
            "backend %s: %s",
            o->model, t->files.examples, t->id, t->trainers, t->steps_per_epoch, o->batch,

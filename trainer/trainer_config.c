@@ -40,6 +40,11 @@ static const option_def trainer_option_table[] = {
      "make one step the size of sync's (mean), or applied whole, as PaddlePaddle and "
      "TensorFlow do (whole: a recipe ported from them converges here as there)",
      "mean|whole", ANY},
+    {"shard-steps", NULL, OPT_INT, OFF(shard_steps), "0",
+     "--update async: pserver 0 hands the data out in shards of this many batches, each "
+     "trained exactly once by whichever trainer takes it (a faster trainer takes more; a "
+     "killed trainer's shard goes on from where the pservers applied it); 0: each trainer "
+     "takes a fixed 1/--trainers share", NULL, NUM(0, PSTRAIN_MAX_SHARD_STEPS)},
     {"slowdown", NULL, OPT_DOUBLE, OFF(slowdown), "1",
      "make each step take this many times as long (sleeps after the step's compute; a "
      "straggler for tests and benchmarks)", NULL, NUM(1, 1000)},
@@ -381,6 +386,15 @@ static ps_err mode_flags_check(trainer_settings *s, ps_error *err) {
                         "--async-push whole is for --mode pserver with --update async or ssp "
                         "(here: --mode %s --update %s)",
                         o->mode, o->update);
+  }
+  if (o->shard_steps > 0 && (!s->pserver_mode || s->update != UPDATE_ASYNC)) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                        "--shard-steps is for --mode pserver with --update async (here: --mode "
+                        "%s --update %s)", o->mode, o->update);
+  }
+  if (o->shard_steps > 0 && o->max_steps > 0) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                        "--shard-steps hands out whole epochs: not with --max-steps");
   }
   if (o->export_replicas && (!s->collective_mode || !model_is_ctr(&s->model))) {
     return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,

@@ -39,6 +39,7 @@ typedef struct trainer_options {
   bool overlap;
   bool prefetch; /* pserver mode with a disk tier: the next step's keys sent ahead */
   long max_steps;
+  long shard_steps;
   const char *token_file;
   const char *tls_cert, *tls_key, *tls_ca, *tls_server_name;
   const char *export_path;

@@ -11,6 +11,7 @@
 #include "common/process.h"
 #include "common/tb_events.h"
 #include "trainer/checkpoint.h"
+#include "trainer/data/handed_source.h"
 #include "trainer/train.h"
 
 void trainer_job(const trainer *t, job_config *job) {
@@ -26,6 +27,11 @@ void trainer_job(const trainer *t, job_config *job) {
   if (job->update == UPDATE_SSP) job->staleness = s->staleness;
   if (job->update == UPDATE_GEO) job->geo_steps = s->geo_steps;
   if (job->update == UPDATE_ASYNC || job->update == UPDATE_SSP) job->async_whole = s->async_whole;
+  if (s->opt.shard_steps > 0) {
+    job->shard_steps = (int)s->opt.shard_steps;
+    job->epoch_examples = t->files.examples;
+    job->epochs = (int)s->opt.epochs;
+  }
   if (ctr_table_count(&s->model) > 0) {
     job->sparse = job_sparse_of(&s->sparse_opt, (int)s->opt.admit_after, s->opt.evict_after);
   }
@@ -89,17 +95,40 @@ static ps_err open_outputs(trainer *t, ps_error *err) {
   snprintf(run, sizeof run, "trainer-%d", t->id);
   PS_TRY(tb_writer_open(&t->tb, o->tensorboard, run, err));
   if (t->tb != NULL) LOG_INFO("tensorboard: writing %s", tb_writer_path(t->tb));
-  if (o->metrics[0] != '\0' && t->id == 0 && (t->metrics = fopen(o->metrics, "a")) == NULL) {
-    return ps_error_set(err, PS_ERR_IO, "--metrics %s: cannot open for appending: %s", o->metrics,
+  /* Trainer 0 writes the job's rows; with handed-out data the others
+   * theirs (the examples each applied) beside them, as PATH.rankN. */
+  char path[4096];
+  snprintf(path, sizeof path, "%s", o->metrics);
+  if (t->id != 0) snprintf(path, sizeof path, "%s.rank%d", o->metrics, t->id);
+  int writes = o->metrics[0] != '\0' && (t->id == 0 || o->shard_steps > 0);
+  if (writes && (t->metrics = fopen(path, "a")) == NULL) {
+    return ps_error_set(err, PS_ERR_IO, "--metrics %s: cannot open for appending: %s", path,
                         strerror(errno));
   }
   return PS_ERR_OK;
 }
 
+static ps_err next_shard(void *ctx, long epoch, long finished, data_shard *out, ps_error *err) {
+  trainer *t = ctx;
+  return replica_next_shard(t->rep, epoch, finished, out, err);
+}
+
+/* Handed-out data: the whole data set in one order (trainer 0 of 1's),
+ * handed out by pserver 0; the job's length as the fixed split's. */
+static ps_err open_handed(trainer *t, ps_error *err) {
+  const trainer_settings *s = &t->settings;
+  data_source *inner;
+  PS_TRY(data_files_train(&t->files, s, 0, 1, t->model, &inner, err));
+  long global = s->opt.batch * t->trainers;
+  return handed_source_create(&t->data, inner, next_shard, t,
+                              (t->files.examples + global - 1) / global, s->opt.epochs, err);
+}
+
 /* This trainer's batches, the evaluation's (trainer 0) and the job's length. */
 static ps_err open_data(trainer *t, ps_error *err) {
   const trainer_settings *s = &t->settings;
-  PS_TRY(data_files_train(&t->files, s, t->id, t->trainers, t->model, &t->data, err));
+  if (s->opt.shard_steps > 0) PS_TRY(open_handed(t, err));
+  else PS_TRY(data_files_train(&t->files, s, t->id, t->trainers, t->model, &t->data, err));
   if (t->id == 0) PS_TRY(data_files_eval(&t->files, s, t->model, &t->eval, err));
   t->steps_per_epoch = t->data->steps_per_epoch;
   t->settings.optimizer.total_steps = t->steps_per_epoch * s->opt.epochs;
@@ -175,6 +204,10 @@ void trainer_free(trainer *t) {
 
 void trainer_log_resume(const trainer *t, const char *where) {
   long s = t->start_step;
+  if (t->settings.opt.shard_steps > 0) {
+    LOG_INFO("joining at step %ld%s; pserver 0 hands out the data", s, where);
+    return;
+  }
   data_position p = data_source_position(t->data, s);
   LOG_INFO("resuming at step %ld (epoch %ld, step %ld of it)%s; data shard %ld offset %ld", s,
            s / t->steps_per_epoch + 1, s % t->steps_per_epoch + 1, where, p.shard, p.offset);

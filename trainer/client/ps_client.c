@@ -121,6 +121,7 @@ ps_err ps_client_connect(ps_client *c, const endpoint_list *pservers, const job_
   c->hash = job_config_hash(job);
   c->targets = *pservers;
   c->rpc_timeout = rpc_timeout;
+  c->kill_at_push = ps_client_kill_at_push();
   int n = job->pservers;
   tensor_layout_init(&c->layout);
   if (model_build_layout(&job->model, &c->layout, err) != PS_ERR_OK ||
@@ -370,6 +371,7 @@ ps_err ps_client_push_pull(ps_client *c, long step, const float *grads, float *p
     wire_writer_push_header(w, &key, c->hash);
     wire_writer_dtype(w, dtype);
     if (c->job.update == UPDATE_GEO) wire_writer_deltas(w); /* grads hold parameter changes */
+    if (c->job.shard_steps > 0) wire_writer_position(w, &c->position);
     for (size_t i = 0; i < c->map.block_count; i++) {
       const shard_block *b = &c->map.blocks[i];
       if (b->pserver == p) {
@@ -386,6 +388,7 @@ ps_err ps_client_push_pull(ps_client *c, long step, const float *grads, float *p
   }
   char what[64];
   snprintf(what, sizeof what, "step %ld", step);
+  if (++c->pushes == c->kill_at_push) ps_client_die_mid_push(c);
   ps_err rc = rpc_client_call_all(c->rpc, c->ops, n, err);
   if (rc != PS_ERR_OK) rc = batch_error(c, what, rc, err);
   long want = c->job.update == UPDATE_SYNC ? step + 1 : -1;

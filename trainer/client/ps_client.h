@@ -14,6 +14,7 @@
 #include "common/rpc.h"
 #include "common/shard_map.h"
 #include "common/wire.h"
+#include "trainer/data/data_source.h"
 
 /* What a CTR job's messages carry besides the dense blocks (see
  * trainer/client/ps_client_sparse.h): appended to pserver p's message after its
@@ -63,6 +64,12 @@ typedef struct ps_client {
   rpc_lease lease;          /* the gradient array while it is being sent */
   uint8_t *wire_grads;      /* the gradients in the job's 16-bit wire dtype (NULL: f32) */
   double rpc_timeout;
+  /* Jobs with handed-out data: where the next push's batch begins. */
+  wire_position position;
+  /* Fault injection for tests (PSTRAIN_TEST_KILL_MID_PUSH=N): the N-th push
+   * of this process goes to pserver 0 alone, is answered, and the process
+   * kills itself (a trainer dying in the middle of a push); -1: never. */
+  long kill_at_push, pushes;
   const ps_client_sparse_ops *sparse; /* NULL: an MLP job */
   struct ps_client_parts *parts;      /* an overlapped step's calls (ps_client_parts.c) */
   /* statistics */
@@ -131,6 +138,16 @@ int ps_client_recoverable(ps_err code);
  * step (the caller reads again), else the step the job went back to. */
 ps_err ps_client_recover(ps_client *c, long step, const float *grads, float *params,
                          double timeout, long *resume_at, ps_error *err);
+
+/* Jobs whose data is handed out (--shard-steps): asks pserver 0 for the
+ * next shard (ps_client_shards.c); see data_shard_fn. */
+ps_err ps_client_next_shard(ps_client *c, long epoch, long finished, data_shard *out,
+                            ps_error *err);
+
+/* The fault injection's push from the environment (-1: none), and the
+ * death itself: called with the push's messages built. */
+long ps_client_kill_at_push(void);
+void ps_client_die_mid_push(ps_client *c);
 
 /* Tells every pserver this trainer is finished. */
 ps_err ps_client_done(ps_client *c, long step, ps_error *err);

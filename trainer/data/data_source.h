@@ -19,9 +19,14 @@
 #include "common/error.h"
 #include "common/sparse_table.h"
 
+/* A batch that is not there (handed-out data): the trainer's epoch, or the
+ * job, has every example trained. */
+enum { DATA_MORE = 0, DATA_EPOCH_OVER = 1, DATA_JOB_OVER = 2 };
+
 /* One step's batch, valid until the next call on its source. */
 typedef struct data_batch {
   int size;                    /* examples: 0 where the data ran out (bad lines skipped) */
+  int over;                    /* DATA_MORE, or no batch: DATA_EPOCH_OVER, DATA_JOB_OVER */
   float *inputs;               /* classifiers: (size, width), scaled to [0, 1] */
   int32_t *labels;             /* classifiers: (size) */
   ctr_example *examples;       /* Criteo: (size) */
@@ -42,6 +47,27 @@ typedef struct data_position {
   long shard;
   long offset;
 } data_position;
+
+/* Handed-out data (--shard-steps): what pserver 0 answers a trainer asking
+ * for data. A grant is examples [first + offset, first + end) of epoch's
+ * order (those before offset trained already). */
+typedef enum {
+  DATA_SHARD_GRANT = 0, /* proto ShardAnswer's values */
+  DATA_SHARD_WAIT = 1,  /* every shard of the epoch is held: ask again after wait_s */
+  DATA_SHARD_EPOCH_DONE = 2, /* the trainer's epoch is trained; go on in `epoch` */
+  DATA_SHARD_JOB_DONE = 3,
+} data_shard_answer;
+
+typedef struct data_shard {
+  data_shard_answer answer;
+  long epoch, shard, offset, end, first;
+  double wait_s;
+} data_shard;
+
+/* Asks for data: the trainer is in epoch `epoch`; finished >= 0: it trained
+ * that shard to its end (its last push answered by every pserver). */
+typedef ps_err (*data_shard_fn)(void *ctx, long epoch, long finished, data_shard *out,
+                                ps_error *err);
 
 typedef struct data_source_ops {
   const char *name;

@@ -231,6 +231,8 @@ static ps_err push_sparse(pserver_replica *p, long step, const data_batch *b, lo
     return PS_ERR_OK;
   }
   p->version = resume_at;
+  /* No next keys went out (handed-out data: the shard ended): the next step pulls. */
+  if (p->sp.next.n == 0) p->need_pull = 1;
   ps_sparse_scatter(&p->sp, &p->sp.next, p->next_rows);
   return model_set_params(t->model, p->params, err);
 }
@@ -276,7 +278,19 @@ static ps_err push_dense(pserver_replica *p, long step, long *next, ps_error *er
 static ps_err pserver_push(replica *r, long step, const data_batch *b, long *next,
                            ps_error *err) {
   pserver_replica *p = (pserver_replica *)r;
+  /* Handed-out data: the push tells pserver 0 where its batch begins. */
+  data_position at = data_source_position(r->t->data, step);
+  p->c.position = (wire_position){(uint64_t)at.epoch, (uint64_t)at.shard, (uint64_t)at.offset};
   return p->sparse ? push_sparse(p, step, b, next, err) : push_dense(p, step, next, err);
+}
+
+static ps_err pserver_next_shard(replica *r, long epoch, long finished, data_shard *out,
+                                 ps_error *err) {
+  pserver_replica *p = (pserver_replica *)r;
+  double start = now_s();
+  ps_err rc = ps_client_next_shard(&p->c, epoch, finished, out, err);
+  r->comm_seconds += now_s() - start;
+  return rc;
 }
 
 ps_err pserver_lookup(replica *r, const sparse_dedup *d, ps_error *err) {
@@ -382,6 +396,7 @@ static const replica_ops pserver_ops = {
     .gather = pserver_gather,
     .broadcast = pserver_broadcast,
     .metrics = pserver_metrics,
+    .next_shard = pserver_next_shard,
     .finish = pserver_finish,
     .destroy = pserver_destroy,
 };

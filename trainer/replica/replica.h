@@ -50,6 +50,9 @@ typedef struct replica_ops {
   /* The metrics row's fields of this way (",\"bytes_per_step\":..."), for
    * models with tables. NULL: none. */
   void (*metrics)(const replica *r, char *buf, size_t len);
+  /* Handed-out data (--shard-steps): asks pserver 0 for the next shard
+   * (see data_shard_fn). NULL: this way hands out nothing. */
+  ps_err (*next_shard)(replica *r, long epoch, long finished, data_shard *out, ps_error *err);
   /* After the last of `steps` steps: says goodbye, logs totals. NULL: nothing. */
   ps_err (*finish)(replica *r, long steps, ps_error *err);
   /* A failure on this trainer: ends the others too where they would wait
@@ -118,6 +121,14 @@ static inline ps_err replica_broadcast(replica *r, void *data, size_t bytes, ps_
 static inline void replica_metrics(const replica *r, char *buf, size_t len) {
   buf[0] = '\0';
   if (r->ops->metrics != NULL) r->ops->metrics(r, buf, len);
+}
+static inline ps_err replica_next_shard(replica *r, long epoch, long finished, data_shard *out,
+                                        ps_error *err) {
+  if (r->ops->next_shard == NULL) {
+    return ps_error_set(err, PS_ERR_UNSUPPORTED, "--mode %s hands out no data (--shard-steps)",
+                        r->ops->name);
+  }
+  return r->ops->next_shard(r, epoch, finished, out, err);
 }
 static inline ps_err replica_finish(replica *r, long steps, ps_error *err) {
   return r->ops->finish != NULL ? r->ops->finish(r, steps, err) : PS_ERR_OK;

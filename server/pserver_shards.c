@@ -1,0 +1,107 @@
+/* The data handed out (jobs with --shard-steps): pserver 0's NextShard and
+ * the positions pushes carry (the queue itself is shard_queue.c). */
+#define _POSIX_C_SOURCE 200809L
+#include "server/pserver_internal.h"
+
+#include <stdlib.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "server/shard_queue.h"
+
+ps_err pserver_shards_configure(pserver *ps, const job_config *job, int trainer, ps_error *err) {
+  if (job->shard_steps == 0 || ps->cfg.id != 0) return PS_ERR_OK;
+  if (trainer < 0) {
+    return ps_error_set(err, PS_ERR_UNSUPPORTED,
+                        "pserver 0 cannot resume a job whose data it hands out in shards: its "
+                        "queue is not in its checkpoints yet");
+  }
+  shard_queue *q = malloc(sizeof *q);
+  if (q == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "pserver: out of memory");
+  if (shard_queue_init(q, job, ps->cfg.trainer_lease, err) != PS_ERR_OK) {
+    free(q);
+    return err->code;
+  }
+  ps->shards = q;
+  return PS_ERR_OK;
+}
+
+void pserver_shards_deconfigure(pserver *ps) {
+  if (ps->shards == NULL) return;
+  shard_queue_free(ps->shards);
+  free(ps->shards);
+  ps->shards = NULL;
+}
+
+ps_err pserver_check_position(pserver *ps, rpc_call *call, const wire_blocks_msg *m) {
+  int handed = ps->job.shard_steps > 0;
+  if (m->has_position == handed) return PS_ERR_OK;
+  pserver_refuse(call, "PushPull", PS_ERR_FAILED_PRECONDITION,
+                 handed ? "this job's data is handed out in shards: a push names where its "
+                          "batch begins"
+                        : "a push names a data position, but this job's data is not handed out "
+                          "in shards");
+  return PS_ERR_FAILED_PRECONDITION;
+}
+
+void pserver_shards_progress(pserver *ps, const wire_blocks_msg *m) {
+  if (ps->shards == NULL) return;
+  (void)shard_queue_progress(ps->shards, (int)m->key.trainer_id, &m->position, now_s());
+}
+
+/* Answers a NextShard of a checked sender from the queue. */
+static void answer(pserver *ps, rpc_call *call, const Pstrain__NextShardRequest *req) {
+  ps_error err;
+  shard_grant g;
+  if (shard_queue_next(ps->shards, (int)req->key->trainer_id, (long)req->epoch, req->finished,
+                       (long)req->finished_shard, now_s(), &g, &err) != PS_ERR_OK) {
+    pserver_refuse(call, "NextShard", err.code, "%s", err.msg);
+    return;
+  }
+  Pstrain__NextShardReply reply = PSTRAIN__NEXT_SHARD_REPLY__INIT;
+  reply.answer = (Pstrain__ShardAnswer)g.answer;
+  reply.epoch = (uint64_t)g.epoch;
+  reply.shard = (uint64_t)g.shard;
+  reply.offset = (uint64_t)g.offset;
+  reply.end = (uint64_t)g.end;
+  reply.first = (uint64_t)g.first;
+  reply.wait_s = g.answer == SHARD_ANSWER_WAIT ? 0.05 : 0.0;
+  reply.pserver_incarnation = ps->incarnation;
+  if (g.answer == SHARD_ANSWER_GRANT) {
+    LOG_DEBUG("shards: trainer %u takes shard %ld of epoch %ld from example %ld of %ld",
+              req->key->trainer_id, g.shard, g.epoch + 1, g.offset, g.end);
+  }
+  pserver_reply_message(call, &reply.base);
+}
+
+void pserver_handle_next_shard(pserver *ps, rpc_call *call, const rpc_message *msg) {
+  ps_error err;
+  Pstrain__NextShardRequest *req = (Pstrain__NextShardRequest *)wire_unpack(
+      &pstrain__next_shard_request__descriptor, msg, &err);
+  if (req == NULL) {
+    pserver_refuse(call, "NextShard", err.code, "%s", err.msg);
+    return;
+  }
+  wire_key key = {0, 0, 0};
+  if (req->key != NULL) key = (wire_key){req->key->trainer_id, req->key->incarnation, 0};
+  pthread_mutex_lock(&ps->lock);
+  if (pserver_check_sender(ps, call, "NextShard", req->key != NULL, &key, req->config_hash) !=
+      PS_ERR_OK) {
+    /* answered */
+  } else if (ps->job.shard_steps == 0) {
+    pserver_refuse(call, "NextShard", PS_ERR_FAILED_PRECONDITION,
+                   "this job's data is not handed out in shards (no --shard-steps)");
+  } else if (ps->shards == NULL) {
+    pserver_refuse(call, "NextShard", PS_ERR_FAILED_PRECONDITION,
+                   "pserver %d does not hand out the data: pserver 0 does", ps->cfg.id);
+  } else if (req->epoch > (uint64_t)ps->shards->epochs) {
+    pserver_refuse(call, "NextShard", PS_ERR_INVALID_ARGUMENT, "epoch %llu of a job of %d",
+                   (unsigned long long)req->epoch + 1, ps->shards->epochs);
+  } else if (ps->stopping) {
+    pserver_refuse(call, "NextShard", ps->stop_code, "%s", ps->stop_reason);
+  } else {
+    answer(ps, call, req);
+  }
+  pthread_mutex_unlock(&ps->lock);
+  protobuf_c_message_free_unpacked(&req->base, NULL);
+}

@@ -1,0 +1,186 @@
+/* The shard queue of pserver 0 (see shard_queue.h). */
+#define _POSIX_C_SOURCE 200809L
+#include "server/shard_queue.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+
+/* Examples in shard s of an epoch. */
+static long shard_size(const shard_queue *q, long s) {
+  long first = s * q->shard_examples, left = q->epoch_examples - first;
+  return left < q->shard_examples ? left : q->shard_examples;
+}
+
+static void start_epoch(shard_queue *q) {
+  for (long s = 0; s < q->shards; s++) {
+    q->offset[s] = 0;
+    q->owner[s] = -1;
+  }
+  for (int t = 0; t < q->trainers; t++) {
+    q->held[t] = -1;
+    q->trained_by[t] = 0;
+    q->by_process[t] = 0;
+  }
+  q->trained = q->done = q->returned = 0;
+}
+
+ps_err shard_queue_init(shard_queue *q, const job_config *job, double lease_s, ps_error *err) {
+  memset(q, 0, sizeof *q);
+  q->epochs = job->epochs;
+  q->trainers = job->trainers;
+  q->epoch_examples = job->epoch_examples;
+  q->shard_examples = (long)job->shard_steps * job->batch;
+  q->shards = (q->epoch_examples + q->shard_examples - 1) / q->shard_examples;
+  q->lease_s = lease_s;
+  q->offset = calloc((size_t)q->shards, sizeof *q->offset);
+  q->owner = calloc((size_t)q->shards, sizeof *q->owner);
+  q->held = calloc((size_t)q->trainers, sizeof *q->held);
+  q->deadline = calloc((size_t)q->trainers, sizeof *q->deadline);
+  q->trained_by = calloc((size_t)q->trainers, sizeof *q->trained_by);
+  q->by_process = calloc((size_t)q->trainers, sizeof *q->by_process);
+  if (q->offset == NULL || q->owner == NULL || q->held == NULL || q->deadline == NULL ||
+      q->trained_by == NULL || q->by_process == NULL) {
+    shard_queue_free(q);
+    return ps_error_set(err, PS_ERR_NO_MEMORY, "the shard queue: out of memory for %ld shards",
+                        q->shards);
+  }
+  start_epoch(q);
+  LOG_INFO("shards: %ld examples per epoch in %ld shards of %ld, %d epochs, handed out here "
+           "(lease %.1f s)", q->epoch_examples, q->shards, q->shard_examples, q->epochs, lease_s);
+  return PS_ERR_OK;
+}
+
+void shard_queue_free(shard_queue *q) {
+  free(q->offset);
+  free(q->owner);
+  free(q->held);
+  free(q->deadline);
+  free(q->trained_by);
+  free(q->by_process);
+  memset(q, 0, sizeof *q);
+}
+
+/* Records shard s trained up to offset (by trainer). */
+static void record(shard_queue *q, int trainer, long s, long offset) {
+  long more = offset - q->offset[s];
+  q->offset[s] = offset;
+  q->trained += more;
+  q->trained_by[trainer] += more;
+  q->by_process[trainer] += more;
+}
+
+/* Every shard of the epoch trained: the counts logged, the next epoch's queue. */
+static void end_epoch(shard_queue *q) {
+  char by[512];
+  size_t n = 0;
+  by[0] = '\0';
+  for (int t = 0; t < q->trainers && n < sizeof by; t++) {
+    int w = snprintf(by + n, sizeof by - n, "%s%d: %ld", t > 0 ? ", " : "", t, q->trained_by[t]);
+    if (w < 0) break;
+    n += (size_t)w;
+  }
+  LOG_INFO("shards: epoch %ld trained: %ld examples of %ld (%ld shards, %ld returned to the queue; by "
+           "trainer %s)", q->epoch + 1, q->trained, q->epoch_examples, q->shards, q->returned,
+           by);
+  q->epoch++;
+  if (q->epoch < q->epochs) start_epoch(q);
+}
+
+void shard_queue_release(shard_queue *q, int trainer, const char *why) {
+  long s = q->held[trainer];
+  if (s < 0) return;
+  q->held[trainer] = -1;
+  q->owner[s] = -1;
+  q->returned++;
+  LOG_WARN("shards: trainer %d %s: shard %ld of epoch %ld goes back to the queue at example %ld "
+           "of %ld", trainer, why, s, q->epoch + 1, q->offset[s], shard_size(q, s));
+}
+
+void shard_queue_gone(shard_queue *q, int trainer, const char *why) {
+  shard_queue_release(q, trainer, why);
+  if (q->epoch < q->epochs) {
+    LOG_INFO("shards: trainer %d's process applied %ld examples of epoch %ld (counted)",
+             trainer, q->by_process[trainer], q->epoch + 1);
+  }
+  q->by_process[trainer] = 0;
+}
+
+void shard_queue_expire(shard_queue *q, double now) {
+  for (int t = 0; t < q->trainers; t++) {
+    if (q->held[t] >= 0 && now > q->deadline[t]) {
+      char why[96];
+      snprintf(why, sizeof why, "sent nothing for its lease of %.1f s (gone, or stalled)",
+               q->lease_s);
+      shard_queue_gone(q, t, why);
+    }
+  }
+}
+
+int shard_queue_progress(shard_queue *q, int trainer, const wire_position *p, double now) {
+  long s = q->held[trainer];
+  if (s < 0 || (uint64_t)s != p->shard || (uint64_t)q->epoch != p->epoch ||
+      p->offset < (uint64_t)q->offset[s] || p->offset > (uint64_t)shard_size(q, s)) {
+    LOG_WARN("shards: trainer %d pushed a batch at shard %llu of epoch %llu, example %llu, which "
+             "it does not hold (its lease passed?): not counted", trainer,
+             (unsigned long long)p->shard, (unsigned long long)p->epoch + 1,
+             (unsigned long long)p->offset);
+    return 0;
+  }
+  record(q, trainer, s, (long)p->offset);
+  q->deadline[trainer] = now + q->lease_s;
+  return 1;
+}
+
+/* The first shard of the epoch nobody holds with examples left. */
+static long free_shard(const shard_queue *q) {
+  for (long s = 0; s < q->shards; s++) {
+    if (q->owner[s] < 0 && q->offset[s] < shard_size(q, s)) return s;
+  }
+  return -1;
+}
+
+ps_err shard_queue_next(shard_queue *q, int trainer, long trainer_epoch, int finished,
+                        long finished_shard, double now, shard_grant *out, ps_error *err) {
+  memset(out, 0, sizeof *out);
+  long held = q->held[trainer];
+  if (finished && held >= 0 && held == finished_shard && trainer_epoch == q->epoch) {
+    record(q, trainer, held, shard_size(q, held));
+    q->owner[held] = -1;
+    q->held[trainer] = -1;
+    if (++q->done == q->shards) end_epoch(q);
+  } else if (finished) {
+    LOG_WARN("shards: trainer %d finished shard %ld of epoch %ld, which it does not hold (its "
+             "lease passed?): not counted", trainer, finished_shard, trainer_epoch + 1);
+  } else if (held >= 0) {
+    shard_queue_release(q, trainer, "asked for another shard"); /* it left this one */
+  }
+  out->epoch = q->epoch;
+  if (q->epoch >= q->epochs) {
+    out->answer = SHARD_ANSWER_JOB_DONE;
+    return PS_ERR_OK;
+  }
+  if (trainer_epoch > q->epoch) {
+    return ps_error_set(err, PS_ERR_FAILED_PRECONDITION,
+                        "trainer %d asks for data of epoch %ld; the queue hands out epoch %ld",
+                        trainer, trainer_epoch + 1, q->epoch + 1);
+  }
+  if (trainer_epoch < q->epoch) {
+    out->answer = SHARD_ANSWER_EPOCH_DONE;
+    return PS_ERR_OK;
+  }
+  long s = free_shard(q);
+  if (s < 0) {
+    out->answer = SHARD_ANSWER_WAIT; /* the last shards are being trained */
+    return PS_ERR_OK;
+  }
+  q->owner[s] = trainer;
+  q->held[trainer] = s;
+  q->deadline[trainer] = now + q->lease_s;
+  *out = (shard_grant){.answer = SHARD_ANSWER_GRANT, .epoch = q->epoch, .shard = s,
+                       .offset = q->offset[s], .end = shard_size(q, s),
+                       .first = s * q->shard_examples};
+  return PS_ERR_OK;
+}

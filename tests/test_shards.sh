@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Data handed out in shards by pserver 0 (--shard-steps, async): a trainer
+# killed in the middle of a push (pserver 0 applied it, pserver 1 never saw
+# it) has its shard handed out again from the batch that push carried, after
+# its lease (the MLP) or at once when it registers again (a CTR model); each
+# epoch's examples are counted exactly once, by pserver 0 from applied pushes
+# and by the trainers' metrics rows ("examples_applied") plus what the killed
+# process had applied (pserver 0's log); the model trains as a fixed split's
+# does. Flags outside async are refused.
+. "$(dirname "$0")/lib.sh"
+require_data
+metric() { "$PY" -c 'import json,sys; print(json.loads(open(sys.argv[1]).readlines()[-1])[sys.argv[2]])' "$1" "$2"; }
+
+# counts NAME EXAMPLES EPOCHS: pserver 0 trained every epoch's examples once,
+# and the trainers' rows plus the gone processes' counts say the same.
+counts() {
+  local name=$1 examples=$2 epochs=$3 e
+  for ((e = 1; e <= epochs; e++)); do
+    grep -qF "shards: epoch $e trained: $examples examples of $examples " "$SCRATCH/$name-s0.log" ||
+      fail "$name: pserver 0 did not count epoch $e's $examples examples once: $(grep -F "epoch $e trained" "$SCRATCH/$name-s0.log")"
+  done
+  "$PY" - "$SCRATCH/$name-s0.log" "$examples" "$epochs" "$SCRATCH/$name.jsonl"* <<'PY' ||
+import json, re, sys
+log, examples, epochs, rows = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
+applied = {e: 0 for e in range(1, epochs + 1)}
+for path in rows:
+    for line in open(path):
+        row = json.loads(line)
+        applied[row["epoch"]] += row["examples_applied"]
+for m in re.finditer(r"process applied (\d+) examples of epoch (\d+)", open(log).read()):
+    applied[int(m.group(2))] += int(m.group(1))
+bad = {e: n for e, n in applied.items() if n != examples}
+if bad:
+    sys.exit(f"rows + gone processes per epoch: {applied}, not {examples} each")
+PY
+    fail "$name: the trainers' examples_applied do not add up to the data set per epoch"
+}
+
+# 1. The MLP: trainer 1 dies in its 13th push (the 5th batch of its second
+# shard), stays dead past its lease, then comes back.
+start_pservers mlp 2 --trainers 2 --trainer-lease 2
+MLP=(--mode pserver --update async --trainers 2 --train-samples 6000 --test-samples 2000 --epochs 2
+     --progress-interval 0 --seed 4 --pservers)
+MLP_HANDED=("${MLP[@]}" "$PS" --shard-steps 8)
+start mlp-t0 "$BIN/trainer" "${MLP_HANDED[@]}" --id 0 --metrics "$SCRATCH/mlp.jsonl"; t0=$LAST_PID
+PSTRAIN_TEST_KILL_MID_PUSH=13 start mlp-t1 "$BIN/trainer" "${MLP_HANDED[@]}" --id 1 --metrics "$SCRATCH/mlp.jsonl"
+status=0; wait_for "$LAST_PID" 60 || status=$?
+[ "$status" -eq 137 ] || fail "mlp: the trainer to kill exited $status, not 137 (SIGKILL)"
+grep -q "pserver 0 answered the push (OK); killing this trainer" "$SCRATCH/mlp-t1.log" ||
+  fail "mlp: trainer 1 did not die after pserver 0 answered: $(tail -2 "$SCRATCH/mlp-t1.log")"
+wait_log "$SCRATCH/mlp-s0.log" "goes back to the queue" "${SPIDS[0]}" 30 ||
+  fail "mlp: the killed trainer's shard did not go back to the queue"
+grep -qE "trainer 1 sent nothing for its lease of 2.0 s .*: shard [0-9]+ of epoch 1 goes back to the queue at example 256 of 512" \
+  "$SCRATCH/mlp-s0.log" || fail "mlp: not handed out again from the push's batch: $(grep -F "goes back" "$SCRATCH/mlp-s0.log")"
+start mlp-t1b "$BIN/trainer" "${MLP_HANDED[@]}" --id 1 --metrics "$SCRATCH/mlp.jsonl"; t1=$LAST_PID
+for pid in "$t0" "$t1" "${SPIDS[@]}"; do
+  status=0; wait_for "$pid" 120 || status=$?
+  [ "$status" -eq 0 ] || fail "mlp: process $pid exited $status"
+done
+counts mlp 6000 2
+# The same job with each trainer's fixed half, no one killed: the accuracy is alike.
+start_pservers fixed 2 --trainers 2
+start fixed-t0 "$BIN/trainer" "${MLP[@]}" "$PS" --id 0 --metrics "$SCRATCH/fixed.jsonl"; f0=$LAST_PID
+start fixed-t1 "$BIN/trainer" "${MLP[@]}" "$PS" --id 1; f1=$LAST_PID
+for pid in "$f0" "$f1" "${SPIDS[@]}"; do
+  status=0; wait_for "$pid" 120 || status=$?
+  [ "$status" -eq 0 ] || fail "fixed: process $pid exited $status"
+done
+a=$(metric "$SCRATCH/mlp.jsonl" test_accuracy) b=$(metric "$SCRATCH/fixed.jsonl" test_accuracy)
+echo "test accuracy: handed out with a kill $a, fixed halves $b" >&2
+"$PY" -c 'import sys; a,b=map(float,sys.argv[1:]); sys.exit(0 if a > 0.7 and abs(a-b) <= 0.03 else 1)' "$a" "$b" ||
+  fail "mlp: accuracy $a (handed out, a trainer killed) vs $b (fixed halves)"
+
+# 2. A CTR model: trainer 1 dies in its 7th push and comes back at once; its
+# registration gives the shard back (the lease is far off).
+D="$SCRATCH/data"
+"$BIN/gen_ctr" --out "$D" --train-rows 20000 --test-rows 4000 --scale 0.0005 --seed 5 \
+  >"$SCRATCH/gen.json" || fail "gen_ctr failed"
+start_pservers ctr 2 --trainers 2 --trainer-lease 60
+CTR=(--mode pserver --update async --pservers "$PS" --trainers 2 --data "$D/train.tsv"
+     --test-data "$D/test.tsv" --model ctr:8:32,16 --batch 128 --epochs 2 --seed 3 --threads 1
+     --progress-interval 0 --shard-steps 4)
+start ctr-t0 "$BIN/trainer" "${CTR[@]}" --id 0 --metrics "$SCRATCH/ctr.jsonl"; t0=$LAST_PID
+PSTRAIN_TEST_KILL_MID_PUSH=7 start ctr-t1 "$BIN/trainer" "${CTR[@]}" --id 1 --metrics "$SCRATCH/ctr.jsonl"
+status=0; wait_for "$LAST_PID" 60 || status=$?
+[ "$status" -eq 137 ] || fail "ctr: the trainer to kill exited $status, not 137"
+start ctr-t1b "$BIN/trainer" "${CTR[@]}" --id 1 --metrics "$SCRATCH/ctr.jsonl"; t1=$LAST_PID
+for pid in "$t0" "$t1" "${SPIDS[@]}"; do
+  status=0; wait_for "$pid" 120 || status=$?
+  [ "$status" -eq 0 ] || fail "ctr: process $pid exited $status"
+done
+grep -qE "trainer 1 registered again \(a new process\): shard [0-9]+ of epoch 1 goes back to the queue at example 256 of 512" \
+  "$SCRATCH/ctr-s0.log" || fail "ctr: the shard did not go back at registration: $(grep -F "goes back" "$SCRATCH/ctr-s0.log")"
+counts ctr 20000 2
+auc=$(metric "$SCRATCH/ctr.jsonl" auc)
+"$PY" -c 'import sys; sys.exit(0 if float(sys.argv[1]) > 0.6 else 1)' "$auc" || fail "ctr: test AUC $auc"
+
+# 3. Refusals: handed-out data is async's (so far), and whole epochs.
+expect_exit 2 "--shard-steps is for --mode pserver with --update async" -- \
+  "$BIN/trainer" --mode pserver --update sync --pservers 127.0.0.1:1 --shard-steps 4
+expect_exit 2 "--shard-steps hands out whole epochs: not with --max-steps" -- \
+  "$BIN/trainer" --mode pserver --update async --pservers 127.0.0.1:1 --shard-steps 4 --max-steps 9
+
+[ "$failures" -eq 0 ] || exit 1
+echo "all passed"

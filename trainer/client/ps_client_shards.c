@@ -1,0 +1,78 @@
+/* A trainer's side of handed-out data: NextShard to pserver 0, and the
+ * tests' death in the middle of a push. */
+#define _POSIX_C_SOURCE 200809L
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "common/log.h"
+#include "trainer/client/ps_client.h"
+
+ps_err ps_client_next_shard(ps_client *c, long epoch, long finished, data_shard *out,
+                            ps_error *err) {
+  Pstrain__RequestKey key = PSTRAIN__REQUEST_KEY__INIT;
+  key.trainer_id = (uint32_t)c->trainer_id;
+  key.incarnation = c->incarnation;
+  Pstrain__NextShardRequest req = PSTRAIN__NEXT_SHARD_REQUEST__INIT;
+  req.key = &key;
+  req.config_hash = c->hash;
+  req.epoch = (uint64_t)epoch;
+  req.finished = finished >= 0;
+  req.finished_shard = finished >= 0 ? (uint64_t)finished : 0;
+  uint8_t *buf;
+  size_t len;
+  PS_TRY(wire_pack(&req.base, &buf, &len, err));
+  rpc_part part = {buf, len, NULL};
+  rpc_op op = {.channel = c->channels[0], .method = WIRE_METHOD_NEXT_SHARD, .parts = &part,
+               .part_count = 1, .timeout_s = c->rpc_timeout};
+  ps_err rc = rpc_client_call_all(c->rpc, &op, 1, err);
+  free(buf);
+  if (rc != PS_ERR_OK) {
+    rc = ps_error_set(err, op.code != PS_ERR_OK ? op.code : rc,
+                      "asking pserver 0 at %s for data: %s (%s)", c->targets.items[0],
+                      op.message[0] != '\0' ? op.message : err->msg, ps_err_name(op.code));
+    rpc_reply_free(&op.reply);
+    return rc;
+  }
+  Pstrain__NextShardReply *reply = (Pstrain__NextShardReply *)wire_unpack(
+      &pstrain__next_shard_reply__descriptor, &op.reply.message, err);
+  rpc_reply_free(&op.reply);
+  if (reply == NULL) {
+    return ps_error_set(err, PS_ERR_CORRUPT_DATA, "asking pserver 0 for data: %s", err->msg);
+  }
+  *out = (data_shard){.answer = (data_shard_answer)reply->answer, .epoch = (long)reply->epoch,
+                      .shard = (long)reply->shard, .offset = (long)reply->offset,
+                      .end = (long)reply->end, .first = (long)reply->first,
+                      .wait_s = reply->wait_s};
+  protobuf_c_message_free_unpacked(&reply->base, NULL);
+  if (out->answer > DATA_SHARD_JOB_DONE || out->offset > out->end || out->wait_s < 0 ||
+      out->wait_s > 60) {
+    return ps_error_set(err, PS_ERR_CORRUPT_DATA,
+                        "pserver 0 answered a request for data with answer %d, examples %ld..%ld "
+                        "of a shard, wait %g s", (int)out->answer, out->offset, out->end,
+                        out->wait_s);
+  }
+  return PS_ERR_OK;
+}
+
+long ps_client_kill_at_push(void) {
+  const char *v = getenv("PSTRAIN_TEST_KILL_MID_PUSH");
+  if (v == NULL || v[0] == '\0') return -1;
+  char *end;
+  long n = strtol(v, &end, 10);
+  if (*end != '\0' || n < 1) {
+    LOG_WARN("PSTRAIN_TEST_KILL_MID_PUSH=%s is not a push number (1, 2, ...): ignored", v);
+    return -1;
+  }
+  return n;
+}
+
+void ps_client_die_mid_push(ps_client *c) {
+  ps_error err;
+  LOG_WARN("PSTRAIN_TEST_KILL_MID_PUSH: push %ld goes to pserver 0 alone, then this trainer "
+           "dies", c->pushes);
+  ps_err rc = rpc_client_call_all(c->rpc, c->ops, 1, &err);
+  LOG_WARN("pserver 0 answered the push (%s); killing this trainer", ps_err_name(rc));
+  fflush(NULL);
+  raise(SIGKILL);
+}
