@@ -121,6 +121,7 @@ typedef struct pserver_checkpointer {
                                freed once written */
   int tables;               /* of pending_rows and writing_rows in use */
   long pending_step;
+  char *pending_queue, *writing_queue; /* pserver 0's shard queue as text (NULL: none) */
   int has_pending, busy, reading;
   uint64_t queued, written; /* checkpoints handed over / finished */
   ps_err last_rc;           /* of the newest finished write */

@@ -45,12 +45,14 @@ int pserver_has_checkpoint(const pserver *ps) {
 /* Writes the state `data` and the tables' rows of `step` (disk thread; the
  * job and layout do not change while the pserver serves). */
 static ps_err write_checkpoint(pserver *ps, long step, const float *data,
-                               const pserver_rows *rows, int tables, ps_error *err) {
+                               const pserver_rows *rows, int tables, const char *queue,
+                               ps_error *err) {
   char prefix[64], id[16], count[16];
   shard_prefix(ps, prefix, sizeof prefix);
   snprintf(id, sizeof id, "%d", ps->cfg.id);
   snprintf(count, sizeof count, "%d", ps->cfg.pservers);
-  const char *extra[] = {"pserver", id, "pservers", count, NULL};
+  const char *extra[] = {"pserver", id, "pservers", count,
+                         queue != NULL ? PSERVER_SHARD_QUEUE_KEY : NULL, queue, NULL};
   safetensors_tensor tensors[PSERVER_SHARD_TENSORS_MAX];
   pserver_shard_fill fills[PSERVER_SHARD_TENSORS_MAX];
   int n = pserver_shard_tensors(&ps->checkpoint_layout, data, rows, tables, tensors, fills);
@@ -73,6 +75,9 @@ static void write_pending(pserver *ps) {
     d->writing_rows[i] = d->pending_rows[i];
     d->pending_rows[i] = rows;
   }
+  char *queue = d->writing_queue;
+  d->writing_queue = d->pending_queue;
+  d->pending_queue = queue;
   long step = d->pending_step;
   int tables = d->tables;
   d->has_pending = 0;
@@ -87,7 +92,9 @@ static void write_pending(pserver *ps) {
     pserver_rows *r = &d->writing_rows[i];
     if (r->snap != NULL) rc = store_tier_snapshot_count(r->snap, &r->rows, &err);
   }
-  if (rc == PS_ERR_OK) rc = write_checkpoint(ps, step, d->writing, d->writing_rows, tables, &err);
+  if (rc == PS_ERR_OK) {
+    rc = write_checkpoint(ps, step, d->writing, d->writing_rows, tables, d->writing_queue, &err);
+  }
   pserver_metrics_checkpoint(ps->cfg.metrics, now_s() - started, rc == PS_ERR_OK);
   if (rc != PS_ERR_OK) LOG_ERROR("checkpoint at step %ld: %s", step, err.msg);
   timeline_span(ps->cfg.timeline, "checkpoint-write", step - 1, started); /* after the step it saves */
@@ -203,6 +210,9 @@ void pserver_checkpoint_stop(pserver *ps) {
   free(d->pending);
   free(d->writing);
   d->pending = d->writing = NULL;
+  free(d->pending_queue);
+  free(d->writing_queue);
+  d->pending_queue = d->writing_queue = NULL;
   for (int i = 0; i < CTR_TABLES_MAX; i++) {
     pserver_rows_free(&d->pending_rows[i]);
     pserver_rows_free(&d->writing_rows[i]);
@@ -250,6 +260,7 @@ uint64_t pserver_checkpoint_due(pserver *ps) {
   for (int i = 0; i < ps->store.table_count && rc == PS_ERR_OK; i++) {
     rc = pserver_rows_checkpoint(ps, i, &d->pending_rows[i], &err);
   }
+  if (rc == PS_ERR_OK && ps->shards != NULL) rc = pserver_shards_save(ps, &d->pending_queue, &err);
   int buffered = rc == PS_ERR_OK && disk_buffers(d, floats);
   if (rc != PS_ERR_OK) {
     LOG_ERROR("checkpoint at step %ld: %s", ps->updates, err.msg);
@@ -372,6 +383,12 @@ static ps_err load_file(pserver *ps, const char *path, ps_error *err) {
  * file of the step, so rollbacks and restarts of the new job find it. */
 static ps_err resume_resharded(pserver *ps, int old_count, long step, ps_error *err) {
   if (pserver_reshard_resume(ps, old_count, step, err) != PS_ERR_OK) return err->code;
+  if (pserver_shards_resume(ps, old_count, step, err) != PS_ERR_OK) {
+    pthread_mutex_lock(&ps->lock);
+    pserver_deconfigure(ps);
+    pthread_mutex_unlock(&ps->lock);
+    return err->code;
+  }
   if (ps->cfg.checkpoint_dir[0] == '\0' || pserver_checkpoint(ps, err) == PS_ERR_OK) {
     return PS_ERR_OK;
   }
@@ -408,6 +425,7 @@ ps_err pserver_resume(pserver *ps, long resume_step, ps_error *err) {
   ps_err rc = pserver_configure(ps, &job, -1, err);
   if (rc == PS_ERR_OK) {
     rc = load_file(ps, path, err);
+    if (rc == PS_ERR_OK) rc = pserver_shards_resume(ps, ps->cfg.pservers, step, err);
     if (rc == PS_ERR_OK) {
       ps->updates = step;
     } else {

@@ -39,10 +39,18 @@ void pserver_handle_register(pserver *ps, rpc_call *call, const rpc_message *msg
 
 /* --- pserver_shards.c: the data handed out (pserver 0, jobs with shard steps) --- */
 
-/* Pserver 0 of a job with shard steps: the queue (trainer -1, a
- * checkpoint's job: refused, the queue is not in checkpoints yet). */
+/* Pserver 0 of a job with shard steps: the queue, at the job's start
+ * (trainer -1, a checkpoint's job: pserver_shards_resume follows). */
 ps_err pserver_shards_configure(pserver *ps, const job_config *job, int trainer, ps_error *err);
 void pserver_shards_deconfigure(pserver *ps);
+/* The metadata key of pserver 0's checkpoints that holds the queue. */
+#define PSERVER_SHARD_QUEUE_KEY "shard_queue"
+/* The queue as a checkpoint saves it, into *text (malloc'd, replacing it). */
+ps_err pserver_shards_save(pserver *ps, char **text, ps_error *err);
+/* After --resume loaded step's checkpoint written by `count` pservers
+ * (before serving: the lock is not needed): pserver 0's queue as pserver
+ * 0's file of it holds it. */
+ps_err pserver_shards_resume(pserver *ps, int count, long step, ps_error *err);
 /* A NextShard request: answered from the queue, or refused. */
 void pserver_handle_next_shard(pserver *ps, rpc_call *call, const rpc_message *msg);
 /* A push's data position against the job: present exactly when its data is

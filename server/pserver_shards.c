@@ -3,19 +3,18 @@
 #define _POSIX_C_SOURCE 200809L
 #include "server/pserver_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
+#include "common/checkpoint.h"
 #include "common/clock.h"
+#include "common/safetensors.h"
 #include "common/log.h"
 #include "server/shard_queue.h"
 
 ps_err pserver_shards_configure(pserver *ps, const job_config *job, int trainer, ps_error *err) {
+  (void)trainer;
   if (job->shard_steps == 0 || ps->cfg.id != 0) return PS_ERR_OK;
-  if (trainer < 0) {
-    return ps_error_set(err, PS_ERR_UNSUPPORTED,
-                        "pserver 0 cannot resume a job whose data it hands out in shards: its "
-                        "queue is not in its checkpoints yet");
-  }
   shard_queue *q = malloc(sizeof *q);
   if (q == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "pserver: out of memory");
   if (shard_queue_init(q, job, ps->cfg.trainer_lease, err) != PS_ERR_OK) {
@@ -31,6 +30,34 @@ void pserver_shards_deconfigure(pserver *ps) {
   shard_queue_free(ps->shards);
   free(ps->shards);
   ps->shards = NULL;
+}
+
+ps_err pserver_shards_save(pserver *ps, char **text, ps_error *err) {
+  if (*text == NULL && (*text = malloc(SAFETENSORS_META_VALUE_MAX)) == NULL) {
+    return ps_error_set(err, PS_ERR_NO_MEMORY, "out of memory for the shard queue");
+  }
+  return shard_queue_save(ps->shards, *text, SAFETENSORS_META_VALUE_MAX, err);
+}
+
+ps_err pserver_shards_resume(pserver *ps, int count, long step, ps_error *err) {
+  if (ps->shards == NULL) return PS_ERR_OK;
+  char prefix[64], path[4096];
+  snprintf(prefix, sizeof prefix, "pserver-0-of-%d-step-", count);
+  checkpoint_path(ps->cfg.checkpoint_dir, prefix, step, path, sizeof path);
+  safetensors_meta *meta = malloc(sizeof *meta);
+  if (meta == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "out of memory reading %s", path);
+  ps_err rc = safetensors_read(path, NULL, NULL, meta, err);
+  const char *text = rc == PS_ERR_OK ? safetensors_meta_get(meta, PSERVER_SHARD_QUEUE_KEY) : NULL;
+  if (rc == PS_ERR_OK && text == NULL) {
+    rc = ps_error_set(err, PS_ERR_CORRUPT_DATA,
+                      "--resume: %s holds no shard queue, but the job's data is handed out in "
+                      "shards", path);
+  } else if (rc == PS_ERR_OK) {
+    rc = shard_queue_load(ps->shards, text, now_s(), err); /* not serving yet */
+    if (rc != PS_ERR_OK) ps_error_set(err, rc, "--resume: %s: %s", path, err->msg);
+  }
+  free(meta);
+  return rc;
 }
 
 ps_err pserver_check_position(pserver *ps, rpc_call *call, const wire_blocks_msg *m) {

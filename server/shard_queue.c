@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "server/shard_queue.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,12 +120,35 @@ void shard_queue_expire(shard_queue *q, double now) {
   }
 }
 
+/* Whether shard s of epoch may be taken up by whoever trained it from
+ * `offset`: nobody holds it and it is trained no further than that. */
+static int free_from(const shard_queue *q, uint64_t epoch, uint64_t s, uint64_t offset) {
+  return epoch == (uint64_t)q->epoch && s < (uint64_t)q->shards && q->owner[s] < 0 &&
+         (uint64_t)q->offset[s] <= offset && offset <= (uint64_t)shard_size(q, (long)s) &&
+         q->offset[s] < shard_size(q, (long)s);
+}
+
+/* Trainer goes on with shard s, which nobody holds: pserver 0 came back
+ * from a checkpoint older than the trainer's shard, or the trainer's lease
+ * passed and nobody took its shard since. Its own shard, if another, goes back. */
+static void take_up(shard_queue *q, int trainer, long s, long offset) {
+  if (q->held[trainer] >= 0) shard_queue_release(q, trainer, "went on with another shard");
+  q->owner[s] = trainer;
+  q->held[trainer] = s;
+  LOG_INFO("shards: trainer %d goes on with shard %ld of epoch %ld from example %ld (nobody held "
+           "it: pserver 0 restarted, or the trainer's lease had passed)", trainer, s,
+           q->epoch + 1, offset);
+}
+
 int shard_queue_progress(shard_queue *q, int trainer, const wire_position *p, double now) {
+  if ((uint64_t)q->held[trainer] != p->shard && free_from(q, p->epoch, p->shard, p->offset)) {
+    take_up(q, trainer, (long)p->shard, (long)p->offset);
+  }
   long s = q->held[trainer];
   if (s < 0 || (uint64_t)s != p->shard || (uint64_t)q->epoch != p->epoch ||
       p->offset < (uint64_t)q->offset[s] || p->offset > (uint64_t)shard_size(q, s)) {
     LOG_WARN("shards: trainer %d pushed a batch at shard %llu of epoch %llu, example %llu, which "
-             "it does not hold (its lease passed?): not counted", trainer,
+             "another trainer holds or trained: not counted", trainer,
              (unsigned long long)p->shard, (unsigned long long)p->epoch + 1,
              (unsigned long long)p->offset);
     return 0;
@@ -146,16 +170,24 @@ ps_err shard_queue_next(shard_queue *q, int trainer, long trainer_epoch, int fin
                         long finished_shard, double now, shard_grant *out, ps_error *err) {
   memset(out, 0, sizeof *out);
   long held = q->held[trainer];
+  if (finished && held != finished_shard && finished_shard >= 0 &&
+      free_from(q, (uint64_t)trainer_epoch, (uint64_t)finished_shard,
+                (uint64_t)shard_size(q, finished_shard < q->shards ? finished_shard : 0))) {
+    take_up(q, trainer, finished_shard, q->offset[finished_shard]);
+    held = finished_shard;
+  }
   if (finished && held >= 0 && held == finished_shard && trainer_epoch == q->epoch) {
     record(q, trainer, held, shard_size(q, held));
     q->owner[held] = -1;
     q->held[trainer] = -1;
     if (++q->done == q->shards) end_epoch(q);
-  } else if (finished) {
-    LOG_WARN("shards: trainer %d finished shard %ld of epoch %ld, which it does not hold (its "
-             "lease passed?): not counted", trainer, finished_shard, trainer_epoch + 1);
-  } else if (held >= 0) {
-    shard_queue_release(q, trainer, "asked for another shard"); /* it left this one */
+  } else {
+    if (finished) {
+      LOG_WARN("shards: trainer %d finished shard %ld of epoch %ld, which another trainer holds "
+               "or trained: not counted", trainer, finished_shard, trainer_epoch + 1);
+    }
+    /* A trainer asks when it is done with its shard: one it holds goes back. */
+    if (held >= 0) shard_queue_release(q, trainer, "asked for another shard");
   }
   out->epoch = q->epoch;
   if (q->epoch >= q->epochs) {
@@ -182,5 +214,106 @@ ps_err shard_queue_next(shard_queue *q, int trainer, long trainer_epoch, int fin
   *out = (shard_grant){.answer = SHARD_ANSWER_GRANT, .epoch = q->epoch, .shard = s,
                        .offset = q->offset[s], .end = shard_size(q, s),
                        .first = s * q->shard_examples};
+  return PS_ERR_OK;
+}
+
+/* --- checkpoints ------------------------------------------------------------------ */
+
+/* Appends to buf at *at; 0 when it does not fit. */
+static int put(char *buf, size_t len, size_t *at, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int put(char *buf, size_t len, size_t *at, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = *at < len ? vsnprintf(buf + *at, len - *at, fmt, ap) : -1;
+  va_end(ap);
+  if (n < 0 || (size_t)n >= len - *at) return 0;
+  *at += (size_t)n;
+  return 1;
+}
+
+ps_err shard_queue_save(const shard_queue *q, char *buf, size_t len, ps_error *err) {
+  size_t at = 0;
+  int over = q->epoch >= q->epochs; /* every epoch trained: no shards to say */
+  int ok = put(buf, len, &at, "epoch=%ld returned=%ld done=", q->epoch, q->returned);
+  for (long s = 0; s < q->shards && ok; s += 4) {
+    unsigned bits = 0;
+    for (long k = 0; k < 4 && s + k < q->shards && !over; k++) {
+      if (q->offset[s + k] == shard_size(q, s + k)) bits |= 1u << k;
+    }
+    ok = put(buf, len, &at, "%x", bits);
+  }
+  ok = ok && put(buf, len, &at, " partial=");
+  for (long s = 0; s < q->shards && ok && !over; s++) {
+    if (q->offset[s] > 0 && q->offset[s] < shard_size(q, s)) {
+      ok = put(buf, len, &at, "%ld:%ld:%d;", s, q->offset[s], q->owner[s]);
+    } else if (q->owner[s] >= 0 && q->offset[s] == 0) {
+      ok = put(buf, len, &at, "%ld:0:%d;", s, q->owner[s]);
+    }
+  }
+  if (!ok) {
+    return ps_error_set(err, PS_ERR_OUT_OF_RANGE,
+                        "the shard queue (%ld shards) needs more than %zu bytes of a "
+                        "checkpoint's metadata: use a larger --shard-steps", q->shards, len);
+  }
+  return PS_ERR_OK;
+}
+
+static ps_err bad_text(ps_error *err, const char *why) {
+  return ps_error_set(err, PS_ERR_CORRUPT_DATA, "the checkpoint's shard queue: %s", why);
+}
+
+ps_err shard_queue_load(shard_queue *q, const char *text, double now, ps_error *err) {
+  long epoch, returned;
+  int used = 0;
+  if (sscanf(text, "epoch=%ld returned=%ld done=%n", &epoch, &returned, &used) != 2 || used == 0) {
+    return bad_text(err, "no epoch, returned count or done shards");
+  }
+  if (epoch < 0 || epoch > q->epochs || returned < 0) return bad_text(err, "epoch out of range");
+  const char *p = text + used;
+  long digits = (q->shards + 3) / 4;
+  if ((long)strspn(p, "0123456789abcdef") != digits || p[digits] != ' ') {
+    return bad_text(err, "the done shards are not one bit per shard of this job");
+  }
+  start_epoch(q);
+  q->epoch = epoch;
+  q->returned = returned;
+  for (long s = 0; s < q->shards; s++) {
+    char c = p[s / 4];
+    unsigned bits = (unsigned)(c <= '9' ? c - '0' : c - 'a' + 10);
+    if (bits & 1u << (s % 4)) {
+      q->offset[s] = shard_size(q, s);
+      q->trained += q->offset[s];
+      q->done++;
+    }
+  }
+  p += digits;
+  if (strncmp(p, " partial=", 9) != 0) return bad_text(err, "no part-trained shards");
+  p += 9;
+  while (*p != '\0') {
+    long s, offset;
+    int owner, n = 0;
+    if (sscanf(p, "%ld:%ld:%d;%n", &s, &offset, &owner, &n) != 3 || n == 0) {
+      return bad_text(err, "a part-trained shard is not SHARD:OFFSET:OWNER;");
+    }
+    if (s < 0 || s >= q->shards || offset < 0 || offset >= shard_size(q, s) || q->offset[s] != 0 ||
+        owner < -1 || owner >= q->trainers || (owner >= 0 && q->held[owner] >= 0)) {
+      return bad_text(err, "a part-trained shard out of range, twice, or a trainer holding two");
+    }
+    q->offset[s] = offset;
+    q->trained += offset;
+    if (owner >= 0) {
+      q->owner[s] = owner;
+      q->held[owner] = s;
+      q->deadline[owner] = now + q->lease_s;
+    }
+    p += n;
+  }
+  if (q->epoch == q->epochs && (q->trained != 0 || q->done != 0)) {
+    return bad_text(err, "shards after the last epoch");
+  }
+  LOG_INFO("shards: epoch %ld resumed: %ld examples of %ld trained, %ld of %ld shards done", q->epoch + 1,
+           q->trained, q->epoch_examples, q->done, q->shards);
   return PS_ERR_OK;
 }

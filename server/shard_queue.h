@@ -71,4 +71,12 @@ void shard_queue_gone(shard_queue *q, int trainer, const char *why);
 /* Leases passed: those trainers' shards go back to the queue. */
 void shard_queue_expire(shard_queue *q, double now);
 
+/* The queue as text for a checkpoint's metadata: the epoch, the shards
+ * trained to their end (a bitmap) and those part-trained (where, by whom).
+ * PS_ERR_OUT_OF_RANGE when it needs more than len bytes. */
+ps_err shard_queue_save(const shard_queue *q, char *buf, size_t len, ps_error *err);
+/* The queue (initialized for the same job) as text saved it; the shards
+ * held then are held by the same trainers, their leases starting now. */
+ps_err shard_queue_load(shard_queue *q, const char *text, double now, ps_error *err);
+
 #endif

@@ -2,7 +2,9 @@
  * a push's position recording what came before it, a shard given back from
  * where it was trained (its trainer gone, or its lease passed), stale
  * reports not counted, "wait" while others hold the epoch's last shards,
- * the epoch's count exact, then the next epoch, then the job's end. */
+ * the epoch's count exact, then the next epoch, then the job's end; the
+ * queue saved for a checkpoint and loaded again, a trainer taking up the
+ * shard it pushes from when nobody holds it. */
 #include <string.h>
 
 #include "server/shard_queue.h"
@@ -68,13 +70,15 @@ static void test_order_and_end(void) {
 
 static void test_given_back(void) {
   shard_queue q;
-  init(&q, 2, 1);
+  init(&q, 3, 1);
   shard_grant a = next(&q, 0, 0, -1, 0);
   push(&q, 0, 0, a.shard, 0, 1);
   push(&q, 0, 0, a.shard, 64, 1);
   push(&q, 0, 0, a.shard, 128, 1); /* the batches before 128 were answered by every pserver */
   CHECK_EQ_INT(q.trained, 128);
-  push(&q, 0, 0, 2, 0, 0);         /* a shard it does not hold */
+  shard_grant x = next(&q, 2, 0, -1, 0);
+  CHECK_EQ_INT(x.shard, 1);
+  push(&q, 0, 0, x.shard, 0, 0);   /* a shard another trainer holds */
   push(&q, 0, 0, a.shard, 64, 0);  /* going back */
   shard_queue_gone(&q, 0, "registered again");
   CHECK_EQ_INT(q.by_process[0], 0);
@@ -86,16 +90,18 @@ static void test_given_back(void) {
   push(&q, 0, 0, a.shard, 192, 0); /* the gone one's late push: not counted */
   push(&q, 1, 0, b.shard, 192, 1);
   CHECK_EQ_INT(q.trained_by[1], 64);
-  /* Its lease passes: back again from 192. */
+  /* Leases pass (trainer 1 pushed at 0.0, trainer 2 never): both shards go back. */
   shard_queue_expire(&q, 4.0);
   CHECK_EQ_INT(q.held[1], b.shard);
   shard_queue_expire(&q, 5.5);
   CHECK_EQ_INT(q.held[1], -1);
-  /* Finishing a shard it no longer holds counts nothing. */
+  CHECK_EQ_INT(q.held[2], -1);
+  /* Nobody took trainer 1's shard since: finishing it counts (it was stalled, not gone). */
   shard_grant c = next(&q, 1, 0, b.shard, 6.0);
-  CHECK_EQ_INT(c.shard, b.shard);
-  CHECK_EQ_INT(c.offset, 192);
-  CHECK_EQ_INT(q.trained, 192);
+  CHECK_EQ_INT(q.trained, 256);
+  CHECK_EQ_INT(c.shard, x.shard);
+  CHECK_EQ_INT(c.offset, 0);
+  push(&q, 2, 0, x.shard, 64, 0); /* trainer 2 back: trainer 1 holds its shard now */
   /* Everything trained once: 1000 exactly. */
   long s = c.shard;
   for (;;) {
@@ -108,8 +114,67 @@ static void test_given_back(void) {
   }
   CHECK_EQ_INT(q.epoch, 1);
   CHECK_EQ_INT(q.trained, 1000);
-  CHECK_EQ_INT(q.trained_by[0] + q.trained_by[1], 1000);
+  CHECK_EQ_INT(q.trained_by[0] + q.trained_by[1] + q.trained_by[2], 1000);
   shard_queue_free(&q);
+}
+
+/* A checkpoint's text and back; a trainer that went on after the
+ * checkpoint takes up the shard it pushes from. */
+static void test_saved_and_loaded(void) {
+  ps_error err;
+  shard_queue q, r;
+  char text[256];
+  init(&q, 2, 2);
+  shard_grant a = next(&q, 0, 0, -1, 0), b = next(&q, 1, 0, -1, 0);
+  push(&q, 0, 0, a.shard, 128, 1);
+  b = next(&q, 1, 0, b.shard, 0); /* shard 1 done; trainer 1 on shard 2 */
+  push(&q, 1, 0, b.shard, 64, 1);
+  REQUIRE(shard_queue_save(&q, text, sizeof text, &err) == PS_ERR_OK);
+  CHECK_EQ_STR(text, "epoch=0 returned=0 done=2 partial=0:128:0;2:64:1;");
+  CHECK_EQ_INT(shard_queue_save(&q, text, 20, &err), PS_ERR_OUT_OF_RANGE);
+  CHECK_CONTAINS(err.msg, "use a larger --shard-steps");
+  REQUIRE(shard_queue_save(&q, text, sizeof text, &err) == PS_ERR_OK);
+  init(&r, 2, 2);
+  REQUIRE(shard_queue_load(&r, text, 100.0, &err) == PS_ERR_OK);
+  CHECK_EQ_INT(r.trained, 128 + 256 + 64);
+  CHECK_EQ_INT(r.done, 1);
+  CHECK_EQ_INT(r.held[0], 0);
+  CHECK_EQ_INT(r.held[1], 2);
+  /* Trainer 0 had finished shard 0 and gone on to shard 3 before pserver 0 went down. */
+  push(&r, 0, 0, 3, 128, 1);
+  CHECK_EQ_INT(r.held[0], 3);
+  CHECK_EQ_INT(r.owner[0], -1);
+  CHECK_EQ_INT(r.returned, 1);
+  CHECK_EQ_INT(r.trained, 128 + 256 + 64 + 128);
+  shard_grant g = next(&r, 1, 0, -1, 100.0); /* trainer 1 gives shard 2 up: shard 0 first */
+  CHECK_EQ_INT(g.shard, 0);
+  CHECK_EQ_INT(g.offset, 128);
+  /* Bad texts are refused, saying why (the pserver then does not start). */
+  CHECK_EQ_INT(shard_queue_load(&r, "epoch=7 returned=0 done=0 partial=", 0, &err),
+               PS_ERR_CORRUPT_DATA);
+  CHECK_EQ_INT(shard_queue_load(&r, "epoch=0 returned=0 done=00 partial=", 0, &err),
+               PS_ERR_CORRUPT_DATA);
+  CHECK_CONTAINS(err.msg, "one bit per shard");
+  CHECK_EQ_INT(shard_queue_load(&r, "epoch=0 returned=0 done=0 partial=1:300:0;", 0, &err),
+               PS_ERR_CORRUPT_DATA);
+  CHECK_EQ_INT(shard_queue_load(&r, "epoch=0 returned=0 done=0 partial=1:3:0;2:3:0;", 0, &err),
+               PS_ERR_CORRUPT_DATA);
+  /* The job's end saves as no shards. */
+  shard_queue_free(&q);
+  init(&q, 1, 1);
+  for (long s = -1;;) {
+    shard_grant h = next(&q, 0, 0, s, 0);
+    if (h.answer != SHARD_ANSWER_GRANT) break;
+    s = h.shard;
+  }
+  REQUIRE(shard_queue_save(&q, text, sizeof text, &err) == PS_ERR_OK);
+  CHECK_EQ_STR(text, "epoch=1 returned=0 done=0 partial=");
+  shard_queue_free(&r);
+  init(&r, 1, 1);
+  REQUIRE(shard_queue_load(&r, text, 0, &err) == PS_ERR_OK);
+  CHECK_EQ_INT(next(&r, 0, 0, -1, 0).answer, SHARD_ANSWER_JOB_DONE);
+  shard_queue_free(&q);
+  shard_queue_free(&r);
 }
 
 static void test_refusals(void) {
@@ -130,6 +195,7 @@ static void test_refusals(void) {
 int main(void) {
   test_order_and_end();
   test_given_back();
+  test_saved_and_loaded();
   test_refusals();
   return check_report("test_shard_queue");
 }

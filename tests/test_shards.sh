@@ -95,7 +95,33 @@ counts ctr 20000 2
 auc=$(metric "$SCRATCH/ctr.jsonl" auc)
 "$PY" -c 'import sys; sys.exit(0 if float(sys.argv[1]) > 0.6 else 1)' "$auc" || fail "ctr: test AUC $auc"
 
-# 3. Refusals: handed-out data is async's (so far), and whole epochs.
+# 3. Pserver 0 killed after its checkpoint of step 40 and started again from
+# it: the queue comes back from the checkpoint, the trainers go on with
+# their shards, every epoch's examples are counted once.
+CK="$SCRATCH/ck"
+start_pservers ck 2 --trainers 2 --checkpoint-dir "$CK" --checkpoint-every 20
+s0=${SPIDS[0]} s1=${SPIDS[1]}
+port0=${PS%%,*}
+port0=${port0##*:}
+CKJOB=("${MLP[@]}" "$PS" --shard-steps 8 --train-samples 12000 --slowdown 4)
+start ck-t0 "$BIN/trainer" "${CKJOB[@]}" --id 0; t0=$LAST_PID
+start ck-t1 "$BIN/trainer" "${CKJOB[@]}" --id 1; t1=$LAST_PID
+wait_log "$SCRATCH/ck-s0.log" "checkpoint at step 40: " "$s0" 60 || fail "ck: pserver 0 wrote no checkpoint of step 40"
+kill -9 "$s0"
+start ck-s0b "$BIN/pserver" --pservers "127.0.0.1:1,127.0.0.1:2" --id 0 --listen "127.0.0.1:$port0" \
+  --trainers 2 --checkpoint-dir "$CK" --checkpoint-every 20 --resume; s0=$LAST_PID
+for pid in "$t0" "$t1" "$s0" "$s1"; do
+  status=0; wait_for "$pid" 120 || status=$?
+  [ "$status" -eq 0 ] || fail "ck: process $pid exited $status"
+done
+grep -qE "shards: epoch 1 resumed: [0-9]+ examples of 12000 trained" "$SCRATCH/ck-s0b.log" ||
+  fail "ck: the queue did not come back: $(grep -F shards "$SCRATCH/ck-s0b.log" | head -3)"
+for e in 1 2; do
+  grep -qF "shards: epoch $e trained: 12000 examples of 12000 " "$SCRATCH/ck-s0b.log" ||
+    fail "ck: epoch $e not counted once after the restart: $(grep -F "epoch $e trained" "$SCRATCH/ck-s0b.log")"
+done
+
+# 4. Refusals: handed-out data is async's (so far), and whole epochs.
 expect_exit 2 "--shard-steps is for --mode pserver with --update async" -- \
   "$BIN/trainer" --mode pserver --update sync --pservers 127.0.0.1:1 --shard-steps 4
 expect_exit 2 "--shard-steps hands out whole epochs: not with --max-steps" -- \
