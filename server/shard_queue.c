@@ -169,6 +169,11 @@ static long free_shard(const shard_queue *q) {
 ps_err shard_queue_next(shard_queue *q, int trainer, long trainer_epoch, int finished,
                         long finished_shard, double now, shard_grant *out, ps_error *err) {
   memset(out, 0, sizeof *out);
+  if (trainer_epoch > q->epoch && q->epoch < q->epochs) { /* refused: nothing changes */
+    return ps_error_set(err, PS_ERR_FAILED_PRECONDITION,
+                        "trainer %d asks for data of epoch %ld; the queue hands out epoch %ld",
+                        trainer, trainer_epoch + 1, q->epoch + 1);
+  }
   long held = q->held[trainer];
   if (finished && held != finished_shard && finished_shard >= 0 &&
       free_from(q, (uint64_t)trainer_epoch, (uint64_t)finished_shard,
@@ -193,11 +198,6 @@ ps_err shard_queue_next(shard_queue *q, int trainer, long trainer_epoch, int fin
   if (q->epoch >= q->epochs) {
     out->answer = SHARD_ANSWER_JOB_DONE;
     return PS_ERR_OK;
-  }
-  if (trainer_epoch > q->epoch) {
-    return ps_error_set(err, PS_ERR_FAILED_PRECONDITION,
-                        "trainer %d asks for data of epoch %ld; the queue hands out epoch %ld",
-                        trainer, trainer_epoch + 1, q->epoch + 1);
   }
   if (trainer_epoch < q->epoch) {
     out->answer = SHARD_ANSWER_EPOCH_DONE;
@@ -313,7 +313,11 @@ ps_err shard_queue_load(shard_queue *q, const char *text, double now, ps_error *
   if (q->epoch == q->epochs && (q->trained != 0 || q->done != 0)) {
     return bad_text(err, "shards after the last epoch");
   }
-  LOG_INFO("shards: epoch %ld resumed: %ld examples of %ld trained, %ld of %ld shards done", q->epoch + 1,
-           q->trained, q->epoch_examples, q->done, q->shards);
+  if (q->epoch == q->epochs) {
+    LOG_INFO("shards: resumed with every epoch's data trained");
+  } else {
+    LOG_INFO("shards: epoch %ld resumed: %ld examples of %ld trained, %ld of %ld shards done",
+             q->epoch + 1, q->trained, q->epoch_examples, q->done, q->shards);
+  }
   return PS_ERR_OK;
 }

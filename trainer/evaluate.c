@@ -75,6 +75,8 @@ static ps_err evaluate_all(trainer *t, scores *s, evaluation *ev, ps_error *err)
 ps_err trainer_evaluate(trainer *t, evaluation *ev, ps_error *err) {
   *ev = (evaluation){.examples = 0, .loss = NAN, .accuracy = NAN, .auc = NAN};
   if (t->eval == NULL) return PS_ERR_OK;
+  /* Handed-out data: the others trained since this trainer's last push. */
+  if (t->settings.opt.shard_steps > 0) PS_TRY(replica_refresh(t->rep, err));
   scores s = {0, 0, NULL, NULL};
   ps_err rc = evaluate_all(t, &s, ev, err);
   free(s.probs);

@@ -114,12 +114,17 @@ static ps_err next_shard(void *ctx, long epoch, long finished, data_shard *out, 
 }
 
 /* Handed-out data: the whole data set in one order (trainer 0 of 1's),
- * handed out by pserver 0; the job's length as the fixed split's. */
+ * handed out by pserver 0; the job's length as the fixed split's. A
+ * Criteo reader parses ahead what a new shard skips (the others' shards
+ * between: about trainers - 1 of them), up to 64k examples (17 MiB). */
 static ps_err open_handed(trainer *t, ps_error *err) {
   const trainer_settings *s = &t->settings;
   data_source *inner;
-  PS_TRY(data_files_train(&t->files, s, 0, 1, t->model, &inner, err));
   long global = s->opt.batch * t->trainers;
+  long ahead = global * s->opt.shard_steps;
+  if (ahead > 65536) ahead = 65536;
+  if (ahead < 4096) ahead = 0; /* the reader's default is more */
+  PS_TRY(data_files_train(&t->files, s, 0, 1, ahead, t->model, &inner, err));
   return handed_source_create(&t->data, inner, next_shard, t,
                               (t->files.examples + global - 1) / global, s->opt.epochs, err);
 }
@@ -128,7 +133,7 @@ static ps_err open_handed(trainer *t, ps_error *err) {
 static ps_err open_data(trainer *t, ps_error *err) {
   const trainer_settings *s = &t->settings;
   if (s->opt.shard_steps > 0) PS_TRY(open_handed(t, err));
-  else PS_TRY(data_files_train(&t->files, s, t->id, t->trainers, t->model, &t->data, err));
+  else PS_TRY(data_files_train(&t->files, s, t->id, t->trainers, 0, t->model, &t->data, err));
   if (t->id == 0) PS_TRY(data_files_eval(&t->files, s, t->model, &t->eval, err));
   t->steps_per_epoch = t->data->steps_per_epoch;
   t->settings.optimizer.total_steps = t->steps_per_epoch * s->opt.epochs;

@@ -40,6 +40,12 @@ ps_err ps_client_next_shard(ps_client *c, long epoch, long finished, data_shard 
   if (reply == NULL) {
     return ps_error_set(err, PS_ERR_CORRUPT_DATA, "asking pserver 0 for data: %s", err->msg);
   }
+  if (reply->pserver_incarnation != c->pserver_incarnation[0]) {
+    protobuf_c_message_free_unpacked(&reply->base, NULL);
+    return ps_error_set(err, PS_ERR_ABORTED,
+                        "asking pserver 0 for data: it restarted (new incarnation): register "
+                        "again");
+  }
   *out = (data_shard){.answer = (data_shard_answer)reply->answer, .epoch = (long)reply->epoch,
                       .shard = (long)reply->shard, .offset = (long)reply->offset,
                       .end = (long)reply->end, .first = (long)reply->first,

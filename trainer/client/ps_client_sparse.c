@@ -232,6 +232,14 @@ static ps_err recover_read(ps_sparse *s, long step, ps_err rc, float *params,
   return ps_client_recover(s->c, step, NULL, params, recover_timeout, resume_at, err);
 }
 
+ps_err ps_sparse_pull_dense(ps_sparse *s, long step, float *params, ps_error *err) {
+  PS_TRY(ps_sparse_split(s, &s->look, NULL, NULL, 0, err));
+  s->send_grads = NULL;
+  s->send_keys = &s->look;
+  s->want_all = 0;
+  return ps_client_pull_kind(s->c, step, PSTRAIN__PULL_KIND__PULL_LOOKUP, params, err);
+}
+
 ps_err ps_sparse_lookup(ps_sparse *s, long step, const uint64_t *keys, const uint32_t *counts,
                         size_t n, float *const *out, float *params, double recover_timeout,
                         long *resume_at, ps_error *err) {

@@ -79,6 +79,9 @@ ps_err ps_sparse_push_pull(ps_sparse *s, long step, const float *dense_grads,
                            float *const *grads, float *params, double recover_timeout,
                            long *resume_at, ps_error *err);
 
+/* The dense parameters alone into params (a PULL_LOOKUP of no keys). */
+ps_err ps_sparse_pull_dense(ps_sparse *s, long step, float *params, ps_error *err);
+
 /* PULL_LOOKUP: read-only rows of n distinct keys into out[table] ((n, dim),
  * batch order; zeros where none); params receives the dense parameters. A
  * pserver lost meanwhile (killed, restarted): ps_client_recover within

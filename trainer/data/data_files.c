@@ -114,7 +114,7 @@ ps_err data_files_load(data_files *f, const trainer_settings *s, ps_error *err) 
 }
 
 ps_err data_files_train(data_files *f, const trainer_settings *s, int id, int trainers,
-                        struct model *m, data_source **out, ps_error *err) {
+                        long read_ahead, struct model *m, data_source **out, ps_error *err) {
   const trainer_options *o = &s->opt;
   if (!f->criteo) {
     return idx_source_create(out, &f->train, (uint64_t)o->seed, id, trainers, o->batch, o->epochs,
@@ -122,7 +122,8 @@ ps_err data_files_train(data_files *f, const trainer_settings *s, int id, int tr
   }
   /* Trainer r of N takes blocks r, r+N, ...: a job step is N blocks. */
   ctr_reader_options ro = {.skip_bad_lines = o->skip_bad_lines, .limit = o->train_samples,
-                           .shard_block = o->batch, .shard_index = id, .shard_count = trainers};
+                           .shard_block = o->batch, .shard_index = id, .shard_count = trainers,
+                           .buffer_examples = (size_t)read_ahead};
   return criteo_source_create(out, o->data, &ro, f->examples, trainers, o->batch, o->epochs,
                               o->max_steps, err);
 }

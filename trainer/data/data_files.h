@@ -26,9 +26,10 @@ typedef struct data_files {
 ps_err data_files_load(data_files *f, const trainer_settings *s, ps_error *err);
 
 /* Trainer id of `trainers`: its training batches, gathered into the
- * model's input buffers where it has them. */
+ * model's input buffers where it has them. read_ahead: examples a Criteo
+ * reader may parse ahead (0: its default). */
 ps_err data_files_train(data_files *f, const trainer_settings *s, int id, int trainers,
-                        struct model *m, data_source **out, ps_error *err);
+                        long read_ahead, struct model *m, data_source **out, ps_error *err);
 
 /* The evaluation batches, TRAINER_EVAL_BATCH examples each, in order:
  * batch(k) is the k-th, of size 0 past the end (batch(0) starts over).

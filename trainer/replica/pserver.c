@@ -284,11 +284,44 @@ static ps_err pserver_push(replica *r, long step, const data_batch *b, long *nex
   return p->sparse ? push_sparse(p, step, b, next, err) : push_dense(p, step, next, err);
 }
 
+/* A read that failed (an async job's NextShard or refresh): when a pserver
+ * may be back (restarted, or not reached), registers again within
+ * --recover-timeout, nothing resent; 1 when the read may be tried again. */
+static int recovered(pserver_replica *p, ps_err rc, ps_error *err) {
+  double timeout = p->base.t->settings.opt.recover_timeout;
+  if (!ps_client_recoverable(rc) || timeout <= 0) return 0;
+  LOG_WARN("%s: recovering (--recover-timeout %.0f s)", err->msg, timeout);
+  long resume_at;
+  long step = p->sparse ? p->version : p->step;
+  return ps_client_recover(&p->c, step, NULL, NULL, timeout, &resume_at, err) == PS_ERR_OK;
+}
+
+static ps_err refresh_once(pserver_replica *p, ps_error *err) {
+  trainer *t = p->base.t;
+  return p->sparse ? ps_sparse_pull_dense(&p->sp, p->version, p->params, err)
+                   : ps_client_pull(&p->c, t->host_params, err);
+}
+
+static ps_err pserver_refresh(replica *r, ps_error *err) {
+  pserver_replica *p = (pserver_replica *)r;
+  trainer *t = r->t;
+  double start = now_s();
+  ps_err rc = refresh_once(p, err);
+  if (rc != PS_ERR_OK && recovered(p, rc, err)) rc = refresh_once(p, err);
+  r->comm_seconds += now_s() - start;
+  if (rc != PS_ERR_OK) return ps_error_set(err, rc, "before evaluating: %s", err->msg);
+  if (p->sparse) return model_set_params(t->model, p->params, err);
+  return t->staged ? model_set_params(t->model, t->host_params, err) : PS_ERR_OK;
+}
+
 static ps_err pserver_next_shard(replica *r, long epoch, long finished, data_shard *out,
                                  ps_error *err) {
   pserver_replica *p = (pserver_replica *)r;
   double start = now_s();
   ps_err rc = ps_client_next_shard(&p->c, epoch, finished, out, err);
+  if (rc != PS_ERR_OK && recovered(p, rc, err)) {
+    rc = ps_client_next_shard(&p->c, epoch, finished, out, err);
+  }
   r->comm_seconds += now_s() - start;
   return rc;
 }
@@ -396,6 +429,7 @@ static const replica_ops pserver_ops = {
     .gather = pserver_gather,
     .broadcast = pserver_broadcast,
     .metrics = pserver_metrics,
+    .refresh = pserver_refresh,
     .next_shard = pserver_next_shard,
     .finish = pserver_finish,
     .destroy = pserver_destroy,

@@ -50,6 +50,10 @@ typedef struct replica_ops {
   /* The metrics row's fields of this way (",\"bytes_per_step\":..."), for
    * models with tables. NULL: none. */
   void (*metrics)(const replica *r, char *buf, size_t len);
+  /* Before an evaluation of handed-out data: the model takes the
+   * pservers' current dense parameters (others pushed since this trainer's
+   * last push, or it pushed nothing). NULL: the model has them. */
+  ps_err (*refresh)(replica *r, ps_error *err);
   /* Handed-out data (--shard-steps): asks pserver 0 for the next shard
    * (see data_shard_fn). NULL: this way hands out nothing. */
   ps_err (*next_shard)(replica *r, long epoch, long finished, data_shard *out, ps_error *err);
@@ -121,6 +125,9 @@ static inline ps_err replica_broadcast(replica *r, void *data, size_t bytes, ps_
 static inline void replica_metrics(const replica *r, char *buf, size_t len) {
   buf[0] = '\0';
   if (r->ops->metrics != NULL) r->ops->metrics(r, buf, len);
+}
+static inline ps_err replica_refresh(replica *r, ps_error *err) {
+  return r->ops->refresh != NULL ? r->ops->refresh(r, err) : PS_ERR_OK;
 }
 static inline ps_err replica_next_shard(replica *r, long epoch, long finished, data_shard *out,
                                         ps_error *err) {
