@@ -28,7 +28,8 @@ ps_err update_mode_parse(const char *name, update_mode *out, ps_error *err) {
 
 /* --- the table --------------------------------------------------------------- */
 
-enum { GROUP_JOB = 0, GROUP_OPT = 1, GROUP_SPARSE = 2, GROUP_SSP = 3, GROUP_GEO = 4, GROUP_SHARDS = 5 };
+enum { GROUP_JOB = 0, GROUP_OPT = 1, GROUP_SPARSE = 2, GROUP_SSP = 3, GROUP_GEO = 4, GROUP_SHARDS = 5,
+       GROUP_ELASTIC = 6 };
 
 /* --- input normalization ------------------------------------------------- */
 
@@ -82,7 +83,7 @@ ps_err input_norm_parse(const char *text, char *out, ps_error *err) {
   return PS_ERR_OK;
 }
 
-/* Groups written in brackets as one entry; SSP, GEO and SHARDS rows read as JOB rows. */
+/* Groups written in brackets as one entry; SSP, GEO, SHARDS and ELASTIC rows read as JOB rows. */
 static int bracketed(int group) { return group == GROUP_OPT || group == GROUP_SPARSE; }
 
 static const struct {
@@ -172,6 +173,7 @@ static int group_written(const job_config *job, int group) {
   if (group == GROUP_SSP) return job->update == UPDATE_SSP;
   if (group == GROUP_GEO) return job->update == UPDATE_GEO;
   if (group == GROUP_SHARDS) return job->shard_steps > 0;
+  if (group == GROUP_ELASTIC) return job->elastic_min > 0;
   return group != GROUP_SPARSE || model_is_ctr(&job->model);
 }
 

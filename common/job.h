@@ -56,6 +56,9 @@ typedef struct job_config {
    * trainer a fixed 1/trainers share); the queue is built from the data
    * set's size and the epochs (both 0 without) */
   int shard_steps;
+  /* Elastic jobs: trainers join and leave between elastic_min and
+   * `trainers` (the most); 0: a fixed count of `trainers` */
+  int elastic_min;
   long epoch_examples;
   int epochs;
   wire_dtype wire_dtype; /* dense blocks on the wire (pserver mode) */

@@ -8,10 +8,10 @@
  * X(id, group, type, text, name, lo, hi)
  *   id     the member: of job_config (group JOB) or of its optimizer (OPT),
  *          and of Pstrain__JobConfig, Pstrain__OptimizerConfig or Pstrain__SparseConfig alike
- *   group  JOB, OPT, SPARSE, SSP, GEO or SHARDS; SSP and GEO rows are JOB rows
- *          written only when update is ssp or geo, SHARDS rows only when the
- *          data is handed out (shard_steps > 0) (older jobs' text and hash
- *          unchanged); OPT rows stay together: the canonical text
+ *   group  JOB, OPT, SPARSE, SSP, GEO, SHARDS or ELASTIC; SSP and GEO rows
+ *          are JOB rows written only when update is ssp or geo, SHARDS rows
+ *          only when the data is handed out (shard_steps > 0), ELASTIC
+ *          rows only in elastic jobs (older jobs' text and hash unchanged); OPT rows stay together: the canonical text
  *          puts them in "optimizer=[...]" and differences name them as
  *          "optimizer"; SPARSE rows likewise in "sparse=[...]", written only
  *          for the CTR models (an MLP job's text is what it always was)
@@ -61,6 +61,7 @@
   X(shard_steps,  SHARDS, INT,   " shard_steps=", "shard steps",    0, PSTRAIN_MAX_SHARD_STEPS) \
   X(epoch_examples, SHARDS, LONG, " epoch_examples=", "examples per epoch", 0, 1ULL << 50) \
   X(epochs,       SHARDS, INT,   " epochs=",      "epochs",         0, INT_MAX)         \
+  X(elastic_min,  ELASTIC, INT,  " elastic_min=", "elastic min trainers", 0, PSTRAIN_MAX_TRAINERS) \
   X(wire_dtype,   JOB, WIRE_DTYPE, " wire_dtype=", "wire dtype",    0, 0)               \
   X(input_norm,   JOB, NORM,     " input_norm=",  "input normalization", 0, 0)          \
   X(sparse_kind,  SPARSE, SPARSE_KIND, "",        "sparse optimizer", 0, 0)             \
@@ -80,5 +81,6 @@
 #define JOB_MEMBER_SSP(job, id) ((job)->id)
 #define JOB_MEMBER_GEO(job, id) ((job)->id)
 #define JOB_MEMBER_SHARDS(job, id) ((job)->id)
+#define JOB_MEMBER_ELASTIC(job, id) ((job)->id)
 
 #endif

@@ -14,12 +14,14 @@
 #define PROTO_OUT_SSP(id) out->id
 #define PROTO_OUT_GEO(id) out->id
 #define PROTO_OUT_SHARDS(id) out->id
+#define PROTO_OUT_ELASTIC(id) out->id
 #define PROTO_IN_JOB(id) in->id
 #define PROTO_IN_OPT(id) in->optimizer->id
 #define PROTO_IN_SPARSE(id) sparse->id
 #define PROTO_IN_SSP(id) in->id
 #define PROTO_IN_GEO(id) in->id
 #define PROTO_IN_SHARDS(id) in->id
+#define PROTO_IN_ELASTIC(id) in->id
 
 #define TO_PROTO_MODEL(p, v) (model_format(&(v), text, text_len), (p) = text)
 #define TO_PROTO_KIND(p, v) ((p) = (char *)optimizer_kind_name(v))
@@ -128,6 +130,14 @@ ps_err wire_job_from_proto(const Pstrain__JobConfig *in, job_config *job, ps_err
   if (job->shard_steps == 0 && (job->epoch_examples != 0 || job->epochs != 0)) {
     return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
                         "job description: examples per epoch or epochs without shard steps");
+  }
+  /* Joining and leaving needs the data handed out: a fixed split has no
+   * share for a newcomer and loses a leaver's. */
+  if (job->elastic_min > 0 && (job->shard_steps == 0 || job->elastic_min > job->trainers)) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                        "job description: elastic from %d trainers with %d at most and shard "
+                        "steps %d (elastic jobs hand the data out, and MIN <= MAX)",
+                        job->elastic_min, job->trainers, job->shard_steps);
   }
   if (job->shard_steps > 0 && job->update != UPDATE_ASYNC) {
     return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,

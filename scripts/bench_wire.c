@@ -55,7 +55,7 @@ int main(int argc, char **argv) {
   rpc_global_init();
   process_tune_malloc();
   ps_client c;
-  if (ps_client_connect(&c, &list, &job, 0, 30, 60, NULL, argc == 5 ? &tls : NULL, &err) != PS_ERR_OK) {
+  if (ps_client_connect(&c, &list, &job, 0, 0, 30, 60, NULL, argc == 5 ? &tls : NULL, &err) != PS_ERR_OK) {
     fprintf(stderr, "bench_wire: %s\n", err.msg);
     return 1;
   }

@@ -151,6 +151,7 @@ ps_err pserver_check_sender(pserver *ps, rpc_call *call, const char *method, int
            key->trainer_id, (unsigned long long)key->incarnation);
     return PS_ERR_FAILED_PRECONDITION;
   }
+  ps->trainers[key->trainer_id].last_seen = now_s();
   return PS_ERR_OK;
 }
 
@@ -459,11 +460,16 @@ long pserver_version(pserver *ps) {
 pserver_status pserver_poll(pserver *ps) {
   pthread_mutex_lock(&ps->lock);
   if (ps->status == PSERVER_RUNNING && ps->configured) {
-    int done = 0;
-    for (int i = 0; i < ps->cfg.trainers; i++) done += ps->trainers[i].done || ps->trainers[i].lost;
-    if (done == ps->cfg.trainers) ps->status = PSERVER_FINISHED;
-    if (ps->mode->poll != NULL) ps->mode->poll(ps, now_s());
-    if (ps->shards != NULL) shard_queue_expire(ps->shards, now_s());
+    double now = now_s();
+    if (ps->job.elastic_min > 0) {
+      pserver_elastic_poll(ps, now); /* trainers come and go */
+    } else {
+      int done = 0;
+      for (int i = 0; i < ps->cfg.trainers; i++) done += ps->trainers[i].done || ps->trainers[i].lost;
+      if (done == ps->cfg.trainers) ps->status = PSERVER_FINISHED;
+    }
+    if (ps->mode->poll != NULL) ps->mode->poll(ps, now);
+    if (ps->shards != NULL) shard_queue_expire(ps->shards, now);
   }
   pserver_status status = ps->status;
   pthread_mutex_unlock(&ps->lock);

@@ -67,6 +67,11 @@ typedef struct trainer_state {
   int lost;            /* dropped after missing a step (--on-trainer-loss continue) */
   long registrations;  /* incarnations accepted so far (--max-registrations) */
   long stats_last;     /* sync: steps since the statistics line it pushed last in */
+  double last_seen;    /* when its last request arrived (elastic jobs: a member while recent) */
+  /* Elastic jobs, pserver 0: the id is kept for this incarnation until then
+   * (assigned to a joining trainer that has not registered yet). */
+  uint64_t reserved_for;
+  double reserved_until;
 } trainer_state;
 
 typedef enum { PSERVER_RUNNING, PSERVER_FINISHED, PSERVER_FAILED } pserver_status;
@@ -150,6 +155,7 @@ typedef struct pserver {
   int pushed_count;    /* sync: trainers that pushed the current step */
   int step_torn;       /* a step in parts was cut off half applied: no checkpoint of it */
   int active;          /* trainers not lost */
+  double below_min_since; /* elastic jobs, pserver 0: when live trainers fell below MIN (0: not) */
   double step_started; /* sync: when the first push of the step arrived */
   params_snapshot snapshots[PSERVER_SNAPSHOTS];
   wire_writer reply;   /* reused under the lock */

@@ -51,6 +51,18 @@ ps_err pserver_shards_save(pserver *ps, char **text, ps_error *err);
  * (before serving: the lock is not needed): pserver 0's queue as pserver
  * 0's file of it holds it. */
 ps_err pserver_shards_resume(pserver *ps, int count, long step, ps_error *err);
+/* Elastic jobs: seconds pserver 0 keeps an id for a joining trainer that
+ * has not registered yet (it opens its data first). */
+#define PSERVER_JOIN_SECONDS 600.0
+/* Whether trainer id i is held (now): by a member (registered, not done,
+ * heard from within --trainer-lease) or by a joiner not yet registered. */
+int pserver_id_held(const pserver *ps, int i, double now);
+/* Elastic jobs: the members now (at least 1 when a request just came). */
+int pserver_live_trainers(const pserver *ps, double now);
+/* Elastic jobs (pserver_poll): finished when some trainer is done and none
+ * is present any more; pserver 0 fails the job when fewer than MIN were
+ * members for --step-timeout. */
+void pserver_elastic_poll(pserver *ps, double now);
 /* A NextShard request: answered from the queue, or refused. */
 void pserver_handle_next_shard(pserver *ps, rpc_call *call, const rpc_message *msg);
 /* A push's data position against the job: present exactly when its data is

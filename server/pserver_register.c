@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "server/shard_queue.h"
 
@@ -13,9 +14,13 @@
  * --max-registrations. A resent registration of the same incarnation is
  * free; each new one resets the trainer's state and aborts its waiting push,
  * so a crash-looping or hostile client cannot do that without end. */
-static int registrations_exhausted(const pserver *ps, const Pstrain__RequestKey *key) {
+static int registrations_exhausted(const pserver *ps, const Pstrain__RequestKey *key,
+                                   const job_config *job) {
   const trainer_state *tr = &ps->trainers[key->trainer_id];
   if (ps->cfg.max_registrations <= 0) return 0;
+  /* Elastic: pserver 0 gives ids out and counts each id's holders anew;
+   * the others take the ids it gave. */
+  if (job->elastic_min > 0 && ps->cfg.id != 0) return 0;
   if (tr->registered && tr->incarnation == key->incarnation) return 0;
   return tr->registrations >= ps->cfg.max_registrations;
 }
@@ -83,7 +88,7 @@ static ps_err check_registration(const pserver *ps, const Pstrain__RegisterReque
                        "trainer %u's config hash does not match its job description", id);
   }
   if (ps->configured && req->config_hash != ps->job_hash) return refuse_other_job(ps, id, job, r);
-  if (registrations_exhausted(ps, req->key)) {
+  if (registrations_exhausted(ps, req->key, job)) {
     return refusal_set(r, PS_ERR_RESOURCE_EXHAUSTED,
                        "trainer %u has registered %ld incarnations, the most "
                        "--max-registrations allows", id, ps->trainers[id].registrations);
@@ -108,11 +113,63 @@ static void accept_registration(pserver *ps, rpc_call *call, const Pstrain__Requ
   if (!tr->registered || tr->incarnation != key->incarnation) tr->registrations++;
   tr->registered = 1;
   tr->incarnation = key->incarnation;
+  tr->last_seen = now_s();
+  if (tr->reserved_for == key->incarnation) tr->reserved_until = 0; /* the joiner came */
   LOG_INFO("trainer %u registered from %s", key->trainer_id, rpc_call_peer(call));
   Pstrain__RegisterReply reply = PSTRAIN__REGISTER_REPLY__INIT;
   reply.pserver_incarnation = ps->incarnation;
   reply.step = step;
   reply.disk_tier = ps->store.tier != NULL;
+  pserver_reply_message(call, &reply.base);
+}
+
+/* Why pserver 0 gives no id to a joining trainer now (NULL: it may). */
+static const char *no_assignment(const pserver *ps) {
+  if (ps->cfg.id != 0) return "only pserver 0 gives trainer ids";
+  if (ps->configured && ps->job.elastic_min == 0) {
+    return "this job is not elastic: its trainers are given --id";
+  }
+  if (ps->cfg.check_trainer_identity) {
+    return "elastic trainers' ids are given out: not with --tls-check-trainer-id";
+  }
+  return NULL;
+}
+
+/* Elastic jobs: pserver 0 gives a joining trainer the lowest id that
+ * nobody holds (pserver_id_held), kept for its incarnation a while so it
+ * can open its data and register; a resent request gets the same id. */
+static void assign_id(pserver *ps, rpc_call *call, const Pstrain__RegisterRequest *req) {
+  double now = now_s();
+  uint64_t incarnation = req->key->incarnation;
+  const char *why = no_assignment(ps);
+  if (why != NULL) {
+    pserver_refuse(call, "RegisterTrainer", PS_ERR_FAILED_PRECONDITION, "%s", why);
+    return;
+  }
+  int id = -1;
+  for (int i = 0; i < ps->cfg.trainers && id < 0; i++) {
+    const trainer_state *tr = &ps->trainers[i];
+    if (tr->reserved_for == incarnation && tr->reserved_until > now) id = i;
+  }
+  for (int i = 0; i < ps->cfg.trainers && id < 0; i++) {
+    if (!pserver_id_held(ps, i, now)) id = i;
+  }
+  if (id < 0) {
+    pserver_refuse(call, "RegisterTrainer", PS_ERR_RESOURCE_EXHAUSTED,
+                   "every trainer id (0..%d) is held: the job has its most trainers",
+                   ps->cfg.trainers - 1);
+    return;
+  }
+  trainer_state *tr = &ps->trainers[id];
+  if (tr->reserved_for != incarnation) {
+    tr->reserved_for = incarnation;
+    tr->registrations = 0; /* a new holder: its own --max-registrations */
+    LOG_INFO("trainer id %d given to a joining trainer from %s", id, rpc_call_peer(call));
+  }
+  tr->reserved_until = now + PSERVER_JOIN_SECONDS;
+  Pstrain__RegisterReply reply = PSTRAIN__REGISTER_REPLY__INIT;
+  reply.pserver_incarnation = ps->incarnation;
+  reply.trainer_id = (uint32_t)id;
   pserver_reply_message(call, &reply.base);
 }
 
@@ -127,7 +184,10 @@ void pserver_handle_register(pserver *ps, rpc_call *call, const rpc_message *msg
   job_config job;
   refusal r = {PS_ERR_OK, ""};
   pthread_mutex_lock(&ps->lock);
-  if (req->key == NULL || req->job == NULL) {
+  if (req->key != NULL && req->assign_id) {
+    assign_id(ps, call, req);
+    goto out; /* answered */
+  } else if (req->key == NULL || req->job == NULL) {
     refusal_set(&r, PS_ERR_INVALID_ARGUMENT, "registration without key or job");
   } else if (req->key->trainer_id >= (uint32_t)ps->cfg.trainers) {
     refusal_set(&r, PS_ERR_INVALID_ARGUMENT,

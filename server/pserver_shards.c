@@ -1,5 +1,6 @@
 /* The data handed out (jobs with --shard-steps): pserver 0's NextShard and
- * the positions pushes carry (the queue itself is shard_queue.c). */
+ * the positions pushes carry (the queue itself is shard_queue.c); elastic
+ * jobs' membership (who is a member, when the job is over, too few). */
 #define _POSIX_C_SOURCE 200809L
 #include "server/pserver_internal.h"
 
@@ -76,12 +77,67 @@ void pserver_shards_progress(pserver *ps, const wire_blocks_msg *m) {
   (void)shard_queue_progress(ps->shards, (int)m->key.trainer_id, &m->position, now_s());
 }
 
+/* --- elastic membership ------------------------------------------------------------ */
+
+/* A member: registered, not done, heard from within `within` seconds. */
+static int member(const trainer_state *tr, double now, double within) {
+  return tr->registered && !tr->done && !tr->lost && now - tr->last_seen <= within;
+}
+
+int pserver_id_held(const pserver *ps, int i, double now) {
+  const trainer_state *tr = &ps->trainers[i];
+  return tr->reserved_until > now || member(tr, now, ps->cfg.trainer_lease);
+}
+
+int pserver_live_trainers(const pserver *ps, double now) {
+  int n = 0;
+  for (int i = 0; i < ps->cfg.trainers; i++) n += member(&ps->trainers[i], now, ps->cfg.trainer_lease);
+  return n > 0 ? n : 1;
+}
+
+void pserver_elastic_poll(pserver *ps, double now) {
+  int done = 0, present = 0, live = 0;
+  for (int i = 0; i < ps->cfg.trainers; i++) {
+    const trainer_state *tr = &ps->trainers[i];
+    done += tr->done;
+    /* Gone for good: silent three leases (a trainer waiting for the
+     * epoch's last shards is silent here up to about one). */
+    present += member(tr, now, 3 * ps->cfg.trainer_lease);
+    live += member(tr, now, ps->cfg.trainer_lease);
+  }
+  if (done > 0 && present == 0) {
+    LOG_INFO("every trainer that joined is done or gone (%d done)", done);
+    ps->status = PSERVER_FINISHED;
+    return;
+  }
+  int trained = ps->shards != NULL && ps->shards->epoch >= ps->shards->epochs;
+  if (ps->cfg.id != 0 || live >= ps->job.elastic_min || trained) {
+    if (ps->below_min_since > 0) LOG_INFO("elastic: %d trainer(s): training again", live);
+    ps->below_min_since = 0;
+    return;
+  }
+  if (ps->below_min_since == 0) {
+    ps->below_min_since = now;
+    LOG_WARN("elastic: %d trainer(s), fewer than the job's minimum %d: waiting (at most "
+             "--step-timeout %.0f s)", live, ps->job.elastic_min, ps->cfg.step_timeout);
+  } else if (now - ps->below_min_since > ps->cfg.step_timeout) {
+    snprintf(ps->failure, sizeof ps->failure,
+             "elastic: fewer than %d trainers for %.0f s (--step-timeout): the job stops",
+             ps->job.elastic_min, ps->cfg.step_timeout);
+    ps->status = PSERVER_FAILED; /* main logs it */
+  }
+}
+
+/* --- NextShard ---------------------------------------------------------------------- */
+
 /* Answers a NextShard of a checked sender from the queue. */
 static void answer(pserver *ps, rpc_call *call, const Pstrain__NextShardRequest *req) {
   ps_error err;
   shard_grant g;
+  /* An elastic job below its minimum: shards wait for more trainers. */
+  int may_grant = ps->below_min_since == 0;
   if (shard_queue_next(ps->shards, (int)req->key->trainer_id, (long)req->epoch, req->finished,
-                       (long)req->finished_shard, now_s(), &g, &err) != PS_ERR_OK) {
+                       (long)req->finished_shard, may_grant, now_s(), &g, &err) != PS_ERR_OK) {
     pserver_refuse(call, "NextShard", err.code, "%s", err.msg);
     return;
   }

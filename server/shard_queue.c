@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 
 /* Examples in shard s of an epoch. */
@@ -19,6 +20,7 @@ static void start_epoch(shard_queue *q) {
   for (long s = 0; s < q->shards; s++) {
     q->offset[s] = 0;
     q->owner[s] = -1;
+    q->returned_at[s] = 0;
   }
   for (int t = 0; t < q->trainers; t++) {
     q->held[t] = -1;
@@ -38,11 +40,13 @@ ps_err shard_queue_init(shard_queue *q, const job_config *job, double lease_s, p
   q->lease_s = lease_s;
   q->offset = calloc((size_t)q->shards, sizeof *q->offset);
   q->owner = calloc((size_t)q->shards, sizeof *q->owner);
+  q->returned_at = calloc((size_t)q->shards, sizeof *q->returned_at);
   q->held = calloc((size_t)q->trainers, sizeof *q->held);
   q->deadline = calloc((size_t)q->trainers, sizeof *q->deadline);
   q->trained_by = calloc((size_t)q->trainers, sizeof *q->trained_by);
   q->by_process = calloc((size_t)q->trainers, sizeof *q->by_process);
-  if (q->offset == NULL || q->owner == NULL || q->held == NULL || q->deadline == NULL ||
+  if (q->offset == NULL || q->owner == NULL || q->returned_at == NULL || q->held == NULL ||
+      q->deadline == NULL ||
       q->trained_by == NULL || q->by_process == NULL) {
     shard_queue_free(q);
     return ps_error_set(err, PS_ERR_NO_MEMORY, "the shard queue: out of memory for %ld shards",
@@ -57,6 +61,7 @@ ps_err shard_queue_init(shard_queue *q, const job_config *job, double lease_s, p
 void shard_queue_free(shard_queue *q) {
   free(q->offset);
   free(q->owner);
+  free(q->returned_at);
   free(q->held);
   free(q->deadline);
   free(q->trained_by);
@@ -96,6 +101,7 @@ void shard_queue_release(shard_queue *q, int trainer, const char *why) {
   q->held[trainer] = -1;
   q->owner[s] = -1;
   q->returned++;
+  q->returned_at[s] = now_s();
   LOG_WARN("shards: trainer %d %s: shard %ld of epoch %ld goes back to the queue at example %ld "
            "of %ld", trainer, why, s, q->epoch + 1, q->offset[s], shard_size(q, s));
 }
@@ -135,6 +141,7 @@ static void take_up(shard_queue *q, int trainer, long s, long offset) {
   if (q->held[trainer] >= 0) shard_queue_release(q, trainer, "went on with another shard");
   q->owner[s] = trainer;
   q->held[trainer] = s;
+  q->returned_at[s] = 0;
   LOG_INFO("shards: trainer %d goes on with shard %ld of epoch %ld from example %ld (nobody held "
            "it: pserver 0 restarted, or the trainer's lease had passed)", trainer, s,
            q->epoch + 1, offset);
@@ -167,7 +174,8 @@ static long free_shard(const shard_queue *q) {
 }
 
 ps_err shard_queue_next(shard_queue *q, int trainer, long trainer_epoch, int finished,
-                        long finished_shard, double now, shard_grant *out, ps_error *err) {
+                        long finished_shard, int may_grant, double now, shard_grant *out,
+                        ps_error *err) {
   memset(out, 0, sizeof *out);
   if (trainer_epoch > q->epoch && q->epoch < q->epochs) { /* refused: nothing changes */
     return ps_error_set(err, PS_ERR_FAILED_PRECONDITION,
@@ -203,7 +211,7 @@ ps_err shard_queue_next(shard_queue *q, int trainer, long trainer_epoch, int fin
     out->answer = SHARD_ANSWER_EPOCH_DONE;
     return PS_ERR_OK;
   }
-  long s = free_shard(q);
+  long s = may_grant ? free_shard(q) : -1;
   if (s < 0) {
     out->answer = SHARD_ANSWER_WAIT; /* the last shards are being trained */
     return PS_ERR_OK;
@@ -211,6 +219,12 @@ ps_err shard_queue_next(shard_queue *q, int trainer, long trainer_epoch, int fin
   q->owner[s] = trainer;
   q->held[trainer] = s;
   q->deadline[trainer] = now + q->lease_s;
+  if (q->returned_at[s] > 0) {
+    LOG_INFO("shards: trainer %d takes shard %ld of epoch %ld from example %ld, %.3f s after it "
+             "went back to the queue", trainer, s, q->epoch + 1, q->offset[s],
+             now_s() - q->returned_at[s]);
+    q->returned_at[s] = 0;
+  }
   *out = (shard_grant){.answer = SHARD_ANSWER_GRANT, .epoch = q->epoch, .shard = s,
                        .offset = q->offset[s], .end = shard_size(q, s),
                        .first = s * q->shard_examples};

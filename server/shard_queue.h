@@ -21,6 +21,7 @@ typedef struct shard_queue {
   double lease_s;
   long epoch;         /* the epoch handed out; epochs: the job's data is trained */
   long *offset;       /* (shards) examples of each trained */
+  double *returned_at; /* (shards) when it went back to the queue (its trainer gone); 0: not */
   int *owner;         /* (shards) the trainer holding it; -1: none */
   long *held;         /* (trainers) the shard each holds; -1: none */
   double *deadline;   /* (trainers) when its lease ends */
@@ -50,10 +51,13 @@ ps_err shard_queue_init(shard_queue *q, const job_config *job, double lease_s, p
 void shard_queue_free(shard_queue *q);
 
 /* A trainer in epoch trainer_epoch asks for data; finished: it trained
- * shard finished_shard to its end. Returns PS_ERR_OK with the answer, or
- * PS_ERR_FAILED_PRECONDITION with why (an epoch the queue has not reached). */
+ * shard finished_shard to its end; may_grant 0: it waits whatever is free
+ * (an elastic job below its minimum). Returns PS_ERR_OK with the answer,
+ * or PS_ERR_FAILED_PRECONDITION with why (an epoch the queue has not
+ * reached). */
 ps_err shard_queue_next(shard_queue *q, int trainer, long trainer_epoch, int finished,
-                        long finished_shard, double now, shard_grant *out, ps_error *err);
+                        long finished_shard, int may_grant, double now, shard_grant *out,
+                        ps_error *err);
 
 /* A push of trainer's batch at position p: the shard's examples before
  * p->offset are trained. 0 when the trainer does not hold that shard (its

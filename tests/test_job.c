@@ -96,6 +96,7 @@ static const char *diff_name_of(job_field field) {
 #define GROUP_NAME_SSP NULL
 #define GROUP_NAME_GEO NULL
 #define GROUP_NAME_SHARDS NULL
+#define GROUP_NAME_ELASTIC NULL
 #define GROUP_NAME_OPT "optimizer"
 #define GROUP_NAME_SPARSE "sparse tables"
       JOB_FIELDS(GROUP_ROW)
@@ -148,7 +149,8 @@ static void check_every_field(const job_config *base_in, const char *only) {
   for (int f = 0; f < JOB_FIELD_COUNT; f++) {
     const char *name = job_field_name((job_field)f), *group = group_of((job_field)f);
     if (only != NULL ? strcmp(group, only) != 0
-                     : strcmp(group, "GEO") == 0 || strcmp(group, "SHARDS") == 0) {
+                     : strcmp(group, "GEO") == 0 || strcmp(group, "SHARDS") == 0 ||
+                           strcmp(group, "ELASTIC") == 0) {
       continue;
     }
     /* The field's value is in the canonical text and the agreement text. */
@@ -571,6 +573,23 @@ static void check_shards_rows(void) {
   jc.epochs = 2;
   CHECK_EQ_INT(wire_job_from_proto(&jc, &back, &err), PS_ERR_INVALID_ARGUMENT);
   CHECK_CONTAINS(err.msg, "examples per epoch or epochs without shard steps");
+  /* Elastic: written only when set; needs the data handed out, MIN <= MAX. */
+  job_config elastic = base_shards_job();
+  elastic.elastic_min = 2;
+  job_config_format(&elastic, text, sizeof text);
+  CHECK(strstr(text, " epochs=2 elastic_min=2 ") != NULL);
+  wire_job_to_proto(&elastic, &jc, &parts, model, sizeof model);
+  CHECK_EQ_INT(wire_job_from_proto(&jc, &back, &err), PS_ERR_OK);
+  CHECK_EQ_INT(back.elastic_min, 2);
+  jc.elastic_min = 3;
+  CHECK_EQ_INT(wire_job_from_proto(&jc, &back, &err), PS_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(err.msg, "elastic from 3 trainers with 2 at most");
+  jc.elastic_min = 1;
+  jc.shard_steps = 0;
+  jc.epoch_examples = 0;
+  jc.epochs = 0;
+  CHECK_EQ_INT(wire_job_from_proto(&jc, &back, &err), PS_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(err.msg, "and shard steps 0");
 }
 
 /* A setting of -0 is 0: protobuf drops a zero of either sign, so a job with
@@ -598,12 +617,15 @@ int main(void) {
   check_every_field(&geo, "GEO");
   const job_config shards = base_shards_job();
   check_every_field(&shards, "SHARDS");
+  job_config elastic = base_shards_job();
+  elastic.elastic_min = 1; /* of trainers=2; a mutation's 2 stays valid */
+  check_every_field(&elastic, "ELASTIC");
   check_wire_dtype_row();
   check_input_norm_row();
   /* Every member of job_config is a row: what no row covers is padding
-   * (after optimizer.kind, optimizer.schedule, wire_dtype,
-   * sparse.sparse_kind and sparse.admit_after on LP64). */
-  CHECK_EQ_INT(uncovered_bytes(), 20);
+   * (after optimizer.kind, optimizer.schedule, sparse.sparse_kind and
+   * sparse.admit_after on LP64). */
+  CHECK_EQ_INT(uncovered_bytes(), 16);
   check_ssp_rows();
   check_async_whole_row();
   check_geo_rows();

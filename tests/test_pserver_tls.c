@@ -73,7 +73,7 @@ static void case_other_trainers_id_refused_at_registration(void) {
   char c1[300], k1[300], a1[300];
   tls_config as1 = trainer_tls(1, c1, k1, a1, sizeof c1);
   ps_client impostor;
-  CHECK_EQ_INT(ps_client_connect(&impostor, &list, &job, 0, 10, 10, NULL, &as1, &err),
+  CHECK_EQ_INT(ps_client_connect(&impostor, &list, &job, 0, 0, 10, 10, NULL, &as1, &err),
                PS_ERR_PERMISSION_DENIED);
   CHECK_CONTAINS(err.msg, "names trainer-1, not trainer-0");
   CHECK_EQ_INT(ps.configured, 0);
@@ -89,8 +89,8 @@ static void case_other_trainers_id_refused_in_calls(void) {
   char c0[300], k0[300], a0[300], c1[300], k1[300], a1[300];
   tls_config as0 = trainer_tls(0, c0, k0, a0, sizeof c0), as1 = trainer_tls(1, c1, k1, a1, sizeof c1);
   ps_client t0, t1;
-  REQUIRE(ps_client_connect(&t0, &list, &job, 0, 10, 10, NULL, &as0, &err) == PS_ERR_OK);
-  REQUIRE(ps_client_connect(&t1, &list, &job, 1, 10, 10, NULL, &as1, &err) == PS_ERR_OK);
+  REQUIRE(ps_client_connect(&t0, &list, &job, 0, 0, 10, 10, NULL, &as0, &err) == PS_ERR_OK);
+  REQUIRE(ps_client_connect(&t1, &list, &job, 1, 0, 10, 10, NULL, &as1, &err) == PS_ERR_OK);
   size_t n = t0.map.total;
   float *before = calloc(n, sizeof *before), *buf = calloc(n, sizeof *buf);
   float *grads = calloc(n, sizeof *grads);

@@ -22,7 +22,7 @@ static void init(shard_queue *q, int trainers, int epochs) {
 static shard_grant next(shard_queue *q, int trainer, long epoch, long finished, double now) {
   ps_error err;
   shard_grant g;
-  REQUIRE(shard_queue_next(q, trainer, epoch, finished >= 0, finished, now, &g, &err) ==
+  REQUIRE(shard_queue_next(q, trainer, epoch, finished >= 0, finished, 1, now, &g, &err) ==
           PS_ERR_OK);
   return g;
 }
@@ -182,13 +182,19 @@ static void test_refusals(void) {
   init(&q, 1, 2);
   ps_error err;
   shard_grant g;
-  CHECK_EQ_INT(shard_queue_next(&q, 0, 1, 0, 0, 0, &g, &err), PS_ERR_FAILED_PRECONDITION);
+  CHECK_EQ_INT(shard_queue_next(&q, 0, 1, 0, 0, 1, 0, &g, &err), PS_ERR_FAILED_PRECONDITION);
   CHECK_CONTAINS(err.msg, "asks for data of epoch 2; the queue hands out epoch 1");
   /* Asking again while holding one gives the held one back. */
   g = next(&q, 0, 0, -1, 0);
   shard_grant h = next(&q, 0, 0, -1, 0);
   CHECK_EQ_INT(h.shard, g.shard);
   CHECK_EQ_INT(q.returned, 1);
+  /* An elastic job below its minimum: the trainer waits, whatever is free. */
+  shard_grant w;
+  REQUIRE(shard_queue_next(&q, 0, 0, 0, 0, 0, 0, &w, &err) == PS_ERR_OK);
+  CHECK_EQ_INT(w.answer, SHARD_ANSWER_WAIT);
+  CHECK_EQ_INT(q.held[0], -1);
+  CHECK_EQ_INT(q.owner[h.shard], -1);
   shard_queue_free(&q);
 }
 

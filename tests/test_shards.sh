@@ -11,6 +11,19 @@
 require_data
 metric() { "$PY" -c 'import json,sys; print(json.loads(open(sys.argv[1]).readlines()[-1])[sys.argv[2]])' "$1" "$2"; }
 
+# handed_again NAME TRAINER_LOG: seconds from the trainer's death (its last
+# log line) to another grant of its shard, printed (docs/elastic.md).
+handed_again() {
+  "$PY" - "$SCRATCH/$1-s0.log" "$SCRATCH/$2.log" "$1" <<'PY' || fail "$1: the dead trainer's shard was not handed out again"
+import datetime, re, sys
+def when(line):
+    return datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S.%f")
+died = when(next(l for l in open(sys.argv[2]) if "killing this trainer" in l))
+grant = next(l for l in open(sys.argv[1]) if "after it went back to the queue" in l)
+print(f"{sys.argv[3]}: the dead trainer's shard handed out again {(when(grant) - died).total_seconds():.2f} s after its death: {grant[24:].strip()}", file=sys.stderr)
+PY
+}
+
 # counts NAME EXAMPLES EPOCHS: pserver 0 trained every epoch's examples once,
 # and the trainers' rows plus the gone processes' counts say the same.
 counts() {
@@ -52,6 +65,9 @@ wait_log "$SCRATCH/mlp-s0.log" "goes back to the queue" "${SPIDS[0]}" 30 ||
   fail "mlp: the killed trainer's shard did not go back to the queue"
 grep -qE "trainer 1 sent nothing for its lease of 4.0 s .*: shard [0-9]+ of epoch 1 goes back to the queue at example 256 of 512" \
   "$SCRATCH/mlp-s0.log" || fail "mlp: not handed out again from the push's batch: $(grep -F "goes back" "$SCRATCH/mlp-s0.log")"
+wait_log "$SCRATCH/mlp-s0.log" "after it went back to the queue" "${SPIDS[0]}" 30 ||
+  fail "mlp: the dead trainer's shard was not handed out again"
+handed_again mlp mlp-t1
 start mlp-t1b "$BIN/trainer" "${MLP_HANDED[@]}" --id 1 --metrics "$SCRATCH/mlp.jsonl"; t1=$LAST_PID
 for pid in "$t0" "$t1" "${SPIDS[@]}"; do
   status=0; wait_for "$pid" 120 || status=$?
@@ -91,6 +107,7 @@ for pid in "$t0" "$t1" "${SPIDS[@]}"; do
 done
 grep -qE "trainer 1 registered again \(a new process\): shard [0-9]+ of epoch 1 goes back to the queue at example 256 of 512" \
   "$SCRATCH/ctr-s0.log" || fail "ctr: the shard did not go back at registration: $(grep -F "goes back" "$SCRATCH/ctr-s0.log")"
+handed_again ctr ctr-t1
 counts ctr 20000 2
 auc=$(metric "$SCRATCH/ctr.jsonl" auc)
 "$PY" -c 'import sys; sys.exit(0 if float(sys.argv[1]) > 0.6 else 1)' "$auc" || fail "ctr: test AUC $auc"

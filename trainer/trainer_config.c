@@ -45,6 +45,10 @@ static const option_def trainer_option_table[] = {
      "trained exactly once by whichever trainer takes it (a faster trainer takes more; a "
      "killed trainer's shard goes on from where the pservers applied it); 0: each trainer "
      "takes a fixed 1/--trainers share", NULL, NUM(0, PSTRAIN_MAX_SHARD_STEPS)},
+    {"elastic", NULL, OPT_STRING, OFF(elastic), "",
+     "MIN:MAX: trainers may join and leave the running job (async with --shard-steps): each "
+     "asks pserver 0 for an id below MAX (no --id, --trainers; pservers take --trainers MAX); "
+     "below MIN the job waits", NULL, ANY},
     {"slowdown", NULL, OPT_DOUBLE, OFF(slowdown), "1",
      "make each step take this many times as long (sleeps after the step's compute; a "
      "straggler for tests and benchmarks)", NULL, NUM(1, 1000)},
@@ -339,6 +343,35 @@ static ps_err geo_load(trainer_settings *s, ps_error *err) {
   return PS_ERR_OK;
 }
 
+/* --elastic MIN:MAX: MAX trainers at most (ids 0..MAX-1, assigned by
+ * pserver 0 at the start: not --id), MIN at least. Before the ids are
+ * resolved, so an --id given is told apart from none. */
+static ps_err elastic_load(trainer_settings *s, ps_error *err) {
+  trainer_options *o = &s->opt;
+  if (o->elastic[0] == '\0') return PS_ERR_OK;
+  long lo, hi;
+  int used = 0;
+  if (sscanf(o->elastic, "%ld:%ld%n", &lo, &hi, &used) != 2 || o->elastic[used] != '\0' ||
+      lo < 1 || hi < lo || hi > PSTRAIN_MAX_TRAINERS) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                        "--elastic '%s' is not MIN:MAX with 1 <= MIN <= MAX <= %d", o->elastic,
+                        PSTRAIN_MAX_TRAINERS);
+  }
+  if (o->id >= 0) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                        "--id with --elastic: pserver 0 gives each joining trainer its id");
+  }
+  if (o->trainers >= 0 && o->trainers != hi) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                        "--trainers %ld with --elastic %s: the job has at most MAX trainers",
+                        o->trainers, o->elastic);
+  }
+  o->trainers = hi;
+  o->id = 0; /* until pserver 0 assigns one */
+  s->elastic_min = (int)lo;
+  return PS_ERR_OK;
+}
+
 /* Under srun, the task's place in its step stands in for absent ids. */
 static ps_err slurm_ids_load(trainer_options *o, ps_error *err) {
   long procid, ntasks;
@@ -391,6 +424,11 @@ static ps_err mode_flags_check(trainer_settings *s, ps_error *err) {
     return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
                         "--shard-steps is for --mode pserver with --update async (here: --mode "
                         "%s --update %s)", o->mode, o->update);
+  }
+  if (s->elastic_min > 0 && o->shard_steps == 0) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                        "--elastic needs --shard-steps: trainers joining and leaving take their "
+                        "data from pserver 0");
   }
   if (o->shard_steps > 0 && o->max_steps > 0) {
     return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
@@ -496,7 +534,7 @@ options_result trainer_settings_load(trainer_settings *s, int argc, char **argv,
   if (r != OPTIONS_OK) return r;
   /* This order is the order in which a bad command line hears of its
    * mistakes: the first failing check's message is the one reported. */
-  if (slurm_ids_load(&s->opt, err) != PS_ERR_OK ||
+  if (elastic_load(s, err) != PS_ERR_OK || slurm_ids_load(&s->opt, err) != PS_ERR_OK ||
       model_load(s, err) != PS_ERR_OK || ctr_settings_load(s, err) != PS_ERR_OK || mode_load(s, err) != PS_ERR_OK ||
       mode_flags_check(s, err) != PS_ERR_OK ||
       (s->pserver_mode && pserver_settings_load(s, err) != PS_ERR_OK) ||

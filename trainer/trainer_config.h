@@ -40,6 +40,7 @@ typedef struct trainer_options {
   bool prefetch; /* pserver mode with a disk tier: the next step's keys sent ahead */
   long max_steps;
   long shard_steps;
+  const char *elastic;
   const char *token_file;
   const char *tls_cert, *tls_key, *tls_ca, *tls_server_name;
   const char *export_path;
@@ -99,6 +100,7 @@ typedef struct trainer_settings {
   int staleness; /* --staleness (ssp only) */
   int geo_steps; /* --geo-steps (geo only) */
   int async_whole; /* --async-push whole (async and ssp only) */
+  int elastic_min; /* --elastic MIN (0: a fixed count); MAX is opt.trainers */
   endpoint_list pservers; /* pserver mode */
   char token[256];        /* from --token-file; "" for none */
   tls_config tls;         /* the --tls-* paths (checked); all empty for plaintext */

@@ -31,6 +31,7 @@ void trainer_job(const trainer *t, job_config *job) {
     job->shard_steps = (int)s->opt.shard_steps;
     job->epoch_examples = t->files.examples;
     job->epochs = (int)s->opt.epochs;
+    job->elastic_min = s->elastic_min;
   }
   if (ctr_table_count(&s->model) > 0) {
     job->sparse = job_sparse_of(&s->sparse_opt, (int)s->opt.admit_after, s->opt.evict_after);

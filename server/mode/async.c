@@ -16,7 +16,10 @@ int pserver_async_apply(pserver *ps, rpc_call *call, const rpc_message *msg,
   if (step <= tr->last_step) return 0;
   ps_error err;
   double t0 = now_s();
-  int scale_n = ps->job.async_whole ? 1 : n;
+  /* Elastic: N pushes of the trainers there now make one sync-sized step. */
+  int scale_n = ps->job.async_whole     ? 1
+                : ps->job.elastic_min > 0 ? pserver_live_trainers(ps, now_s())
+                                          : n;
   if (store_apply_push(ps, msg, m, scale_n, ps->updates / n, &err) != PS_ERR_OK) {
     pserver_refuse(call, "PushPull", err.code, "%s", err.msg);
     return -1;

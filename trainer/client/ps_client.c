@@ -112,11 +112,12 @@ static ps_err register_all(ps_client *c, double timeout, long *steps, ps_error *
 }
 
 ps_err ps_client_connect(ps_client *c, const endpoint_list *pservers, const job_config *job,
-                         int trainer_id, double connect_timeout, double rpc_timeout,
-                         const char *token, const tls_config *tls, ps_error *err) {
+                         int trainer_id, uint64_t incarnation, double connect_timeout,
+                         double rpc_timeout, const char *token, const tls_config *tls,
+                         ps_error *err) {
   memset(c, 0, sizeof *c);
   c->trainer_id = trainer_id;
-  c->incarnation = process_random_u64();
+  c->incarnation = incarnation != 0 ? incarnation : process_random_u64();
   c->job = *job;
   c->hash = job_config_hash(job);
   c->targets = *pservers;

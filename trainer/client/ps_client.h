@@ -90,10 +90,12 @@ static inline double ps_client_bytes_since(const ps_client *c, uint64_t *counted
 /* Opens channels to every pserver and registers with each, waiting up to
  * connect_timeout seconds for each to come up. Fails naming the pserver it
  * could not reach, or the pserver's reason for refusing. token: the shared
- * secret every call carries (NULL for none); tls: NULL for plaintext. */
+ * secret every call carries (NULL for none); tls: NULL for plaintext;
+ * incarnation: this process's (0: a random one). */
 ps_err ps_client_connect(ps_client *c, const endpoint_list *pservers, const job_config *job,
-                         int trainer_id, double connect_timeout, double rpc_timeout,
-                         const char *token, const tls_config *tls, ps_error *err);
+                         int trainer_id, uint64_t incarnation, double connect_timeout,
+                         double rpc_timeout, const char *token, const tls_config *tls,
+                         ps_error *err);
 void ps_client_close(ps_client *c);
 
 /* Fetches every block into params (the model's flat array). */
@@ -143,6 +145,13 @@ ps_err ps_client_recover(ps_client *c, long step, const float *grads, float *par
  * next shard (ps_client_shards.c); see data_shard_fn. */
 ps_err ps_client_next_shard(ps_client *c, long epoch, long finished, data_shard *out,
                             ps_error *err);
+
+/* Elastic jobs: asks pserver 0 (waiting up to connect_timeout seconds for
+ * it) for a trainer id, which it keeps for `incarnation` (the process's
+ * ps_client_connect then registers with it). */
+ps_err ps_client_join(const endpoint_list *pservers, const char *token, const tls_config *tls,
+                      double connect_timeout, uint64_t incarnation, int *trainer_id,
+                      ps_error *err);
 
 /* The fault injection's push from the environment (-1: none), and the
  * death itself: called with the push's messages built. */

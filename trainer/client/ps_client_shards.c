@@ -82,3 +82,45 @@ void ps_client_die_mid_push(ps_client *c) {
   fflush(NULL);
   raise(SIGKILL);
 }
+
+ps_err ps_client_join(const endpoint_list *pservers, const char *token, const tls_config *tls,
+                      double connect_timeout, uint64_t incarnation, int *trainer_id,
+                      ps_error *err) {
+  rpc_client *rpc = NULL;
+  rpc_channel *channel = NULL;
+  PS_TRY(rpc_client_create(&rpc, token, tls, err));
+  ps_err rc = rpc_channel_open(rpc, pservers->items[0], 1 << 20, 500, &channel, err);
+  Pstrain__RequestKey key = PSTRAIN__REQUEST_KEY__INIT;
+  key.incarnation = incarnation;
+  Pstrain__RegisterRequest req = PSTRAIN__REGISTER_REQUEST__INIT;
+  req.key = &key;
+  req.assign_id = 1;
+  uint8_t *buf = NULL;
+  size_t len = 0;
+  if (rc == PS_ERR_OK) rc = wire_pack(&req.base, &buf, &len, err);
+  rpc_part part = {buf, len, NULL};
+  rpc_op op = {.channel = channel, .method = WIRE_METHOD_REGISTER, .parts = &part,
+               .part_count = 1, .timeout_s = connect_timeout, .wait_for_ready = 1};
+  if (rc == PS_ERR_OK && rpc_client_call_all(rpc, &op, 1, err) != PS_ERR_OK) {
+    rc = ps_error_set(err, op.code != PS_ERR_OK ? op.code : err->code,
+                      "joining: asking pserver 0 at %s for a trainer id: %s (%s)",
+                      pservers->items[0], op.message[0] != '\0' ? op.message : err->msg,
+                      ps_err_name(op.code));
+  }
+  free(buf);
+  if (rc == PS_ERR_OK) {
+    Pstrain__RegisterReply *reply = (Pstrain__RegisterReply *)wire_unpack(
+        &pstrain__register_reply__descriptor, &op.reply.message, err);
+    if (reply == NULL) {
+      rc = ps_error_set(err, PS_ERR_CORRUPT_DATA, "joining: pserver 0's answer: %s", err->msg);
+    } else {
+      *trainer_id = (int)reply->trainer_id;
+      protobuf_c_message_free_unpacked(&reply->base, NULL);
+      LOG_INFO("joining: pserver 0 at %s gave this trainer id %d", pservers->items[0],
+               *trainer_id);
+    }
+  }
+  rpc_reply_free(&op.reply);
+  rpc_client_destroy(rpc); /* closes the channel */
+  return rc;
+}

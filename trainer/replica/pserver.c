@@ -17,6 +17,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/process.h"
 #include "trainer/client/ps_client.h"
 #include "trainer/client/ps_client_parts.h"
 #include "trainer/client/ps_client_sparse.h"
@@ -86,7 +87,7 @@ ps_err pserver_replica_connect(pserver_replica *p, ps_error *err) {
   const trainer_settings *s = &t->settings;
   job_config job;
   trainer_job(t, &job);
-  if (ps_client_connect(&p->c, &s->pservers, &job, t->id, s->opt.connect_timeout,
+  if (ps_client_connect(&p->c, &s->pservers, &job, t->id, p->incarnation, s->opt.connect_timeout,
                         s->opt.rpc_timeout, s->token, &s->tls, err) != PS_ERR_OK) {
     return err->code;
   }
@@ -446,6 +447,16 @@ ps_err replica_pserver_create(trainer *t, const char *label, int parts, replica 
   t->mode_label = label;
   t->id = (int)s->opt.id;
   t->trainers = (int)s->opt.trainers;
+  if (s->elastic_min > 0) {
+    /* Elastic: the id comes from pserver 0, before the data is opened
+     * (trainer 0 evaluates); registering later keeps it by this incarnation. */
+    p->incarnation = process_random_u64();
+    if (ps_client_join(&s->pservers, s->token, &s->tls, s->opt.connect_timeout, p->incarnation,
+                       &t->id, err) != PS_ERR_OK) {
+      free(p);
+      return err->code;
+    }
+  }
   *out = &p->base;
   return PS_ERR_OK;
 }

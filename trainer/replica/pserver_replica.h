@@ -15,6 +15,7 @@ typedef struct pserver_replica {
   replica base;
   ps_client c;
   int connected;          /* c holds channels: ps_client_close frees them */
+  uint64_t incarnation;   /* elastic: the one pserver 0 keeps this trainer's id for; 0: any */
   int parts;              /* the update may take a step's push in parts (sync) */
   long step;              /* the step the next backward pass belongs to */
   uint64_t bytes_counted; /* of c's sent + received, already in comm_bytes */

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Elastic async jobs (--elastic MIN:MAX with --shard-steps): trainers get
+# their ids from pserver 0; a job of 2 trainers grows to 4 and shrinks to 1
+# (three SIGKILLed, one of them in the middle of a push) with no pserver
+# restarted, and each epoch's examples are still counted once, by pserver 0
+# and by the trainers' rows plus the gone processes' counts; the job ends
+# when the last trainer is done. Below MIN the job waits for a trainer.
+# Bad flags are refused.
+. "$(dirname "$0")/lib.sh"
+require_data
+metric() { "$PY" -c 'import json,sys; print(json.loads(open(sys.argv[1]).readlines()[-1])[sys.argv[2]])' "$1" "$2"; }
+
+# 1. 2 -> 4 -> 1 trainers, MLP, 20000 examples x 2 epochs.
+start_pservers el 2 --trainers 4 --trainer-lease 3
+JOB=(--mode pserver --update async --pservers "$PS" --elastic 1:4 --shard-steps 4
+     --train-samples 20000 --test-samples 2000 --epochs 2 --seed 4 --slowdown 8
+     --progress-interval 0.2 --metrics "$SCRATCH/el.jsonl")
+start el-a "$BIN/trainer" "${JOB[@]}"; a=$LAST_PID
+start el-b "$BIN/trainer" "${JOB[@]}"; b=$LAST_PID
+for who in a b; do
+  wait_log "$SCRATCH/el-$who.log" "epoch 1/2 step" "${!who}" 60 || fail "trainer $who did not train"
+done
+# Two join; c dies in its 12th push (after pserver 0 answered it), d and b are killed.
+PSTRAIN_TEST_KILL_MID_PUSH=12 start el-c "$BIN/trainer" "${JOB[@]}"; c=$LAST_PID
+start el-d "$BIN/trainer" "${JOB[@]}"; d=$LAST_PID
+wait_log "$SCRATCH/el-d.log" "epoch 1/2 step" "$d" 60 || fail "the fourth trainer did not train"
+grep -q "trainer id 3 given to a joining trainer" "$SCRATCH/el-s0.log" ||
+  fail "pserver 0 did not give out id 3: $(grep -F "given to" "$SCRATCH/el-s0.log")"
+status=0; wait_for "$c" 60 || status=$?
+[ "$status" -eq 137 ] || fail "the trainer killed mid-push exited $status"
+kill -9 "$d" "$b"
+wait_for "$d" 10; wait_for "$b" 10
+status=0; wait_for "$a" 180 || status=$?
+[ "$status" -eq 0 ] || fail "the last trainer exited $status: $(tail -3 "$SCRATCH/el-a.log")"
+for pid in "${SPIDS[@]}"; do
+  status=0; wait_for "$pid" 60 || status=$?
+  [ "$status" -eq 0 ] || fail "pserver $pid exited $status"
+done
+grep -q "every trainer that joined is done or gone" "$SCRATCH/el-s1.log" ||
+  fail "pserver 1 did not end the job: $(tail -2 "$SCRATCH/el-s1.log")"
+for e in 1 2; do
+  grep -qF "shards: epoch $e trained: 20000 examples of 20000 " "$SCRATCH/el-s0.log" ||
+    fail "epoch $e not counted once: $(grep -F "epoch $e trained" "$SCRATCH/el-s0.log")"
+done
+grep -qE "goes back to the queue at example [0-9]+ of 256" "$SCRATCH/el-s0.log" ||
+  fail "no shard of a killed trainer went back to the queue"
+"$PY" - "$SCRATCH/el-s0.log" 20000 2 "$SCRATCH/el.jsonl"* <<'PY' || fail "rows + gone processes per epoch"
+import json, re, sys
+log, examples, epochs, rows = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
+applied = {e: 0 for e in range(1, epochs + 1)}
+for path in rows:
+    for line in open(path):
+        row = json.loads(line)
+        applied[row["epoch"]] += row["examples_applied"]
+for m in re.finditer(r"process applied (\d+) examples of epoch (\d+)", open(log).read()):
+    applied[int(m.group(2))] += int(m.group(1))
+if any(n != examples for n in applied.values()):
+    sys.exit(f"rows + gone processes per epoch: {applied}, not {examples} each")
+PY
+acc=$(metric "$SCRATCH/el.jsonl" test_accuracy)
+"$PY" -c 'import sys; sys.exit(0 if float(sys.argv[1]) > 0.75 else 1)' "$acc" || fail "test accuracy $acc"
+
+# 2. MIN 2: one trainer waits for a second.
+start_pservers min 1 --trainers 2
+MIN=(--mode pserver --update async --pservers "$PS" --elastic 2:2 --shard-steps 4
+     --train-samples 2000 --test-samples 500 --epochs 1 --progress-interval 0)
+start min-a "$BIN/trainer" "${MIN[@]}"; a=$LAST_PID
+wait_log "$SCRATCH/min-s0.log" "fewer than the job's minimum 2: waiting" "${SPIDS[0]}" 60 ||
+  fail "min: pserver 0 did not wait for a second trainer"
+start min-b "$BIN/trainer" "${MIN[@]}"; b=$LAST_PID
+for pid in "$a" "$b" "${SPIDS[0]}"; do
+  status=0; wait_for "$pid" 60 || status=$?
+  [ "$status" -eq 0 ] || fail "min: process $pid exited $status"
+done
+grep -qF "shards: epoch 1 trained: 2000 examples of 2000 " "$SCRATCH/min-s0.log" || fail "min: epoch not trained"
+
+# 3. Refusals.
+expect_exit 2 "--id with --elastic: pserver 0 gives each joining trainer its id" -- \
+  "$BIN/trainer" --mode pserver --update async --pservers 127.0.0.1:1 --elastic 1:4 --shard-steps 4 --id 1
+expect_exit 2 "--elastic needs --shard-steps" -- \
+  "$BIN/trainer" --mode pserver --update async --pservers 127.0.0.1:1 --elastic 1:4
+expect_exit 2 "--elastic '3:2' is not MIN:MAX" -- \
+  "$BIN/trainer" --mode pserver --update async --pservers 127.0.0.1:1 --elastic 3:2 --shard-steps 4
+finish
