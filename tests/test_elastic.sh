@@ -10,12 +10,38 @@
 require_data
 metric() { "$PY" -c 'import json,sys; print(json.loads(open(sys.argv[1]).readlines()[-1])[sys.argv[2]])' "$1" "$2"; }
 
+# counted WHAT PSERVER0_LOG EXAMPLES ROWS...: each of 2 epochs counted once by
+# pserver 0, and the trainers' rows plus the gone processes' counts agree.
+counted() {
+  local what=$1 log=$2 examples=$3 e
+  shift 3
+  for e in 1 2; do
+    grep -qF "shards: epoch $e trained: $examples examples of $examples " "$log" ||
+      fail "$what: epoch $e not counted once: $(grep -F "epoch $e trained" "$log")"
+  done
+  "$PY" - "$log" "$examples" "$@" <<'PY' || fail "$what: rows + gone processes per epoch"
+import json, re, sys
+log, examples, rows = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+applied = {1: 0, 2: 0}
+for path in rows:
+    for line in open(path):
+        row = json.loads(line)
+        applied[row["epoch"]] += row["examples_applied"]
+for m in re.finditer(r"process applied (\d+) examples of epoch (\d+)", open(log).read()):
+    applied[int(m.group(2))] += int(m.group(1))
+if any(n != examples for n in applied.values()):
+    sys.exit(f"rows + gone processes per epoch: {applied}, not {examples} each")
+PY
+}
+
 # 1. 2 -> 4 -> 1 trainers, MLP, 20000 examples x 2 epochs.
 start_pservers el 2 --trainers 4 --trainer-lease 3
 JOB=(--mode pserver --update async --pservers "$PS" --elastic 1:4 --shard-steps 4
      --train-samples 20000 --test-samples 2000 --epochs 2 --seed 4 --slowdown 8
      --progress-interval 0.2 --metrics "$SCRATCH/el.jsonl")
 start el-a "$BIN/trainer" "${JOB[@]}"; a=$LAST_PID
+# a takes id 0 (it evaluates and survives), then b comes.
+wait_log "$SCRATCH/el-a.log" "gave this trainer id 0" "$a" 60 || fail "the first trainer got no id 0"
 start el-b "$BIN/trainer" "${JOB[@]}"; b=$LAST_PID
 for who in a b; do
   wait_log "$SCRATCH/el-$who.log" "epoch 1/2 step" "${!who}" 60 || fail "trainer $who did not train"
@@ -38,25 +64,9 @@ for pid in "${SPIDS[@]}"; do
 done
 grep -q "every trainer that joined is done or gone" "$SCRATCH/el-s1.log" ||
   fail "pserver 1 did not end the job: $(tail -2 "$SCRATCH/el-s1.log")"
-for e in 1 2; do
-  grep -qF "shards: epoch $e trained: 20000 examples of 20000 " "$SCRATCH/el-s0.log" ||
-    fail "epoch $e not counted once: $(grep -F "epoch $e trained" "$SCRATCH/el-s0.log")"
-done
+counted "2-4-1" "$SCRATCH/el-s0.log" 20000 "$SCRATCH/el.jsonl"*
 grep -qE "goes back to the queue at example [0-9]+ of 256" "$SCRATCH/el-s0.log" ||
   fail "no shard of a killed trainer went back to the queue"
-"$PY" - "$SCRATCH/el-s0.log" 20000 2 "$SCRATCH/el.jsonl"* <<'PY' || fail "rows + gone processes per epoch"
-import json, re, sys
-log, examples, epochs, rows = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
-applied = {e: 0 for e in range(1, epochs + 1)}
-for path in rows:
-    for line in open(path):
-        row = json.loads(line)
-        applied[row["epoch"]] += row["examples_applied"]
-for m in re.finditer(r"process applied (\d+) examples of epoch (\d+)", open(log).read()):
-    applied[int(m.group(2))] += int(m.group(1))
-if any(n != examples for n in applied.values()):
-    sys.exit(f"rows + gone processes per epoch: {applied}, not {examples} each")
-PY
 acc=$(metric "$SCRATCH/el.jsonl" test_accuracy)
 "$PY" -c 'import sys; sys.exit(0 if float(sys.argv[1]) > 0.75 else 1)' "$acc" || fail "test accuracy $acc"
 
@@ -74,7 +84,25 @@ for pid in "$a" "$b" "${SPIDS[0]}"; do
 done
 grep -qF "shards: epoch 1 trained: 2000 examples of 2000 " "$SCRATCH/min-s0.log" || fail "min: epoch not trained"
 
-# 3. Refusals.
+# 3. scripts/launch --elastic: 1 trainer, 2 added and 1 removed through the
+# control FIFO; the job ends when the others finish.
+CTL="$SCRATCH/control"
+start launch "$PY" "$(dirname "$0")/../scripts/launch" --bin "$BIN" --mode async --elastic 1:3 \
+  --control "$CTL" --log-dir "$SCRATCH/l" --quiet --pserver-args "--trainer-lease 2" -- \
+  --shard-steps 4 --train-samples 20000 --test-samples 1000 --epochs 2 --slowdown 20 \
+  --progress-interval 0.2 --metrics "$SCRATCH/l.jsonl"; l=$LAST_PID
+wait_log "$SCRATCH/launch.log" "trainer\(s\), async update" "$l" 60 || fail "launch: no start"
+wait_log "$SCRATCH/l/trainer0.log" "epoch 1/2 step" "$l" 60 || fail "launch: trainer 0 did not train"
+echo "add 2" >"$CTL"
+wait_log "$SCRATCH/l/trainer2.log" "epoch [12]/2 step" "$l" 60 || fail "launch: the added trainers did not train"
+echo remove >"$CTL"
+wait_log "$SCRATCH/launch.log" "trainer 2 stopped" "$l" 30 || fail "launch: no trainer removed"
+status=0; wait_for "$l" 240 || status=$?
+[ "$status" -eq 0 ] || fail "launch exited $status: $(tail -3 "$SCRATCH/launch.log")"
+grep -q "trainer id 2 given to a joining trainer" "$SCRATCH/l/pserver0.log" || fail "launch: no third id"
+counted launch "$SCRATCH/l/pserver0.log" 20000 "$SCRATCH/l.jsonl"*
+
+# 4. Refusals.
 expect_exit 2 "--id with --elastic: pserver 0 gives each joining trainer its id" -- \
   "$BIN/trainer" --mode pserver --update async --pservers 127.0.0.1:1 --elastic 1:4 --shard-steps 4 --id 1
 expect_exit 2 "--elastic needs --shard-steps" -- \
