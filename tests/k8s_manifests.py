@@ -1,5 +1,8 @@
-"""Checks deploy/k8s/*.yaml against the daemons: the counts and names agree
-(StatefulSet replicas, headless Service, pserver list, Indexed Job), every
+"""Checks deploy/k8s/*.yaml (or deploy/k8s-elastic's) against the daemons:
+the counts and names agree (StatefulSet replicas, headless Service, pserver
+list, an Indexed Job of trainers, or an elastic job's trainer Deployment
+whose replicas lie within its --elastic MIN:MAX and whose MAX the pservers
+take as their trainer count), every
 environment variable a container gets is one its daemon reads, and each
 pod's container, with the environment Kubernetes would give it (downward API
 values filled in, the Secret and volumes mapped to temporary folders, the
@@ -34,7 +37,10 @@ for d in docs:
     by_kind.setdefault(d["kind"], []).append(d)
 sts = by_kind["StatefulSet"][0]
 svc = next(s for s in by_kind["Service"] if s["metadata"]["name"] == sts["spec"]["serviceName"])
-job = by_kind["Job"][0]
+job = (by_kind.get("Job") or [None])[0]
+deployment = next((d for d in by_kind.get("Deployment", [])
+                   if d["metadata"].get("labels", {}).get("role") == "trainer"), None)
+trainer_obj = job or deployment
 
 
 def container(obj):
@@ -69,16 +75,28 @@ port = svc["spec"]["ports"][0]["port"]
 replicas = sts["spec"]["replicas"]
 want_list = ",".join(f"{sts['metadata']['name']}-{i}.{svc['metadata']['name']}:{port}"
                      for i in range(replicas))
-trainers = job["spec"]["completions"]
-if job["spec"].get("completionMode") != "Indexed" or job["spec"].get("parallelism") != trainers:
-    fail("the trainer Job must be Indexed with parallelism = completions")
-for obj in (sts, job):
+elastic = None
+if job is not None:
+    trainers = pods = job["spec"]["completions"]
+    if job["spec"].get("completionMode") != "Indexed" or job["spec"].get("parallelism") != trainers:
+        fail("the trainer Job must be Indexed with parallelism = completions")
+else:
+    # Elastic: kubectl scale changes the replicas between MIN and MAX.
+    args = container(deployment).get("args", [])
+    elastic = args[args.index("--elastic") + 1] if "--elastic" in args else "?:?"
+    lo, hi = (int(x) if x.isdigit() else 0 for x in elastic.split(":"))
+    trainers, pods = hi, deployment["spec"]["replicas"]
+    if not 1 <= lo <= pods <= hi:
+        fail(f"the trainer Deployment's {pods} replicas are not within --elastic {elastic}")
+    if any(e["name"] == "PADDLE_TRAINER_ID" for e in container(deployment).get("env", [])):
+        fail("elastic trainers take their ids from pserver 0: no PADDLE_TRAINER_ID")
+for obj in (sts, trainer_obj):
     env = {e["name"]: e.get("value") for e in container(obj).get("env", [])}
     if env.get("PADDLE_PSERVERS_IP_PORT_LIST") != want_list:
         fail(f"{obj['kind']}: PADDLE_PSERVERS_IP_PORT_LIST is {env.get('PADDLE_PSERVERS_IP_PORT_LIST')},"
              f" the StatefulSet's pods are {want_list}")
-    if env.get("PADDLE_TRAINERS_NUM") != str(trainers):
-        fail(f"{obj['kind']}: PADDLE_TRAINERS_NUM {env.get('PADDLE_TRAINERS_NUM')}, the Job has {trainers}")
+    if env.get("PADDLE_TRAINERS_NUM", str(trainers) if obj is deployment else None) != str(trainers):
+        fail(f"{obj['kind']}: PADDLE_TRAINERS_NUM {env.get('PADDLE_TRAINERS_NUM')}, the job has {trainers}")
 
 # Volumes: the Secret holds the token; the pserver's checkpoint folder is a claim.
 token = os.path.join(SCRATCH, "token")
@@ -138,11 +156,14 @@ for i in range(replicas):
     run_pod(sts, os.path.join(BIN, "pserver"), {"name": name, "ip": f"10.244.0.{10 + i}"},
             f"pserver {i} of {replicas} (id from this host's name) listen=0.0.0.0:{port} "
             f"pservers={want_list} trainers={trainers} token=yes")
-for i in range(trainers):
-    name = f"{job['metadata']['name']}-{i}-x7k2p"
-    run_pod(job, os.path.join(BIN, "trainer"), {"name": name, "ip": f"10.244.1.{10 + i}", "index": i},
-            f"trainer {i} of {trainers} mode=pserver pservers={want_list} token=yes")
+for i in range(pods):
+    name = f"{trainer_obj['metadata']['name']}-{i}-x7k2p"
+    who = f"trainer {i} of {trainers}" if elastic is None else \
+        f"trainer (id from pserver 0) of {trainers} elastic={elastic}"
+    run_pod(trainer_obj, os.path.join(BIN, "trainer"),
+            {"name": name, "ip": f"10.244.1.{10 + i}", "index": i if job is not None else None},
+            f"{who} mode=pserver pservers={want_list} token=yes")
 
-print(f"k8s_manifests: {len(docs)} objects, {replicas} pserver pod(s), {trainers} trainer pod(s) "
+print(f"k8s_manifests: {len(docs)} objects, {replicas} pserver pod(s), {pods} trainer pod(s) "
       f"checked; {len(failures)} failure(s)", file=sys.stderr)
 sys.exit(1 if failures else 0)

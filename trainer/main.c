@@ -111,8 +111,13 @@ int main(int argc, char **argv) {
   trainer_settings_format(&settings, effective, sizeof effective);
   if (settings.opt.check_config) {
     /* Names need not resolve here: the check may run away from the cluster. */
-    printf("trainer %ld of %ld mode=%s pservers=%s token=%s\n", settings.opt.id,
-           settings.opt.trainers, settings.opt.mode, settings.opt.pservers,
+    if (settings.elastic_min > 0) {
+      printf("trainer (id from pserver 0) of %ld elastic=%s", settings.opt.trainers,
+             settings.opt.elastic);
+    } else {
+      printf("trainer %ld of %ld", settings.opt.id, settings.opt.trainers);
+    }
+    printf(" mode=%s pservers=%s token=%s\n", settings.opt.mode, settings.opt.pservers,
            settings.token[0] ? "yes" : "no");
     printf("%s\n", effective);
     return 0;
