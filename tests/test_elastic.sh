@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Elastic async jobs (--elastic MIN:MAX with --shard-steps): trainers get
-# their ids from pserver 0; a job of 2 trainers grows to 4 and shrinks to 1
-# (three SIGKILLed, one of them in the middle of a push) with no pserver
-# restarted, and each epoch's examples are still counted once, by pserver 0
-# and by the trainers' rows plus the gone processes' counts; the job ends
-# when the last trainer is done. Below MIN the job waits for a trainer.
-# Bad flags are refused.
+# their ids from pserver 0; an MLP job of 2 trainers grows to 4 and shrinks
+# to 1 (three SIGKILLed, one of them in the middle of a push) with no
+# pserver restarted, a CTR job 2 -> 3 -> 1 likewise, and each epoch's
+# examples are still counted once, by pserver 0 and by the trainers' rows
+# plus the gone processes' counts; the job ends when the last trainer is
+# done. Below MIN the job waits for a trainer; scripts/launch --elastic adds
+# and removes trainers through its control FIFO. Bad flags are refused.
 . "$(dirname "$0")/lib.sh"
 require_data
 metric() { "$PY" -c 'import json,sys; print(json.loads(open(sys.argv[1]).readlines()[-1])[sys.argv[2]])' "$1" "$2"; }
@@ -70,7 +71,37 @@ grep -qE "goes back to the queue at example [0-9]+ of 256" "$SCRATCH/el-s0.log" 
 acc=$(metric "$SCRATCH/el.jsonl" test_accuracy)
 "$PY" -c 'import sys; sys.exit(0 if float(sys.argv[1]) > 0.75 else 1)' "$acc" || fail "test accuracy $acc"
 
-# 2. MIN 2: one trainer waits for a second.
+# 2. A CTR model (60,000 rows), 2 -> 3 -> 1: a joiner dies in its 10th push,
+# another is killed.
+D="$SCRATCH/data"
+"$BIN/gen_ctr" --out "$D" --train-rows 60000 --test-rows 4000 --scale 0.0005 --seed 5 \
+  >"$SCRATCH/gen.json" || fail "gen_ctr failed"
+start_pservers ctr 2 --trainers 3 --trainer-lease 3
+CTR=(--mode pserver --update async --pservers "$PS" --elastic 1:3 --shard-steps 4
+     --data "$D/train.tsv" --test-data "$D/test.tsv" --model ctr:8:32,16 --batch 128 --epochs 2
+     --seed 3 --threads 1 --slowdown 30 --progress-interval 0.2 --metrics "$SCRATCH/ctr.jsonl")
+start ctr-a "$BIN/trainer" "${CTR[@]}"; a=$LAST_PID
+wait_log "$SCRATCH/ctr-a.log" "gave this trainer id 0" "$a" 60 || fail "ctr: the first trainer got no id 0"
+start ctr-b "$BIN/trainer" "${CTR[@]}"; b=$LAST_PID
+wait_log "$SCRATCH/ctr-b.log" "epoch 1/2 step" "$b" 60 || fail "ctr: the second trainer did not train"
+PSTRAIN_TEST_KILL_MID_PUSH=10 start ctr-c "$BIN/trainer" "${CTR[@]}"; c=$LAST_PID
+status=0; wait_for "$c" 60 || status=$?
+[ "$status" -eq 137 ] || fail "ctr: the joiner killed mid-push exited $status"
+kill -9 "$b"
+wait_for "$b" 10
+status=0; wait_for "$a" 180 || status=$?
+[ "$status" -eq 0 ] || fail "ctr: the last trainer exited $status: $(tail -3 "$SCRATCH/ctr-a.log")"
+for pid in "${SPIDS[@]}"; do
+  status=0; wait_for "$pid" 60 || status=$?
+  [ "$status" -eq 0 ] || fail "ctr: pserver $pid exited $status"
+done
+counted ctr "$SCRATCH/ctr-s0.log" 60000 "$SCRATCH/ctr.jsonl"*
+grep -qE "trainer 2 sent nothing for its lease .* goes back to the queue at example 128 of 512" \
+  "$SCRATCH/ctr-s0.log" || fail "ctr: the joiner's shard did not go back from its push's batch"
+auc=$(metric "$SCRATCH/ctr.jsonl" auc)
+"$PY" -c 'import sys; sys.exit(0 if float(sys.argv[1]) > 0.6 else 1)' "$auc" || fail "ctr: test AUC $auc"
+
+# 3. MIN 2: one trainer waits for a second.
 start_pservers min 1 --trainers 2
 MIN=(--mode pserver --update async --pservers "$PS" --elastic 2:2 --shard-steps 4
      --train-samples 2000 --test-samples 500 --epochs 1 --progress-interval 0)
@@ -84,7 +115,7 @@ for pid in "$a" "$b" "${SPIDS[0]}"; do
 done
 grep -qF "shards: epoch 1 trained: 2000 examples of 2000 " "$SCRATCH/min-s0.log" || fail "min: epoch not trained"
 
-# 3. scripts/launch --elastic: 1 trainer, 2 added and 1 removed through the
+# 4. scripts/launch --elastic: 1 trainer, 2 added and 1 removed through the
 # control FIFO; the job ends when the others finish.
 CTL="$SCRATCH/control"
 start launch "$PY" "$(dirname "$0")/../scripts/launch" --bin "$BIN" --mode async --elastic 1:3 \
@@ -102,7 +133,7 @@ status=0; wait_for "$l" 240 || status=$?
 grep -q "trainer id 2 given to a joining trainer" "$SCRATCH/l/pserver0.log" || fail "launch: no third id"
 counted launch "$SCRATCH/l/pserver0.log" 20000 "$SCRATCH/l.jsonl"*
 
-# 4. Refusals.
+# 5. Refusals.
 expect_exit 2 "--id with --elastic: pserver 0 gives each joining trainer its id" -- \
   "$BIN/trainer" --mode pserver --update async --pservers 127.0.0.1:1 --elastic 1:4 --shard-steps 4 --id 1
 expect_exit 2 "--elastic needs --shard-steps" -- \
