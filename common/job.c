@@ -28,8 +28,15 @@ ps_err update_mode_parse(const char *name, update_mode *out, ps_error *err) {
 
 /* --- the table --------------------------------------------------------------- */
 
-enum { GROUP_JOB = 0, GROUP_OPT = 1, GROUP_SPARSE = 2, GROUP_SSP = 3, GROUP_GEO = 4, GROUP_SHARDS = 5,
-       GROUP_ELASTIC = 6 };
+enum {
+  GROUP_JOB = 0,
+  GROUP_OPT = 1,
+  GROUP_SPARSE = 2,
+  GROUP_SSP = 3,
+  GROUP_GEO = 4,
+  GROUP_SHARDS = 5,
+  GROUP_ELASTIC = 6
+};
 
 /* --- input normalization ------------------------------------------------- */
 

@@ -91,7 +91,9 @@ int pserver_id_held(const pserver *ps, int i, double now) {
 
 int pserver_live_trainers(const pserver *ps, double now) {
   int n = 0;
-  for (int i = 0; i < ps->cfg.trainers; i++) n += member(&ps->trainers[i], now, ps->cfg.trainer_lease);
+  for (int i = 0; i < ps->cfg.trainers; i++) {
+    n += member(&ps->trainers[i], now, ps->cfg.trainer_lease);
+  }
   return n > 0 ? n : 1;
 }
 

@@ -88,9 +88,9 @@ static void end_epoch(shard_queue *q) {
     if (w < 0) break;
     n += (size_t)w;
   }
-  LOG_INFO("shards: epoch %ld trained: %ld examples of %ld (%ld shards, %ld returned to the queue; by "
-           "trainer %s)", q->epoch + 1, q->trained, q->epoch_examples, q->shards, q->returned,
-           by);
+  LOG_INFO("shards: epoch %ld trained: %ld examples of %ld (%ld shards, %ld returned to the "
+           "queue; by trainer %s)",
+           q->epoch + 1, q->trained, q->epoch_examples, q->shards, q->returned, by);
   q->epoch++;
   if (q->epoch < q->epochs) start_epoch(q);
 }

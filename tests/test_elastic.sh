@@ -36,7 +36,7 @@ PY
 }
 
 # 1. 2 -> 4 -> 1 trainers, MLP, 20000 examples x 2 epochs.
-start_pservers el 2 --trainers 4 --trainer-lease 3
+start_pservers el 2 --trainers 4 --trainer-lease 10
 JOB=(--mode pserver --update async --pservers "$PS" --elastic 1:4 --shard-steps 4
      --train-samples 20000 --test-samples 2000 --epochs 2 --seed 4 --slowdown 8
      --progress-interval 0.2 --metrics "$SCRATCH/el.jsonl")
@@ -76,7 +76,7 @@ acc=$(metric "$SCRATCH/el.jsonl" test_accuracy)
 D="$SCRATCH/data"
 "$BIN/gen_ctr" --out "$D" --train-rows 60000 --test-rows 4000 --scale 0.0005 --seed 5 \
   >"$SCRATCH/gen.json" || fail "gen_ctr failed"
-start_pservers ctr 2 --trainers 3 --trainer-lease 3
+start_pservers ctr 2 --trainers 3 --trainer-lease 10
 CTR=(--mode pserver --update async --pservers "$PS" --elastic 1:3 --shard-steps 4
      --data "$D/train.tsv" --test-data "$D/test.tsv" --model ctr:8:32,16 --batch 128 --epochs 2
      --seed 3 --threads 1 --slowdown 30 --progress-interval 0.2 --metrics "$SCRATCH/ctr.jsonl")
@@ -119,7 +119,7 @@ grep -qF "shards: epoch 1 trained: 2000 examples of 2000 " "$SCRATCH/min-s0.log"
 # control FIFO; the job ends when the others finish.
 CTL="$SCRATCH/control"
 start launch "$PY" "$(dirname "$0")/../scripts/launch" --bin "$BIN" --mode async --elastic 1:3 \
-  --control "$CTL" --log-dir "$SCRATCH/l" --quiet --pserver-args "--trainer-lease 2" -- \
+  --control "$CTL" --log-dir "$SCRATCH/l" --quiet --pserver-args "--trainer-lease 10" -- \
   --shard-steps 4 --train-samples 20000 --test-samples 1000 --epochs 2 --slowdown 20 \
   --progress-interval 0.2 --metrics "$SCRATCH/l.jsonl"; l=$LAST_PID
 wait_log "$SCRATCH/launch.log" "trainer\(s\), async update" "$l" 60 || fail "launch: no start"

@@ -145,8 +145,8 @@ static ps_err train_epoch(trainer *t, long epoch, long *global_step, double run_
     if (t->rewind_to >= 0) return PS_ERR_OK;
   }
   if (handed(t)) {
-    LOG_INFO("epoch %ld: this trainer's pushes applied %ld examples of the handed-out data", epoch + 1,
-             e.seen);
+    LOG_INFO("epoch %ld: this trainer's pushes applied %ld examples of the handed-out data",
+             epoch + 1, e.seen);
     /* It trained nothing of an epoch the others finished: nothing to say. */
     if (e.seen == 0 && t->batch.over == DATA_EPOCH_OVER) return PS_ERR_OK;
   }
