@@ -388,24 +388,18 @@ static int read_len(cursor *c, size_t *field_end) {
   return 1;
 }
 
-static int parse_key(cursor *c, wire_key *key) {
+/* A nested message of varint fields 1..3 (RequestKey, DataPosition) into
+ * v[0..2]; absent fields keep their value (a message given twice merges, as
+ * protobuf's), others are skipped. */
+static int parse_three_varints(cursor *c, uint64_t v[3]) {
   size_t end, outer = c->end;
   if (!read_len(c, &end)) return 0;
   c->end = end;
   while (c->at < c->end) {
-    uint64_t v;
     unsigned field, wt;
     if (!read_tag(c, &field, &wt)) return 0;
     if (wt == WT_VARINT && field >= 1 && field <= 3) {
-      if (!read_varint(c, &v)) return 0;
-      if (field == 1) {
-        if (v > UINT32_MAX) return 0;
-        key->trainer_id = (uint32_t)v;
-      } else if (field == 2) {
-        key->incarnation = v;
-      } else {
-        key->step = v;
-      }
+      if (!read_varint(c, &v[field - 1])) return 0;
     } else if (!skip_field(c, wt)) {
       return 0;
     }
@@ -414,24 +408,17 @@ static int parse_key(cursor *c, wire_key *key) {
   return 1;
 }
 
+static int parse_key(cursor *c, wire_key *key) {
+  uint64_t v[3] = {key->trainer_id, key->incarnation, key->step};
+  if (!parse_three_varints(c, v) || v[0] > UINT32_MAX) return 0;
+  *key = (wire_key){(uint32_t)v[0], v[1], v[2]};
+  return 1;
+}
+
 static int parse_position(cursor *c, wire_position *p) {
-  size_t end, outer = c->end;
-  if (!read_len(c, &end)) return 0;
-  c->end = end;
-  while (c->at < c->end) {
-    uint64_t v;
-    unsigned field, wt;
-    if (!read_tag(c, &field, &wt)) return 0;
-    if (wt == WT_VARINT && field >= 1 && field <= 3) {
-      if (!read_varint(c, &v)) return 0;
-      if (field == 1) p->epoch = v;
-      else if (field == 2) p->shard = v;
-      else p->offset = v;
-    } else if (!skip_field(c, wt)) {
-      return 0;
-    }
-  }
-  c->end = outer;
+  uint64_t v[3] = {p->epoch, p->shard, p->offset};
+  if (!parse_three_varints(c, v)) return 0;
+  *p = (wire_position){v[0], v[1], v[2]};
   return 1;
 }
 

@@ -20,19 +20,8 @@ counted() {
     grep -qF "shards: epoch $e trained: $examples examples of $examples " "$log" ||
       fail "$what: epoch $e not counted once: $(grep -F "epoch $e trained" "$log")"
   done
-  "$PY" - "$log" "$examples" "$@" <<'PY' || fail "$what: rows + gone processes per epoch"
-import json, re, sys
-log, examples, rows = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-applied = {1: 0, 2: 0}
-for path in rows:
-    for line in open(path):
-        row = json.loads(line)
-        applied[row["epoch"]] += row["examples_applied"]
-for m in re.finditer(r"process applied (\d+) examples of epoch (\d+)", open(log).read()):
-    applied[int(m.group(2))] += int(m.group(1))
-if any(n != examples for n in applied.values()):
-    sys.exit(f"rows + gone processes per epoch: {applied}, not {examples} each")
-PY
+  "$PY" "$(dirname "$0")/shard_counts.py" "$log" "$examples" 2 "$@" ||
+    fail "$what: rows + gone processes per epoch"
 }
 
 # 1. 2 -> 4 -> 1 trainers, MLP, 20000 examples x 2 epochs.

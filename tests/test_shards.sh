@@ -32,20 +32,8 @@ counts() {
     grep -qF "shards: epoch $e trained: $examples examples of $examples " "$SCRATCH/$name-s0.log" ||
       fail "$name: pserver 0 did not count epoch $e's $examples examples once: $(grep -F "epoch $e trained" "$SCRATCH/$name-s0.log")"
   done
-  "$PY" - "$SCRATCH/$name-s0.log" "$examples" "$epochs" "$SCRATCH/$name.jsonl"* <<'PY' ||
-import json, re, sys
-log, examples, epochs, rows = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
-applied = {e: 0 for e in range(1, epochs + 1)}
-for path in rows:
-    for line in open(path):
-        row = json.loads(line)
-        applied[row["epoch"]] += row["examples_applied"]
-for m in re.finditer(r"process applied (\d+) examples of epoch (\d+)", open(log).read()):
-    applied[int(m.group(2))] += int(m.group(1))
-bad = {e: n for e, n in applied.items() if n != examples}
-if bad:
-    sys.exit(f"rows + gone processes per epoch: {applied}, not {examples} each")
-PY
+  "$PY" "$(dirname "$0")/shard_counts.py" "$SCRATCH/$name-s0.log" "$examples" "$epochs" \
+    "$SCRATCH/$name.jsonl"* ||
     fail "$name: the trainers' examples_applied do not add up to the data set per epoch"
 }
 
