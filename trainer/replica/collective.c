@@ -110,9 +110,14 @@ ps_err collective_check_agreement(collective *c, const char *config, ps_error *e
   char diff[512] = "";
   if (rc == MPI_SUCCESS && differs) describe(config, text, diff, sizeof diff);
   free(text);
+  /* A differing rank says how before any rank ends (mpirun stops the job
+   * when the first rank exits, which could cut that line off). */
+  if (differs) LOG_ERROR("rank %d's configuration differs from rank 0's: %s", c->rank, diff);
+  MPI_TRY(err, MPI_Barrier(MPI_COMM_WORLD));
   if (differs) {
     return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
-                        "rank %d's configuration differs from rank 0's: %s", c->rank, diff);
+                        "this rank's configuration differs from rank 0's (the line above names "
+                        "the fields)");
   }
   return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
                       "another rank's configuration differs from this one's (its log names the "

@@ -25,7 +25,8 @@ ps_err collective_init(collective *c, ps_error *err);
 
 /* Every rank passes its configuration as "key=value;key=value;..."; fails
  * with PS_ERR_INVALID_ARGUMENT on every rank when any rank's differs from
- * rank 0's, the message naming the rank and the fields. */
+ * rank 0's, each differing rank having logged the fields (before any rank
+ * returns). */
 ps_err collective_check_agreement(collective *c, const char *config, ps_error *err);
 
 /* Replaces grads (n floats, host memory) by their mean over all ranks;
