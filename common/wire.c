@@ -5,11 +5,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/job_limits.h"
+
 enum { WT_VARINT = 0, WT_FIXED64 = 1, WT_LEN = 2, WT_FIXED32 = 5 };
 
 /* Longest field header of a block: tag, length, id tag, id, data tag, length. */
 #define BLOCK_HEADER_MAX (1 + 10 + 1 + 5 + 1 + 10)
 #define MESSAGE_HEADER_MAX 64
+/* A members list (field 10) naming every trainer id, with its tag and length. */
+#define MEMBERS_ROOM_BYTES (WIRE_MEMBERS_MAX(PSTRAIN_MAX_TRAINERS) + 12)
 /* Longest header of a SparseRows: tag, length, table, and three data headers. */
 #define SPARSE_HEADER_MAX (1 + 10 + 1 + 5 + 3 * (1 + 10))
 /* Room wire_writer_begin keeps beyond the blocks: the SparseRows, a pull
@@ -74,13 +78,15 @@ static uint8_t tag(unsigned field, unsigned wire_type) { return (uint8_t)(field 
 
 ps_err wire_writer_begin(wire_writer *w, size_t max_blocks, ps_error *err) {
   if (max_blocks > WIRE_WRITER_MAX_BLOCKS ||
-      max_blocks > (SIZE_MAX - MESSAGE_HEADER_MAX - SPARSE_ROOM_BYTES) / BLOCK_HEADER_MAX) {
+      max_blocks > (SIZE_MAX - MESSAGE_HEADER_MAX - SPARSE_ROOM_BYTES - MEMBERS_ROOM_BYTES) /
+                        BLOCK_HEADER_MAX) {
     return ps_error_set(err, PS_ERR_OUT_OF_RANGE, "a message of %zu blocks: more than %zu",
                         max_blocks, (size_t)WIRE_WRITER_MAX_BLOCKS);
   }
-  size_t bytes = MESSAGE_HEADER_MAX + max_blocks * BLOCK_HEADER_MAX + SPARSE_ROOM_BYTES;
+  size_t bytes =
+      MESSAGE_HEADER_MAX + max_blocks * BLOCK_HEADER_MAX + SPARSE_ROOM_BYTES + MEMBERS_ROOM_BYTES;
   /* fits: max_blocks <= WIRE_WRITER_MAX_BLOCKS */
-  int parts = (int)(2 * max_blocks + 2 + SPARSE_ROOM_PARTS);
+  int parts = (int)(2 * max_blocks + 3 + SPARSE_ROOM_PARTS);
   if (bytes > w->bytes_cap) {
     uint8_t *grown = realloc(w->bytes, bytes);
     if (grown == NULL) {
@@ -216,6 +222,66 @@ ps_err wire_writer_position(wire_writer *w, const wire_position *p) {
   n += put_varint(buf + n, s);
   memcpy(buf + n, sub, s);
   return add_bytes(w, buf, n + s);
+}
+
+ps_err wire_writer_members(wire_writer *w, const uint8_t *list, size_t len) {
+  uint8_t head[1 + 10];
+  size_t n = 0;
+  head[n++] = tag(WIRE_FIELD_MEMBERS, WT_LEN);
+  n += put_varint(head + n, len);
+  if (add_bytes(w, head, n) != PS_ERR_OK) return w->status;
+  return len > 0 ? add_bytes(w, list, len) : w->status;
+}
+
+size_t wire_members_encode(const uint32_t *seq, int n, uint8_t *out) {
+  size_t len = 0;
+  for (int i = 0; i < n; i++) {
+    if (seq[i] == 0) continue;
+    len += put_varint(out + len, (uint64_t)i);
+    len += put_varint(out + len, seq[i]);
+  }
+  return len;
+}
+
+/* One varint of data[*at..len) that fits in 32 bits; 0 when malformed. */
+static int take_u32(const uint8_t *data, size_t len, size_t *at, uint32_t *v) {
+  uint64_t x = 0;
+  for (int shift = 0; shift < 35 && *at < len; shift += 7) {
+    uint8_t b = data[(*at)++];
+    x |= (uint64_t)(b & 0x7f) << shift;
+    if (!(b & 0x80)) {
+      if (x > UINT32_MAX) return 0;
+      *v = (uint32_t)x;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+ps_err wire_members_decode(const uint8_t *data, size_t len, uint32_t *seq, int n, ps_error *err) {
+  size_t at = 0;
+  long last = -1;
+  while (at < len) {
+    uint32_t id, number;
+    if (!take_u32(data, len, &at, &id) || !take_u32(data, len, &at, &number)) {
+      return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "members: malformed at byte %zu of %zu",
+                          at, len);
+    }
+    if ((long)id <= last || id >= (uint32_t)n || number == 0) {
+      return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                          "members: trainer %u (number %u) after trainer %ld, in a job of %d",
+                          id, number, last, n);
+    }
+    last = id;
+  }
+  memset(seq, 0, (size_t)n * sizeof *seq);
+  for (at = 0; at < len;) {
+    uint32_t id = 0, number = 0; /* checked above */
+    (void)take_u32(data, len, &at, &id);
+    (void)take_u32(data, len, &at, &number);
+    seq[id] = number;
+  }
+  return PS_ERR_OK;
 }
 
 ps_err wire_writer_deltas(wire_writer *w) {
@@ -499,6 +565,7 @@ ps_err wire_parse_blocks(const rpc_message *msg, wire_blocks_msg *out, ps_error 
   out->deltas = 0;
   out->has_position = 0;
   memset(&out->position, 0, sizeof out->position);
+  memset(&out->members, 0, sizeof out->members);
   out->sparse_count = 0;
   while (c.at < c.end) {
     unsigned field, wt;
@@ -540,6 +607,8 @@ ps_err wire_parse_blocks(const rpc_message *msg, wire_blocks_msg *out, ps_error 
     } else if (field == WIRE_FIELD_POSITION && wt == WT_LEN) {
       if (!parse_position(&c, &out->position)) goto malformed;
       out->has_position = 1;
+    } else if (field == WIRE_FIELD_MEMBERS && wt == WT_LEN) {
+      if (!parse_bytes(&c, &out->members)) goto malformed;
     } else if (field == 0 || !skip_field(&c, wt)) {
       goto malformed;
     }

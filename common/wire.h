@@ -92,6 +92,8 @@ enum {
 #define WIRE_FIELD_DELTAS 8
 /* PushRequest.position: where the batch begins in a handed-out shard. */
 #define WIRE_FIELD_POSITION 9
+/* PushRequest.members and ParamsReply.members: the step's members. */
+#define WIRE_FIELD_MEMBERS 10
 
 /* A DataPosition: the batch's epoch, shard and examples into the shard. */
 typedef struct wire_position {
@@ -117,6 +119,19 @@ ps_err wire_writer_dtype(wire_writer *w, wire_dtype dtype);
 ps_err wire_writer_deltas(wire_writer *w);
 /* PushRequest.position (field 9), after the header: a handed-out shard's batch. */
 ps_err wire_writer_position(wire_writer *w, const wire_position *p);
+/* PushRequest.members or ParamsReply.members (field 10): a members list
+ * (wire_members_encode) of len bytes, copied. */
+ps_err wire_writer_members(wire_writer *w, const uint8_t *list, size_t len);
+
+/* A step's members as the members field holds them: varint pairs (trainer
+ * id, membership number) in ascending id; seq[i] is trainer i's number (0:
+ * not a member). The most bytes n trainers take: */
+#define WIRE_MEMBERS_MAX(n) ((size_t)(n) * 10)
+/* Encodes seq[0..n) into out (WIRE_MEMBERS_MAX(n) bytes of room); returns the length. */
+size_t wire_members_encode(const uint32_t *seq, int n, uint8_t *out);
+/* Decodes len bytes into seq[0..n) (zeroed first); refuses ids not below n,
+ * out of order, a zero number, and malformed varints, changing nothing. */
+ps_err wire_members_decode(const uint8_t *data, size_t len, uint32_t *seq, int n, ps_error *err);
 /* A Block (field 3) whose data is borrowed under lease (NULL: copied). */
 ps_err wire_writer_block(wire_writer *w, uint32_t id, const float *data, size_t count,
                          rpc_lease *lease);
@@ -168,6 +183,7 @@ typedef struct wire_blocks_msg {
   int deltas;             /* PushRequest.deltas: a geo push of parameter changes */
   int has_position;       /* PushRequest.position was present */
   wire_position position;
+  wire_block_ref members; /* field 10's bitmap (len 0: absent) */
   size_t sparse_count;
   wire_sparse_ref sparse[WIRE_MAX_SPARSE];
 } wire_blocks_msg;

@@ -139,11 +139,6 @@ ps_err wire_job_from_proto(const Pstrain__JobConfig *in, job_config *job, ps_err
                         "steps %d (elastic jobs hand the data out, and MIN <= MAX)",
                         job->elastic_min, job->trainers, job->shard_steps);
   }
-  if (job->shard_steps > 0 && job->update != UPDATE_ASYNC) {
-    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
-                        "job description: shards handed out with update %s (async only so far)",
-                        update_mode_name(job->update));
-  }
   /* Outside geo, geo_steps likewise; geo itself needs at least one step per exchange. */
   if (job->update != UPDATE_GEO && job->geo_steps != 0) {
     return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,

@@ -331,7 +331,14 @@ static int handle_pull_pass(pserver *ps, rpc_call *call, const rpc_message *msg,
       store_tier_prefetch_begin(ps, fetch, (int)m.key.trainer_id);
       store_tier_answer_prefetch(ps, call);
     } else if ((handled = rows_in_memory(ps, call, "Pull", fetch)) == 1) {
-      store_pull(ps, call, &m);
+      if (pserver_sync_members_pull(ps, call, &m)) {
+        /* a sync job's handed-out data: joins, and pulls of a step to come */
+      } else if (m.kind == PSTRAIN__PULL_KIND__PULL_JOIN) {
+        pserver_refuse(call, "Pull", PS_ERR_FAILED_PRECONDITION,
+                       "PULL_JOIN is for sync jobs whose data is handed out (--shard-steps)");
+      } else {
+        store_pull(ps, call, &m);
+      }
       store_tier_release(ps);
     }
   }
@@ -364,10 +371,15 @@ static void handle_done(pserver *ps, rpc_call *call, const rpc_message *msg) {
   pthread_mutex_lock(&ps->lock);
   if (pserver_check_sender(ps, call, "Done", req->key != NULL, &key, req->config_hash) == PS_ERR_OK) {
     trainer_state *tr = &ps->trainers[key.trainer_id];
-    if (!tr->done) LOG_INFO("trainer %u is done at step %llu", key.trainer_id, (unsigned long long)key.step);
-    tr->done = 1;
-    if (ps->mode->done != NULL) ps->mode->done(ps, (int)key.trainer_id); /* it holds no one back */
-    if (ps->shards != NULL) shard_queue_release(ps->shards, (int)key.trainer_id, "is done");
+    if (req->leave) {
+      /* No data for now: back when it joins (sync) or pushes (ssp) again. */
+      if (ps->mode->leave != NULL) ps->mode->leave(ps, (int)key.trainer_id, key.step);
+    } else {
+      if (!tr->done) LOG_INFO("trainer %u is done at step %llu", key.trainer_id, (unsigned long long)key.step);
+      tr->done = 1;
+      if (ps->mode->done != NULL) ps->mode->done(ps, (int)key.trainer_id); /* it holds no one back */
+      if (ps->shards != NULL) shard_queue_release(ps->shards, (int)key.trainer_id, "is done");
+    }
     Pstrain__DoneReply reply = PSTRAIN__DONE_REPLY__INIT;
     reply.pserver_incarnation = ps->incarnation;
     pserver_reply_message(call, &reply.base);

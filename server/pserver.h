@@ -65,6 +65,8 @@ typedef struct trainer_state {
                         * calls wait in the sync mode's state */
   long last_step;      /* async, ssp, geo: last step applied, -1 before any */
   int lost;            /* dropped after missing a step (--on-trainer-loss continue) */
+  int away;            /* ssp with handed-out data: it said it has no data for now; it
+                        * holds no one back until it pushes again */
   long registrations;  /* incarnations accepted so far (--max-registrations) */
   long stats_last;     /* sync: steps since the statistics line it pushed last in */
   double last_seen;    /* when its last request arrived (elastic jobs: a member while recent) */

@@ -57,6 +57,9 @@ ps_err pserver_shards_resume(pserver *ps, int count, long step, ps_error *err);
 /* Whether trainer id i is held (now): by a member (registered, not done,
  * heard from within --trainer-lease) or by a joiner not yet registered. */
 int pserver_id_held(const pserver *ps, int i, double now);
+/* Elastic jobs: whether trainer i is a member now (registered, not done,
+ * heard from within --trainer-lease). */
+int pserver_is_member(const pserver *ps, int i, double now);
 /* Elastic jobs: the members now (at least 1 when a request just came). */
 int pserver_live_trainers(const pserver *ps, double now);
 /* Elastic jobs (pserver_poll): finished when some trainer is done and none

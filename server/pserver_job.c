@@ -193,6 +193,7 @@ static ps_err build_params_reply(pserver *ps, params_snapshot *snap, ps_error *e
   size_t size = wire_dtype_size(ps->job.wire_dtype);
   rpc_lease *lease = snap != NULL ? &snap->lease : NULL;
   wire_writer_params_header(&ps->reply, ps->incarnation, (uint64_t)ps->updates);
+  pserver_sync_write_members(ps, &ps->reply);
   wire_writer_dtype(&ps->reply, ps->job.wire_dtype);
   for (size_t i = 0; i < t->map.block_count; i++) {
     const shard_block *b = &t->map.blocks[i];

@@ -102,6 +102,8 @@ static void accept_registration(pserver *ps, rpc_call *call, const Pstrain__Requ
   trainer_state *tr = &ps->trainers[key->trainer_id];
   int id = (int)key->trainer_id;
   uint64_t step = ps->mode->register_step(ps, id);
+  int fresh = !tr->registered || tr->incarnation != key->incarnation;
+  if (fresh) tr->away = 0; /* ssp: a new process holds others back until it leaves */
   if (tr->registered && tr->incarnation != key->incarnation) {
     /* A restarted trainer: nothing of the old process counts any more. */
     LOG_WARN("trainer %u registered again with a new incarnation", key->trainer_id);
@@ -110,7 +112,7 @@ static void accept_registration(pserver *ps, rpc_call *call, const Pstrain__Requ
     tr->last_step = -1;
     tr->done = 0;
   }
-  if (!tr->registered || tr->incarnation != key->incarnation) tr->registrations++;
+  if (fresh) tr->registrations++;
   tr->registered = 1;
   tr->incarnation = key->incarnation;
   tr->last_seen = now_s();

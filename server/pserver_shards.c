@@ -84,6 +84,10 @@ static int member(const trainer_state *tr, double now, double within) {
   return tr->registered && !tr->done && !tr->lost && now - tr->last_seen <= within;
 }
 
+int pserver_is_member(const pserver *ps, int i, double now) {
+  return member(&ps->trainers[i], now, ps->cfg.trainer_lease);
+}
+
 int pserver_id_held(const pserver *ps, int i, double now) {
   const trainer_state *tr = &ps->trainers[i];
   return tr->reserved_until > now || member(tr, now, ps->cfg.trainer_lease);

@@ -115,6 +115,10 @@ void shard_queue_gone(shard_queue *q, int trainer, const char *why) {
   q->by_process[trainer] = 0;
 }
 
+void shard_queue_renew(shard_queue *q, int trainer, double now) {
+  if (q->held[trainer] >= 0) q->deadline[trainer] = now + q->lease_s;
+}
+
 void shard_queue_expire(shard_queue *q, double now) {
   for (int t = 0; t < q->trainers; t++) {
     if (q->held[t] >= 0 && now > q->deadline[t]) {

@@ -72,6 +72,9 @@ void shard_queue_release(shard_queue *q, int trainer, const char *why);
  * applied this epoch (what its metrics rows could not say). */
 void shard_queue_gone(shard_queue *q, int trainer, const char *why);
 
+/* The trainer is known to be there (a member of a sync step, perhaps
+ * waiting for another pserver): its lease starts again. */
+void shard_queue_renew(shard_queue *q, int trainer, double now);
 /* Leases passed: those trainers' shards go back to the queue. */
 void shard_queue_expire(shard_queue *q, double now);
 

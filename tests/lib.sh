@@ -8,6 +8,8 @@ PIDS=()
 cleanup() {
   local pid
   for pid in "${PIDS[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+  # PSTRAIN_TEST_KEEP=DIR: the scratch folder (logs) is kept there, for a failure's post-mortem.
+  if [ -n "${PSTRAIN_TEST_KEEP:-}" ]; then rm -rf "$PSTRAIN_TEST_KEEP"; cp -r "$SCRATCH" "$PSTRAIN_TEST_KEEP"; fi
   rm -rf "$SCRATCH"
 }
 trap cleanup EXIT
@@ -255,4 +257,18 @@ remove_cgroup() { # once its processes are gone (killed ones take a moment)
     sleep 0.05
   done
   echo "could not remove the cgroup $CG" >&2
+}
+
+# shards_counted WHAT PSERVER0_LOG EXAMPLES EPOCHS ROWS...: handed-out data
+# (--shard-steps): pserver 0 counted each epoch's examples once, and the
+# trainers' metrics rows plus the gone processes' counts say the same.
+shards_counted() {
+  local what=$1 log=$2 examples=$3 epochs=$4 e
+  shift 4
+  for ((e = 1; e <= epochs; e++)); do
+    grep -qF "shards: epoch $e trained: $examples examples of $examples " "$log" ||
+      fail "$what: pserver 0 did not count epoch $e's $examples examples once: $(grep -F "epoch $e trained" "$log")"
+  done
+  "$PY" "$(dirname "${BASH_SOURCE[0]}")/shard_counts.py" "$log" "$examples" "$epochs" "$@" ||
+    fail "$what: the trainers' examples_applied plus the gone processes' do not add up per epoch"
 }

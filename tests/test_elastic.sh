@@ -11,19 +11,6 @@
 require_data
 metric() { "$PY" -c 'import json,sys; print(json.loads(open(sys.argv[1]).readlines()[-1])[sys.argv[2]])' "$1" "$2"; }
 
-# counted WHAT PSERVER0_LOG EXAMPLES ROWS...: each of 2 epochs counted once by
-# pserver 0, and the trainers' rows plus the gone processes' counts agree.
-counted() {
-  local what=$1 log=$2 examples=$3 e
-  shift 3
-  for e in 1 2; do
-    grep -qF "shards: epoch $e trained: $examples examples of $examples " "$log" ||
-      fail "$what: epoch $e not counted once: $(grep -F "epoch $e trained" "$log")"
-  done
-  "$PY" "$(dirname "$0")/shard_counts.py" "$log" "$examples" 2 "$@" ||
-    fail "$what: rows + gone processes per epoch"
-}
-
 # 1. 2 -> 4 -> 1 trainers, MLP, 20000 examples x 2 epochs.
 start_pservers el 2 --trainers 4 --trainer-lease 10
 JOB=(--mode pserver --update async --pservers "$PS" --elastic 1:4 --shard-steps 4
@@ -54,7 +41,7 @@ for pid in "${SPIDS[@]}"; do
 done
 grep -q "every trainer that joined is done or gone" "$SCRATCH/el-s1.log" ||
   fail "pserver 1 did not end the job: $(tail -2 "$SCRATCH/el-s1.log")"
-counted "2-4-1" "$SCRATCH/el-s0.log" 20000 "$SCRATCH/el.jsonl"*
+shards_counted "2-4-1" "$SCRATCH/el-s0.log" 20000 2 "$SCRATCH/el.jsonl"*
 grep -qE "goes back to the queue at example [0-9]+ of 256" "$SCRATCH/el-s0.log" ||
   fail "no shard of a killed trainer went back to the queue"
 acc=$(metric "$SCRATCH/el.jsonl" test_accuracy)
@@ -84,7 +71,7 @@ for pid in "${SPIDS[@]}"; do
   status=0; wait_for "$pid" 60 || status=$?
   [ "$status" -eq 0 ] || fail "ctr: pserver $pid exited $status"
 done
-counted ctr "$SCRATCH/ctr-s0.log" 60000 "$SCRATCH/ctr.jsonl"*
+shards_counted ctr "$SCRATCH/ctr-s0.log" 60000 2 "$SCRATCH/ctr.jsonl"*
 grep -qE "trainer 2 sent nothing for its lease .* goes back to the queue at example 128 of 512" \
   "$SCRATCH/ctr-s0.log" || fail "ctr: the joiner's shard did not go back from its push's batch"
 auc=$(metric "$SCRATCH/ctr.jsonl" auc)
@@ -120,7 +107,7 @@ wait_log "$SCRATCH/launch.log" "trainer 2 stopped" "$l" 30 || fail "launch: no t
 status=0; wait_for "$l" 240 || status=$?
 [ "$status" -eq 0 ] || fail "launch exited $status: $(tail -3 "$SCRATCH/launch.log")"
 grep -q "trainer id 2 given to a joining trainer" "$SCRATCH/l/pserver0.log" || fail "launch: no third id"
-counted launch "$SCRATCH/l/pserver0.log" 20000 "$SCRATCH/l.jsonl"*
+shards_counted launch "$SCRATCH/l/pserver0.log" 20000 2 "$SCRATCH/l.jsonl"*
 
 # 5. Refusals.
 expect_exit 2 "--id with --elastic: pserver 0 gives each joining trainer its id" -- \

@@ -543,8 +543,8 @@ static void check_geo_rows(void) {
 }
 
 /* The shards' rows are written only when the data is handed out, after
- * the steps; they are refused outside async, without the queue's size, and
- * the size without shard steps. */
+ * the steps; every update mode takes them; they are refused without the
+ * queue's size, and the size without shard steps. */
 static void check_shards_rows(void) {
   ps_error err;
   job_config handed = base_shards_job(), fixed = base_shards_job(), back;
@@ -563,8 +563,8 @@ static void check_shards_rows(void) {
   CHECK_EQ_INT(wire_job_from_proto(&jc, &back, &err), PS_ERR_OK);
   CHECK(job_config_hash(&back) == job_config_hash(&handed));
   jc.update = "sync";
-  CHECK_EQ_INT(wire_job_from_proto(&jc, &back, &err), PS_ERR_INVALID_ARGUMENT);
-  CHECK_CONTAINS(err.msg, "shards handed out with update sync (async only so far)");
+  CHECK_EQ_INT(wire_job_from_proto(&jc, &back, &err), PS_ERR_OK);
+  CHECK(back.update == UPDATE_SYNC && back.shard_steps == 16);
   jc.update = "async";
   jc.epochs = 0;
   CHECK_EQ_INT(wire_job_from_proto(&jc, &back, &err), PS_ERR_INVALID_ARGUMENT);

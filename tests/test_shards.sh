@@ -24,19 +24,6 @@ print(f"{sys.argv[3]}: the dead trainer's shard handed out again {(when(grant) -
 PY
 }
 
-# counts NAME EXAMPLES EPOCHS: pserver 0 trained every epoch's examples once,
-# and the trainers' rows plus the gone processes' counts say the same.
-counts() {
-  local name=$1 examples=$2 epochs=$3 e
-  for ((e = 1; e <= epochs; e++)); do
-    grep -qF "shards: epoch $e trained: $examples examples of $examples " "$SCRATCH/$name-s0.log" ||
-      fail "$name: pserver 0 did not count epoch $e's $examples examples once: $(grep -F "epoch $e trained" "$SCRATCH/$name-s0.log")"
-  done
-  "$PY" "$(dirname "$0")/shard_counts.py" "$SCRATCH/$name-s0.log" "$examples" "$epochs" \
-    "$SCRATCH/$name.jsonl"* ||
-    fail "$name: the trainers' examples_applied do not add up to the data set per epoch"
-}
-
 # 1. The MLP: trainer 1 dies in its 13th push (the 5th batch of its second
 # shard), stays dead past its lease, then comes back.
 start_pservers mlp 2 --trainers 2 --trainer-lease 4
@@ -61,7 +48,7 @@ for pid in "$t0" "$t1" "${SPIDS[@]}"; do
   status=0; wait_for "$pid" 120 || status=$?
   [ "$status" -eq 0 ] || fail "mlp: process $pid exited $status"
 done
-counts mlp 6000 2
+shards_counted mlp "$SCRATCH/mlp-s0.log" 6000 2 "$SCRATCH/mlp.jsonl"*
 # The same job with each trainer's fixed half, no one killed: the accuracy is alike.
 start_pservers fixed 2 --trainers 2
 start fixed-t0 "$BIN/trainer" "${MLP[@]}" "$PS" --id 0 --metrics "$SCRATCH/fixed.jsonl"; f0=$LAST_PID
@@ -96,7 +83,7 @@ done
 grep -qE "trainer 1 registered again \(a new process\): shard [0-9]+ of epoch 1 goes back to the queue at example 256 of 512" \
   "$SCRATCH/ctr-s0.log" || fail "ctr: the shard did not go back at registration: $(grep -F "goes back" "$SCRATCH/ctr-s0.log")"
 handed_again ctr ctr-t1
-counts ctr 20000 2
+shards_counted ctr "$SCRATCH/ctr-s0.log" 20000 2 "$SCRATCH/ctr.jsonl"*
 auc=$(metric "$SCRATCH/ctr.jsonl" auc)
 "$PY" -c 'import sys; sys.exit(0 if float(sys.argv[1]) > 0.6 else 1)' "$auc" || fail "ctr: test AUC $auc"
 

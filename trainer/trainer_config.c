@@ -420,10 +420,15 @@ static ps_err mode_flags_check(trainer_settings *s, ps_error *err) {
                         "(here: --mode %s --update %s)",
                         o->mode, o->update);
   }
-  if (o->shard_steps > 0 && (!s->pserver_mode || s->update != UPDATE_ASYNC)) {
+  if (o->shard_steps > 0 && !s->pserver_mode) {
     return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
-                        "--shard-steps is for --mode pserver with --update async (here: --mode "
-                        "%s --update %s)", o->mode, o->update);
+                        "--shard-steps is for --mode pserver (here: --mode %s): the pservers "
+                        "hand the data out", o->mode);
+  }
+  if (o->shard_steps > 0 && o->overlap && s->update == UPDATE_SYNC) {
+    return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
+                        "--overlap pushes a sync step in parts: not with --shard-steps, whose "
+                        "steps carry their members in one push");
   }
   if (s->elastic_min > 0 && o->shard_steps == 0) {
     return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,

@@ -55,7 +55,8 @@ static void push(pserver *ps, rpc_call *call, const rpc_message *msg, const wire
     /* The steps this push covers: since its last exchange, at most K. */
     long covered = step - (tr->last_step > 0 ? tr->last_step : 0);
     if (covered > ps->job.geo_steps) covered = ps->job.geo_steps;
-    float scale = 1.0f / (float)n;
+    /* Elastic: the change counts as one of the trainers there now. */
+    float scale = 1.0f / (float)(ps->job.elastic_min > 0 ? pserver_live_trainers(ps, now_s()) : n);
     double t0 = now_s();
     ps_error err;
     if (store_add_changes(ps, msg, m, scale, ps->updates / n, &state_of(ps)->rows, &err) !=

@@ -37,6 +37,9 @@ typedef struct pserver_mode_ops {
   void (*pull_step)(struct pserver *ps, rpc_call *call, const wire_blocks_msg *m);
   /* Trainer said Done: it holds no one back any more. */
   void (*done)(struct pserver *ps, int trainer);
+  /* Handed-out data: trainer has no data for now (its membership `number`
+   * of a sync job ends); it holds no one back until it is back. */
+  void (*leave)(struct pserver *ps, int trainer, uint64_t number);
   /* Answers with code what trainer has waiting (-1: every trainer, and a
    * step under way starts over); what it delivered and is not applied is
    * forgotten. For a trainer registering again, one dropped, a stop. */
@@ -56,6 +59,18 @@ extern const pserver_mode_ops pserver_mode_sync, pserver_mode_async, pserver_mod
 
 /* The table of update mode `update`. */
 const pserver_mode_ops *pserver_mode_of(update_mode update);
+
+/* --- sync.c: what the pserver's replies and pulls need of it -------------------------- */
+
+/* Pserver 0 of a sync job with handed-out data: the members of the step a
+ * reply begins (ParamsReply.members); nothing otherwise. */
+void pserver_sync_write_members(const struct pserver *ps, wire_writer *w);
+/* A PULL_JOIN or PULL_STEP of a sync job with handed-out data: answered or
+ * held, returning 1; 0 for any other pull or job. */
+int pserver_sync_members_pull(struct pserver *ps, rpc_call *call, const wire_blocks_msg *m);
+/* The optimizer's step of a sync job: the step, or with handed-out data the
+ * members' pushes applied / trainers (a step's size follows its members). */
+long sync_schedule_step(const struct pserver *ps);
 
 /* --- async.c: what ssp and geo share with async -------------------------------------------- */
 

@@ -19,6 +19,8 @@ typedef struct ssp_trainer {
   rpc_call *held;    /* its push of last_step (NULL: none held) */
   double held_since; /* when that push arrived */
   int held_keys;     /* tables: the held push brought next keys (parked in the store) */
+  long shift;        /* handed-out data: steps added to its own when it came back from
+                      * having no data, so it stands level with the slowest */
 } ssp_trainer;
 
 /* What the bound saw since the job started here: the largest lead a
@@ -34,20 +36,31 @@ typedef struct ssp_state {
 
 static ssp_state *state_of(const pserver *ps) { return ps->mode_state; }
 
-/* The last step trainer tr pushed; one that has not pushed here yet stands
- * just before the step the job started at on this pserver (0, or a
- * resumed checkpoint's). */
-static long position(const pserver *ps, const trainer_state *tr) {
-  return tr->last_step >= 0 ? tr->last_step : state_of(ps)->base - 1;
+/* The last step trainer i pushed (shifted, see ssp_trainer); one that has
+ * not pushed here yet stands just before the step the job started at on
+ * this pserver (0, or a resumed checkpoint's). */
+static long position(const pserver *ps, int i) {
+  const trainer_state *tr = &ps->trainers[i];
+  return tr->last_step >= 0 ? tr->last_step + state_of(ps)->trainers[i].shift
+                            : state_of(ps)->base - 1;
 }
 
-/* The position of the slowest active trainer (LONG_MAX: none is active).
- * Done and dropped trainers hold no one back. */
+/* Whether trainer i holds the others back: not done, dropped or without
+ * data for now (handed-out data); in elastic jobs also a member by its
+ * lease that has pushed (a joiner starts level with the slowest). */
+static int holds_back(const pserver *ps, int i, double now) {
+  const trainer_state *tr = &ps->trainers[i];
+  if (tr->done || tr->lost || tr->away) return 0;
+  if (ps->job.elastic_min == 0) return 1;
+  return tr->last_step >= 0 && pserver_is_member(ps, i, now);
+}
+
+/* The position of the slowest trainer holding others back (LONG_MAX: none). */
 static long slowest(const pserver *ps) {
   long lo = LONG_MAX;
+  double now = now_s();
   for (int i = 0; i < ps->cfg.trainers; i++) {
-    const trainer_state *tr = &ps->trainers[i];
-    if (!tr->done && !tr->lost && position(ps, tr) < lo) lo = position(ps, tr);
+    if (holds_back(ps, i, now) && position(ps, i) < lo) lo = position(ps, i);
   }
   return lo;
 }
@@ -66,8 +79,8 @@ static uint64_t register_step(pserver *ps, int trainer) {
   if (fresh) state_of(ps)->base = ps->updates / n;
   long lo = LONG_MAX;
   for (int i = 0; i < n; i++) {
-    const trainer_state *tr = &ps->trainers[i];
-    if (!tr->lost && position(ps, tr) < lo) lo = position(ps, tr);
+    if (ps->job.elastic_min > 0 ? !holds_back(ps, i, now_s()) : ps->trainers[i].lost) continue;
+    if (position(ps, i) < lo) lo = position(ps, i);
   }
   if (lo == LONG_MAX) return (uint64_t)ps->updates;
   return (uint64_t)(lo + 1) * (uint64_t)n;
@@ -100,7 +113,7 @@ static void release(pserver *ps, int id, long low) {
   double held = now_s() - h->held_since;
   h->held = NULL;
   st->held_s += held;
-  note_lead(ps, ps->trainers[id].last_step, low);
+  note_lead(ps, position(ps, id), low);
   pserver_metrics_ssp(ps->cfg.metrics, held, st->max_lead);
   store_unpark_keys(ps, id, h->held_keys);
   store_reply_push(ps, call, 1);
@@ -113,12 +126,19 @@ static void release_allowed(pserver *ps) {
   long low = slowest(ps);
   for (int i = 0; i < ps->cfg.trainers; i++) {
     ssp_trainer *h = &state_of(ps)->trainers[i];
-    if (h->held != NULL && may_go(ps, ps->trainers[i].last_step, low)) release(ps, i, low);
+    if (h->held != NULL && may_go(ps, position(ps, i), low)) release(ps, i, low);
   }
 }
 
 static void done(pserver *ps, int trainer) {
   (void)trainer;
+  release_allowed(ps);
+}
+
+/* Handed-out data: no data for now; back level with the slowest when it pushes again. */
+static void leave(pserver *ps, int trainer, uint64_t number) {
+  (void)number;
+  ps->trainers[trainer].away = 1;
   release_allowed(ps);
 }
 
@@ -148,6 +168,13 @@ static void push(pserver *ps, rpc_call *call, const rpc_message *msg, const wire
                    "slowest trainer", id, step, tr->last_step);
     return;
   }
+  if (tr->away && step > tr->last_step) {
+    /* Back with data: it stands level with the slowest of those training. */
+    long low = slowest(ps), was = tr->last_step >= 0 ? tr->last_step : step - 1;
+    if (low != LONG_MAX && low - was > h->shift) h->shift = low - was;
+    if (tr->last_step < 0) tr->last_step = was;
+    tr->away = 0;
+  }
   int applied = pserver_async_apply(ps, call, msg, m);
   if (applied < 0) return;
   if (!applied) {
@@ -156,8 +183,8 @@ static void push(pserver *ps, rpc_call *call, const rpc_message *msg, const wire
   }
   state_of(ps)->pushes++;
   long low = slowest(ps);
-  if (may_go(ps, step, low)) {
-    note_lead(ps, step, low);
+  if (may_go(ps, position(ps, (int)id), low)) {
+    note_lead(ps, position(ps, (int)id), low);
     pserver_metrics_ssp(ps->cfg.metrics, 0.0, state_of(ps)->max_lead);
     store_reply_push(ps, call, 1);
   } else {
@@ -170,6 +197,7 @@ static void push(pserver *ps, rpc_call *call, const rpc_message *msg, const wire
 static void drop(pserver *ps, int trainer, ps_err code, const char *why) {
   for (int i = 0; i < ps->cfg.trainers; i++) {
     ssp_trainer *h = &state_of(ps)->trainers[i];
+    if (trainer >= 0 && i == trainer) h->shift = 0; /* a new process, or dropped */
     if ((trainer >= 0 && i != trainer) || h->held == NULL) continue;
     rpc_call_reply(h->held, code, why, NULL, 0);
     h->held = NULL;
@@ -189,12 +217,12 @@ static void poll(pserver *ps, double now) {
     }
   }
   if (oldest < 0 || now - held[oldest].held_since <= ps->cfg.step_timeout) return;
-  long need = ps->trainers[oldest].last_step - ps->job.staleness;
+  long need = position(ps, oldest) - ps->job.staleness;
   char missing[256] = "";
   size_t used = 0;
   for (int i = 0; i < ps->cfg.trainers; i++) {
     trainer_state *tr = &ps->trainers[i];
-    if (tr->done || tr->lost || tr->last_step >= need) continue;
+    if (!holds_back(ps, i, now) || position(ps, i) >= need) continue;
     if (used < sizeof missing) {
       used += (size_t)snprintf(missing + used, sizeof missing - used, "%s%d (at step %ld)",
                                used > 0 ? ", " : "", i, tr->last_step);
@@ -252,6 +280,7 @@ const pserver_mode_ops pserver_mode_ssp = {
     .push = push,
     .pull_step = pserver_async_pull_step,
     .done = done,
+    .leave = leave,
     .drop = drop,
     .poll = poll,
     .log = log_bound,

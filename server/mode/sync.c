@@ -12,9 +12,11 @@
 #include <stdlib.h>
 
 #include "common/clock.h"
+#include "common/job_limits.h"
 #include "common/log.h"
 #include "server/pserver_internal.h"
 #include "server/pserver_straggler.h"
+#include "server/shard_queue.h"
 
 typedef struct sync_trainer {
   rpc_call *waiting;   /* whole pushes: its push, answered when the step completes */
@@ -36,12 +38,46 @@ typedef struct sync_state {
   long reply_step;
   int reply_count;
   double reply_started;
+  sync_members *members; /* handed-out data: the members of each step; else NULL */
 } sync_state;
 
 static sync_state *state_of(const pserver *ps) { return ps->mode_state; }
 
 void *sync_step_state(const pserver *ps) { return state_of(ps)->step_state; }
 void sync_step_set_state(pserver *ps, void *state) { state_of(ps)->step_state = state; }
+
+int sync_in_step(const pserver *ps, int i) {
+  const sync_members *sm = state_of(ps)->members;
+  return sm != NULL ? sync_members_expected(ps, sm, i) : !ps->trainers[i].lost;
+}
+
+/* With handed-out data the trainers waited for are the step's members present. */
+static void recount(pserver *ps) {
+  const sync_members *sm = state_of(ps)->members;
+  if (sm != NULL) ps->active = sync_members_count(ps, sm);
+}
+
+void sync_step_replying(pserver *ps, int count) {
+  sync_members *sm = state_of(ps)->members;
+  if (sm != NULL) sync_members_decide(ps, sm, count);
+}
+
+void sync_step_begun(pserver *ps) {
+  sync_members *sm = state_of(ps)->members;
+  if (sm == NULL) return;
+  sync_members_begin_step(ps, sm);
+  recount(ps);
+}
+
+long sync_schedule_step(const pserver *ps) {
+  const sync_members *sm = state_of(ps)->members;
+  return sm != NULL ? sync_members_schedule_step(sm, ps->cfg.trainers) : ps->updates;
+}
+
+void pserver_sync_write_members(const pserver *ps, wire_writer *w) {
+  if (ps->mode != &pserver_mode_sync || state_of(ps)->members == NULL) return;
+  sync_members_write(ps, state_of(ps)->members, w);
+}
 
 /* --- whole pushes ------------------------------------------------------------------ */
 
@@ -80,7 +116,9 @@ static void complete_step(pserver *ps) {
     for (int i = 0; i < count; i++) pserver_refuse(calls[i], "PushPull", err.code, "%s", err.msg);
     return;
   }
+  sync_step_replying(ps, count);
   ps->updates++;
+  sync_step_begun(ps);
   sync_state *state = state_of(ps);
   state->reply_step = step;
   state->reply_count = count;
@@ -193,6 +231,11 @@ static void pull_step(pserver *ps, rpc_call *call, const wire_blocks_msg *m) {
     pserver_refuse(call, "Pull", ps->stop_code, "%s", ps->stop_reason);
     return;
   }
+  if (st->members != NULL) {
+    sync_members_pull(ps, st->members, call, m, st->step->started(ps));
+    recount(ps);
+    return;
+  }
   if (ps->trainers[id].lost) {
     pserver_refuse(call, "Pull", PS_ERR_FAILED_PRECONDITION,
                    "trainer %u was dropped for missing a step (--on-trainer-loss continue)", id);
@@ -247,14 +290,47 @@ static void push(pserver *ps, rpc_call *call, const rpc_message *msg, const wire
                    ps->updates);
     return;
   }
+  sync_members *sm = state_of(ps)->members;
+  if (sm != NULL) {
+    if (sync_members_check_push(ps, sm, call, msg, m) != PS_ERR_OK) return;
+    recount(ps); /* the first push of a step names its members here */
+  }
   step_ops->push(ps, call, msg, m);
 }
 
 /* A trainer registering again, dropped, or a stop (-1): its held push
  * and its pull at the barrier are answered. */
 static void drop(pserver *ps, int trainer, ps_err code, const char *why) {
-  state_of(ps)->step->drop(ps, trainer, code, why);
+  sync_state *st = state_of(ps);
+  st->step->drop(ps, trainer, code, why);
   drop_pulls(ps, trainer, code, why);
+  if (st->members == NULL) return;
+  sync_members_drop(ps, st->members, trainer, code, why);
+  if (trainer < 0) return;
+  /* Registered again (a new process): its memberships end; the step goes on. */
+  sync_members_leave(ps, st->members, trainer, sync_members_number(st->members, trainer), why);
+  recount(ps);
+  st->step->try_complete(ps);
+}
+
+/* Handed-out data: membership `number` of trainer ended (it has no data
+ * for now, or is done): not waited for under it. */
+static void end_membership(pserver *ps, int trainer, uint32_t number, const char *why) {
+  sync_state *st = state_of(ps);
+  if (st->members == NULL) return;
+  sync_members_leave(ps, st->members, trainer, number, why);
+  recount(ps);
+  st->step->try_complete(ps);
+}
+
+static void done(pserver *ps, int trainer) {
+  if (state_of(ps)->members == NULL) return;
+  end_membership(ps, trainer, sync_members_number(state_of(ps)->members, trainer), "done");
+}
+
+static void leave(pserver *ps, int trainer, uint64_t number) {
+  end_membership(ps, trainer, number > UINT32_MAX ? UINT32_MAX : (uint32_t)number,
+                 "no data for now");
 }
 
 /* Whether trainer i is at the barrier that is late: the step's pushes, or
@@ -298,8 +374,30 @@ static void fail_step(pserver *ps, int pull) {
   ps->status = PSERVER_FAILED;
 }
 
+/* Handed-out data: members that went silent within the step leave it
+ * (their shards go back at once); a member's shard is not taken from it
+ * while it waits in a step (for this pserver or another). */
+static void poll_members(pserver *ps, double now) {
+  const sync_state *st = state_of(ps);
+  int was[PSTRAIN_MAX_TRAINERS];
+  for (int i = 0; i < ps->cfg.trainers; i++) was[i] = sync_members_expected(ps, st->members, i);
+  if (sync_members_poll(ps, st->members, now, st->step->started(ps)) > 0) {
+    for (int i = 0; i < ps->cfg.trainers; i++) {
+      if (was[i] && !sync_members_expected(ps, st->members, i) && ps->shards != NULL) {
+        shard_queue_gone(ps->shards, i, "left the steps (silent)");
+      }
+    }
+    recount(ps);
+    st->step->try_complete(ps);
+  }
+  for (int i = 0; i < ps->cfg.trainers && ps->shards != NULL; i++) {
+    if (sync_members_expected(ps, st->members, i)) shard_queue_renew(ps->shards, i, now);
+  }
+}
+
 static void poll(pserver *ps, double now) {
   const sync_state *st = state_of(ps);
+  if (st->members != NULL) poll_members(ps, now);
   int late = st->step->started(ps) && now - ps->step_started > ps->cfg.step_timeout;
   int late_pull = st->pulled_count > 0 && now - st->pull_started > ps->cfg.step_timeout;
   if ((late || late_pull) && ps->cfg.continue_on_trainer_loss) drop_missing_trainers(ps, !late);
@@ -321,6 +419,7 @@ static void deconfigure(pserver *ps) {
   if (st == NULL) return;
   if (st->trainers != NULL) drop_pulls(ps, -1, PS_ERR_ABORTED, "the pserver dropped its job");
   if (st->step != NULL && st->step->free != NULL) st->step->free(ps);
+  sync_members_free(ps, st->members);
   free(st->trainers);
   free(st->pull_calls);
   free(st->pull_ids);
@@ -343,6 +442,11 @@ static ps_err configure(pserver *ps, ps_error *err) {
   }
   /* Chosen once: a dense store takes a step in parts; rows need it whole. */
   st->step = store_applies_parts(&ps->store) ? &sync_step_dense : &sync_step_whole;
+  if (ps->job.shard_steps > 0 && sync_members_create(ps, &st->members, err) != PS_ERR_OK) {
+    deconfigure(ps);
+    return err->code;
+  }
+  if (st->members != NULL) ps->active = 0; /* nobody has joined a step yet */
   if (st->step->configure != NULL && st->step->configure(ps, err) != PS_ERR_OK) {
     deconfigure(ps);
     return err->code;
@@ -358,7 +462,16 @@ const pserver_mode_ops pserver_mode_sync = {
     .register_step = register_step,
     .push = push,
     .pull_step = pull_step,
+    .done = done,
+    .leave = leave,
     .drop = drop,
     .poll = poll,
     .rolled_back = rolled_back,
 };
+
+int pserver_sync_members_pull(pserver *ps, rpc_call *call, const wire_blocks_msg *m) {
+  if (ps->mode != &pserver_mode_sync || state_of(ps)->members == NULL) return 0;
+  if (m->kind != PSTRAIN__PULL_KIND__PULL_JOIN && m->kind != PSTRAIN__PULL_KIND__PULL_STEP) return 0;
+  pull_step(ps, call, m);
+  return 1;
+}

@@ -130,6 +130,7 @@ static void reply_blocks(pserver *ps, rpc_call *call, const uint32_t *ids, size_
   size_t size = wire_dtype_size(ps->job.wire_dtype);
   rpc_lease *lease = snap != NULL ? &snap->lease : NULL;
   wire_writer_params_header(&ps->reply, ps->incarnation, (uint64_t)version);
+  pserver_sync_write_members(ps, &ps->reply);
   wire_writer_dtype(&ps->reply, ps->job.wire_dtype);
   size_t floats = 0;
   for (size_t i = 0; i < count; i++) {
@@ -223,7 +224,7 @@ static int covered_by(const sync_dense *pp, const parts_call *c, const unsigned 
 static int active_slots(const pserver *ps, int *slots) {
   int count = 0;
   for (int i = 0; i < ps->cfg.trainers; i++) {
-    if (!ps->trainers[i].lost) slots[count++] = i;
+    if (sync_in_step(ps, i)) slots[count++] = i;
   }
   return count;
 }
@@ -244,6 +245,7 @@ static void reset_step(pserver *ps) {
 static void finish_step(pserver *ps, const int *slots, int count) {
   reset_step(ps);
   ps->updates++;
+  sync_step_begun(ps);
   ps->step_torn = 0;
   pserver_after_step(ps, slots, count);
 }
@@ -256,7 +258,7 @@ static void dense_try_apply(pserver *ps) {
   int count = active_slots(ps, slots);
   if (count == 0) return;
   const dense_shard *t = &ps->store.dense;
-  long step = ps->updates;
+  long step = ps->updates, schedule = sync_schedule_step(ps);
   double t0 = now_s();
   size_t newly = 0;
   /* Apply every block each active trainer has delivered, in runs of
@@ -269,7 +271,7 @@ static void dense_try_apply(pserver *ps) {
     }
     if (ready && run_floats > 0 && t->map.blocks[b].shard_offset != run_start + run_floats) {
       dense_shard_apply_range(&ps->store.dense, &ps->job.optimizer, slots, count,
-                              1.0f / (float)count, step, run_start, run_floats);
+                              1.0f / (float)count, schedule, run_start, run_floats);
       run_floats = 0;
     }
     if (ready) {
@@ -279,12 +281,13 @@ static void dense_try_apply(pserver *ps) {
       newly++;
     } else if (run_floats > 0) {
       dense_shard_apply_range(&ps->store.dense, &ps->job.optimizer, slots, count,
-                              1.0f / (float)count, step, run_start, run_floats);
+                              1.0f / (float)count, schedule, run_start, run_floats);
       run_floats = 0;
     }
   }
   if (newly > 0) {
     pp->applied_count += newly;
+    if (pp->applied_count == pp->mine) sync_step_replying(ps, count);
     t0 = timeline_span(ps->cfg.timeline, "apply", step, t0);
   }
   /* Even with nothing new applied: a resent part of applied blocks. */

@@ -76,7 +76,7 @@ ps_err store_apply_step(pserver *ps, const int *slots, int count, ps_error *err)
   }
   /* Sum in trainer-id order, average, apply. */
   dense_shard_apply_sum(&ps->store.dense, &ps->job.optimizer, slots, count, 1.0f / (float)count,
-                        ps->updates);
+                        sync_schedule_step(ps));
   return PS_ERR_OK;
 }
 

@@ -140,6 +140,13 @@ ps_err ps_client_connect(ps_client *c, const endpoint_list *pservers, const job_
   c->prefetch_ops = calloc((size_t)n, sizeof *c->prefetch_ops);
   c->prefetch_target = calloc((size_t)n, sizeof *c->prefetch_target);
   c->refs_cap = c->map.block_count + 1;
+  if (job->update == UPDATE_SYNC && job->shard_steps > 0) {
+    c->members_cap = WIRE_MEMBERS_MAX(job->trainers);
+    if ((c->members = calloc(c->members_cap, 1)) == NULL) {
+      ps_client_close(c);
+      return ps_error_set(err, PS_ERR_NO_MEMORY, "ps client: out of memory");
+    }
+  }
   c->refs = malloc(c->refs_cap * sizeof *c->refs);
   c->seen = malloc(c->map.block_count > 0 ? c->map.block_count : 1);
   int converted = job->wire_dtype != WIRE_DTYPE_F32;
@@ -173,7 +180,9 @@ ps_err ps_client_connect(ps_client *c, const endpoint_list *pservers, const job_
     return ps_error_set(err, PS_ERR_NO_MEMORY, "ps client: out of memory");
   }
   ps_err rc = register_all(c, connect_timeout, steps, err);
-  for (int p = 1; p < n && rc == PS_ERR_OK; p++) {
+  /* With handed-out data a sync trainer joins a step later (the pservers may be a step apart). */
+  int joins = job->update == UPDATE_SYNC && job->shard_steps > 0;
+  for (int p = 1; p < n && rc == PS_ERR_OK && !joins; p++) {
     if (steps[p] != steps[0] && job->update == UPDATE_SYNC) {
       rc = ps_error_set(err, PS_ERR_FAILED_PRECONDITION,
                         "pserver 0 is at step %ld but pserver %d at %ld: restart them with "
@@ -224,6 +233,7 @@ void ps_client_close(ps_client *c) {
   free(c->tier_stats);
   shard_map_free(&c->map);
   tensor_layout_free(&c->layout);
+  free(c->members);
   memset(c, 0, sizeof *c);
 }
 
@@ -257,6 +267,14 @@ static ps_err apply_replies(ps_client *c, const char *what, long want_version, f
       return ps_error_set(err, PS_ERR_CORRUPT_DATA, "%s: pserver %d sent %s blocks, the job's "
                           "--wire-dtype is %s", what, p, wire_dtype_name((wire_dtype)m.dtype),
                           wire_dtype_name(dtype));
+    }
+    if (p == 0 && c->members != NULL && m.members.len > 0) {
+      if (m.members.len > c->members_cap) {
+        return ps_error_set(err, PS_ERR_CORRUPT_DATA, "%s: pserver 0 named %zu bytes of members, "
+                            "at most %zu", what, m.members.len, c->members_cap);
+      }
+      wire_copy_block(msg, &m.members, c->members);
+      c->members_len = m.members.len;
     }
     if (m.block_count != c->map.shard_blocks[p]) {
       return ps_error_set(err, PS_ERR_CORRUPT_DATA, "%s: pserver %d sent %zu blocks, expected %zu",
@@ -373,6 +391,7 @@ ps_err ps_client_push_pull(ps_client *c, long step, const float *grads, float *p
     wire_writer_dtype(w, dtype);
     if (c->job.update == UPDATE_GEO) wire_writer_deltas(w); /* grads hold parameter changes */
     if (c->job.shard_steps > 0) wire_writer_position(w, &c->position);
+    if (c->members != NULL) wire_writer_members(w, c->members, c->members_len);
     for (size_t i = 0; i < c->map.block_count; i++) {
       const shard_block *b = &c->map.blocks[i];
       if (b->pserver == p) {
@@ -404,15 +423,22 @@ ps_err ps_client_push_pull(ps_client *c, long step, const float *grads, float *p
   return rc;
 }
 
-ps_err ps_client_done(ps_client *c, long step, ps_error *err) {
+static ps_err say_done(ps_client *c, long step, int leave, ps_error *err) {
   Pstrain__RequestKey key;
   fill_key(c, step, &key);
   Pstrain__DoneRequest req = PSTRAIN__DONE_REQUEST__INIT;
   req.key = &key;
   req.config_hash = c->hash;
-  ps_err rc = send_to_all(c, WIRE_METHOD_DONE, &req.base, "saying done", err);
+  req.leave = leave;
+  ps_err rc = send_to_all(c, WIRE_METHOD_DONE, &req.base, leave ? "leaving" : "saying done", err);
   free_replies(c);
   return rc;
+}
+
+ps_err ps_client_done(ps_client *c, long step, ps_error *err) { return say_done(c, step, 0, err); }
+
+ps_err ps_client_leave(ps_client *c, ps_error *err) {
+  return say_done(c, (long)c->member_number, 1, err); /* the membership that ends */
 }
 
 int ps_client_recoverable(ps_err code) {

@@ -66,6 +66,12 @@ typedef struct ps_client {
   double rpc_timeout;
   /* Jobs with handed-out data: where the next push's batch begins. */
   wire_position position;
+  /* Sync jobs with handed-out data: the members of the step pushed next as
+   * pserver 0 answered (a members list, wire.h), and this trainer's
+   * membership number; members is NULL in other jobs. */
+  uint8_t *members;
+  size_t members_len, members_cap;
+  uint32_t member_number;
   /* Fault injection for tests (PSTRAIN_TEST_KILL_MID_PUSH=N): the N-th push
    * of this process goes to pserver 0 alone, is answered, and the process
    * kills itself (a trainer dying in the middle of a push); -1: never. */
@@ -160,5 +166,13 @@ void ps_client_die_mid_push(ps_client *c);
 
 /* Tells every pserver this trainer is finished. */
 ps_err ps_client_done(ps_client *c, long step, ps_error *err);
+/* Handed-out data, sync and ssp: tells every pserver this trainer has no
+ * data for now (not done): nobody waits for it until it joins (sync) or
+ * pushes (ssp) again. */
+ps_err ps_client_leave(ps_client *c, ps_error *err);
+/* Sync jobs with handed-out data: joins the steps (pserver 0 answers when
+ * the step the trainer is a member of begins); *step is that step,
+ * c->members its members, c->member_number this trainer's number. */
+ps_err ps_client_sync_join(ps_client *c, long *step, ps_error *err);
 
 #endif

@@ -1,5 +1,5 @@
-/* A trainer's side of handed-out data: NextShard to pserver 0, and the
- * tests' death in the middle of a push. */
+/* A trainer's side of handed-out data: NextShard to pserver 0, a sync
+ * trainer joining the steps, and the tests' death in the middle of a push. */
 #define _POSIX_C_SOURCE 200809L
 #include <signal.h>
 #include <stdio.h>
@@ -59,6 +59,74 @@ ps_err ps_client_next_shard(ps_client *c, long epoch, long finished, data_shard 
                         out->wait_s);
   }
   return PS_ERR_OK;
+}
+
+/* Pserver 0's answer to a join: the members of the trainer's first step,
+ * this trainer among them (its membership number). */
+static ps_err take_members(ps_client *c, const rpc_message *msg, const wire_blocks_msg *m,
+                           ps_error *err) {
+  int n = c->job.trainers;
+  uint32_t *numbers = malloc((size_t)n * sizeof *numbers);
+  if (numbers == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "joining: out of memory");
+  ps_err rc = PS_ERR_OK;
+  if (m->members.len == 0 || m->members.len > c->members_cap) {
+    rc = ps_error_set(err, PS_ERR_CORRUPT_DATA, "joining the steps: pserver 0 named %zu bytes "
+                      "of members", m->members.len);
+  } else {
+    wire_copy_block(msg, &m->members, c->members);
+    c->members_len = m->members.len;
+    rc = wire_members_decode(c->members, c->members_len, numbers, n, err);
+  }
+  if (rc == PS_ERR_OK && numbers[c->trainer_id] == 0) {
+    rc = ps_error_set(err, PS_ERR_CORRUPT_DATA, "joining the steps: pserver 0's members do not "
+                      "name this trainer (%d)", c->trainer_id);
+  }
+  if (rc == PS_ERR_OK) c->member_number = numbers[c->trainer_id];
+  free(numbers);
+  return rc;
+}
+
+/* PULL_JOIN to pservers first..last-1 at once; pserver 0's reply names the
+ * step the trainer is a member of (*step) and its members. */
+static ps_err send_join(ps_client *c, int first, int last, long *step, ps_error *err) {
+  wire_key key = {(uint32_t)c->trainer_id, c->incarnation, 0};
+  for (int p = first; p < last; p++) {
+    wire_writer *w = &c->writers[p];
+    PS_TRY(wire_writer_begin(w, 0, err));
+    wire_writer_push_header(w, &key, c->hash);
+    wire_writer_pull_kind(w, PSTRAIN__PULL_KIND__PULL_JOIN);
+    PS_TRY(wire_writer_check(w, err));
+    c->ops[p] = (rpc_op){.channel = c->channels[p], .method = WIRE_METHOD_PULL,
+                         .parts = w->parts, .part_count = w->part_count,
+                         .timeout_s = c->rpc_timeout};
+  }
+  ps_err rc = rpc_client_call_all(c->rpc, c->ops + first, last - first, err);
+  for (int p = first; p < last; p++) {
+    const rpc_op *op = &c->ops[p];
+    wire_blocks_msg m = {.blocks = c->refs, .block_cap = c->refs_cap};
+    if (rc != PS_ERR_OK && op->code != PS_ERR_OK) {
+      rc = ps_error_set(err, op->code, "joining the steps: pserver %d at %s: %s (%s)", p,
+                        c->targets.items[p], op->message, ps_err_name(op->code));
+    } else if (rc == PS_ERR_OK && wire_parse_blocks(&op->reply.message, &m, err) != PS_ERR_OK) {
+      rc = ps_error_set(err, PS_ERR_CORRUPT_DATA, "joining the steps: pserver %d's reply: %s", p,
+                        err->msg);
+    } else if (rc == PS_ERR_OK && m.pserver_incarnation != c->pserver_incarnation[p]) {
+      rc = ps_error_set(err, PS_ERR_ABORTED, "joining the steps: pserver %d restarted", p);
+    } else if (rc == PS_ERR_OK && p == 0) {
+      rc = take_members(c, &op->reply.message, &m, err);
+      *step = (long)m.step;
+    }
+  }
+  for (int p = first; p < last; p++) rpc_reply_free(&c->ops[p].reply);
+  return rc;
+}
+
+ps_err ps_client_sync_join(ps_client *c, long *step, ps_error *err) {
+  if (c->members == NULL) {
+    return ps_error_set(err, PS_ERR_INTERNAL, "joining the steps: not a sync job with "
+                        "handed-out data");
+  }
+  return send_join(c, 0, 1, step, err);
 }
 
 long ps_client_kill_at_push(void) {

@@ -6,7 +6,11 @@
  * tables, only the rows touched since then (geo_rows.c). The pservers add
  * change / N and answer with the fresh parameters and rows, which this
  * trainer takes and remembers as the base of its next change. Evaluation
- * and export read the pservers' rows as in the other updates (pserver.c). */
+ * and export read the pservers' rows as in the other updates (pserver.c).
+ * With handed-out data (--shard-steps) the change also goes out at the end
+ * of each shard, before pserver 0 hears the shard is finished, and carries
+ * where the first of its batches begins: a batch counts once its change is
+ * applied everywhere. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -75,6 +79,12 @@ static ps_err exchange(pserver_replica *g, long done, ps_error *err) {
 static ps_err geo_push(replica *r, long step, const data_batch *b, long *next, ps_error *err) {
   pserver_replica *g = (pserver_replica *)r;
   trainer *t = r->t;
+  int handed = t->settings.opt.shard_steps > 0;
+  if (handed && g->local == 0) {
+    /* The exchange's batches begin here: the ones before were in earlier exchanges. */
+    data_position at = data_source_position(t->data, step);
+    g->c.position = (wire_position){(uint64_t)at.epoch, (uint64_t)at.shard, (uint64_t)at.offset};
+  }
   if (b->size > 0) {
     PS_TRY(replica_apply_local(t, step, b, err));
     if (g->rows != NULL) PS_TRY(geo_rows_note(g->rows, b, t->rows, err));
@@ -82,8 +92,38 @@ static ps_err geo_push(replica *r, long step, const data_batch *b, long *next, p
   *next = step + 1;
   g->steps++;
   g->version = step + 1;
-  if (++g->local < t->settings.geo_steps && step + 1 < t->data->total_steps) return PS_ERR_OK;
+  /* Handed-out data: the shard's end decides, not the fixed split's last step. */
+  if (++g->local < t->settings.geo_steps && (handed || step + 1 < t->data->total_steps)) {
+    return PS_ERR_OK;
+  }
   return exchange(g, step + 1, err);
+}
+
+/* Handed-out data: what this trainer changed since its last exchange goes
+ * out before it tells pserver 0 its shard is finished. */
+static ps_err geo_next_shard(replica *r, long epoch, long finished, data_shard *out,
+                             ps_error *err) {
+  pserver_replica *g = (pserver_replica *)r;
+  if (g->local > 0) PS_TRY(exchange(g, g->version, err));
+  double start = now_s();
+  ps_err rc = ps_client_next_shard(&g->c, epoch, finished, out, err);
+  r->comm_seconds += now_s() - start;
+  return rc;
+}
+
+/* Before evaluating handed-out data: the pservers' parameters now (others
+ * exchanged since), which become the base of the next change. */
+static ps_err geo_refresh(replica *r, ps_error *err) {
+  pserver_replica *g = (pserver_replica *)r;
+  trainer *t = r->t;
+  if (g->local > 0) PS_TRY(exchange(g, g->version, err));
+  double start = now_s();
+  ps_err rc = ps_client_pull(&g->c, t->host_params, err);
+  r->comm_seconds += now_s() - start;
+  if (rc != PS_ERR_OK) return ps_error_set(err, rc, "before evaluating: %s", err->msg);
+  memcpy(g->at_exchange, t->host_params, t->model->layout.total * sizeof(float));
+  return t->staged ? model_set_params(t->model, t->host_params, err)
+                   : PS_ERR_OK;
 }
 
 static ps_err geo_finish(replica *r, long steps, ps_error *err) {
@@ -107,19 +147,22 @@ static const replica_ops geo_ops = {
     .gather = pserver_gather,
     .broadcast = pserver_broadcast,
     .metrics = pserver_metrics,
+    .refresh = geo_refresh,
+    .next_shard = geo_next_shard,
     .finish = geo_finish,
     .destroy = pserver_destroy,
 };
 
 ps_err replica_geo_create(trainer *t, replica **out, ps_error *err) {
-  const trainer_settings *s = &t->settings;
   pserver_replica *g = calloc(1, sizeof *g);
   if (g == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "out of memory");
   g->base.ops = &geo_ops;
   g->base.t = t;
   t->mode_label = "pserver-geo";
-  t->id = (int)s->opt.id;
-  t->trainers = (int)s->opt.trainers;
+  if (pserver_replica_take_id(g, err) != PS_ERR_OK) {
+    free(g);
+    return err->code;
+  }
   *out = &g->base;
   return PS_ERR_OK;
 }

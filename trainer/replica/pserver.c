@@ -24,6 +24,19 @@
 #include "trainer/replica/pserver_replica.h"
 #include "trainer/train.h"
 
+/* Sync jobs with handed-out data: the trainer joins the steps late and
+ * leaves them while it has no data, so the job's step it pushes is its
+ * own (job_step), not the loop's count. */
+static int joins_steps(const pserver_replica *p) { return p->c.members != NULL; }
+static long key_step(const pserver_replica *p, long step) {
+  return joins_steps(p) ? p->job_step : step;
+}
+
+/* Recovery re-registers and may roll the job back: not for a trainer that
+ * joined the steps (it would have to join again). */
+static double recover_timeout(const pserver_replica *p) {
+  return joins_steps(p) ? 0.0 : p->base.t->settings.opt.recover_timeout;
+}
 
 /* Backward's report: tensors first..last have final gradients; their blocks go out now. */
 static ps_err tensors_ready(void *ctx, int first, int last, ps_error *err) {
@@ -108,6 +121,7 @@ void pserver_replica_log_start(const trainer *t) {
 static ps_err pserver_start(replica *r, ps_error *err) {
   pserver_replica *p = (pserver_replica *)r;
   PS_TRY(pserver_replica_connect(p, err));
+  p->member = !joins_steps(p); /* ssp holds others back until it leaves; sync joins first */
   PS_TRY(r->t->model->tables > 0 ? pserver_replica_start_sparse(p, err) : start_dense(p, err));
   (void)ps_client_bytes_since(&p->c, &p->bytes_counted); /* steps count from here */
   pserver_replica_log_start(r->t);
@@ -160,12 +174,12 @@ static ps_err pserver_pull(replica *r, long step, const data_batch *b, ps_error 
     const sparse_dedup *d = b->dedup;
     p->ahead_split = -1;
     if (ps_sparse_split(&p->sp, &p->sp.next, d->unique, d->counts, n, err) != PS_ERR_OK ||
-        ps_sparse_pull_step(&p->sp, step, p->params, err) != PS_ERR_OK) {
+        ps_sparse_pull_step(&p->sp, key_step(p, step), p->params, err) != PS_ERR_OK) {
       return err->code;
     }
     ps_sparse_scatter(&p->sp, &p->sp.next, t->rows);
     p->need_pull = 0;
-    p->version = step;
+    p->version = key_step(p, step);
     PS_TRY(model_set_params(t->model, p->params, err));
   }
   timeline_span(t->tl, "pull", step, t0); /* a PULL_STEP, or the rows the last reply brought */
@@ -219,15 +233,16 @@ static ps_err push_sparse(pserver_replica *p, long step, const data_batch *b, lo
   if (p->ahead_split != step + 1) PS_TRY(split_next(p, step, err));
   p->ahead_split = -1;
   double start = now_s();
-  long resume_at;
-  PS_TRY(ps_sparse_push_pull(&p->sp, step, p->grads, t->row_grads, p->params,
-                             t->settings.opt.recover_timeout, &resume_at, err));
+  long resume_at, at = key_step(p, step);
+  PS_TRY(ps_sparse_push_pull(&p->sp, at, p->grads, t->row_grads, p->params, recover_timeout(p),
+                             &resume_at, err));
   timeline_span(t->tl, "push", step, start); /* push-pull, the pservers' wait included */
   p->base.comm_seconds += now_s() - start;
   p->base.comm_bytes += ps_client_bytes_since(&p->c, &p->bytes_counted);
   p->steps++;
-  *next = resume_at;
-  if (resume_at <= step) {
+  *next = step + (resume_at - at);
+  if (joins_steps(p)) p->job_step = resume_at;
+  if (resume_at <= at) {
     p->need_pull = 1; /* the job went back: the data source seeks when asked for that step */
     return PS_ERR_OK;
   }
@@ -250,9 +265,11 @@ static ps_err push_dense(pserver_replica *p, long step, long *next, ps_error *er
   }
   ps_err rc = ps_client_parts_open(&p->c)
                   ? ps_client_parts_finish(&p->c, t->host_grads, t->host_params, err)
-                  : ps_client_push_pull(&p->c, step, t->host_grads, t->host_params, err);
+                  : ps_client_push_pull(&p->c, key_step(p, step), t->host_grads, t->host_params,
+                                        err);
+  if (rc == PS_ERR_OK && joins_steps(p)) p->job_step++;
   if (rc != PS_ERR_OK) {
-    double timeout = t->settings.opt.recover_timeout;
+    double timeout = recover_timeout(p);
     if (!ps_client_recoverable(err->code) || timeout <= 0) return err->code;
     LOG_WARN("%s: recovering (--recover-timeout %.0f s)", err->msg, timeout);
     long resume_at;
@@ -289,7 +306,7 @@ static ps_err pserver_push(replica *r, long step, const data_batch *b, long *nex
  * may be back (restarted, or not reached), registers again within
  * --recover-timeout, nothing resent; 1 when the read may be tried again. */
 static int recovered(pserver_replica *p, ps_err rc, ps_error *err) {
-  double timeout = p->base.t->settings.opt.recover_timeout;
+  double timeout = recover_timeout(p);
   if (!ps_client_recoverable(rc) || timeout <= 0) return 0;
   LOG_WARN("%s: recovering (--recover-timeout %.0f s)", err->msg, timeout);
   long resume_at;
@@ -315,6 +332,40 @@ static ps_err pserver_refresh(replica *r, ps_error *err) {
   return t->staged ? model_set_params(t->model, t->host_params, err) : PS_ERR_OK;
 }
 
+/* Sync: joins the steps (pserver 0 names the step it is a member of) and
+ * takes that step's parameters: the dense ones now, a model with tables
+ * with its first batch's rows (pserver_pull). */
+static ps_err join_steps(pserver_replica *p, ps_error *err) {
+  trainer *t = p->base.t;
+  double start = now_s();
+  long step;
+  PS_TRY(ps_client_sync_join(&p->c, &step, err));
+  p->job_step = step;
+  if (p->sparse) {
+    p->need_pull = 1;
+  } else {
+    PS_TRY(ps_client_pull_kind(&p->c, step, PSTRAIN__PULL_KIND__PULL_STEP, t->host_params, err));
+    if (t->staged) PS_TRY(model_set_params(t->model, t->host_params, err));
+  }
+  LOG_INFO("joined the steps at step %ld in %.3f s", step, now_s() - start);
+  return PS_ERR_OK;
+}
+
+/* Handed-out data, sync and ssp: a trainer with a shard trains in the
+ * steps; one without leaves them, so nobody waits for it. */
+static ps_err follow_data(pserver_replica *p, const data_shard *a, ps_error *err) {
+  if (!joins_steps(p) && !p->leaves) return PS_ERR_OK;
+  int has_data = a->answer == DATA_SHARD_GRANT;
+  if (has_data && !p->member) {
+    if (joins_steps(p)) PS_TRY(join_steps(p, err));
+    p->member = 1;
+  } else if (!has_data && p->member) {
+    PS_TRY(ps_client_leave(&p->c, err));
+    p->member = 0;
+  }
+  return PS_ERR_OK;
+}
+
 static ps_err pserver_next_shard(replica *r, long epoch, long finished, data_shard *out,
                                  ps_error *err) {
   pserver_replica *p = (pserver_replica *)r;
@@ -323,6 +374,7 @@ static ps_err pserver_next_shard(replica *r, long epoch, long finished, data_sha
   if (rc != PS_ERR_OK && recovered(p, rc, err)) {
     rc = ps_client_next_shard(&p->c, epoch, finished, out, err);
   }
+  if (rc == PS_ERR_OK) rc = follow_data(p, out, err);
   r->comm_seconds += now_s() - start;
   return rc;
 }
@@ -436,26 +488,31 @@ static const replica_ops pserver_ops = {
     .destroy = pserver_destroy,
 };
 
-ps_err replica_pserver_create(trainer *t, const char *label, int parts, replica **out,
-                              ps_error *err) {
+ps_err pserver_replica_take_id(pserver_replica *p, ps_error *err) {
+  trainer *t = p->base.t;
   const trainer_settings *s = &t->settings;
+  t->id = (int)s->opt.id;
+  t->trainers = (int)s->opt.trainers;
+  if (s->elastic_min == 0) return PS_ERR_OK;
+  /* Elastic: the id comes from pserver 0, before the data is opened
+   * (trainer 0 evaluates); registering later keeps it by this incarnation. */
+  p->incarnation = process_random_u64();
+  return ps_client_join(&s->pservers, s->token, &s->tls, s->opt.connect_timeout, p->incarnation,
+                        &t->id, err);
+}
+
+ps_err replica_pserver_create(trainer *t, const char *label, int parts, int leaves,
+                              replica **out, ps_error *err) {
   pserver_replica *p = calloc(1, sizeof *p);
   if (p == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "out of memory");
   p->base.ops = &pserver_ops;
   p->base.t = t;
   p->parts = parts;
+  p->leaves = leaves;
   t->mode_label = label;
-  t->id = (int)s->opt.id;
-  t->trainers = (int)s->opt.trainers;
-  if (s->elastic_min > 0) {
-    /* Elastic: the id comes from pserver 0, before the data is opened
-     * (trainer 0 evaluates); registering later keeps it by this incarnation. */
-    p->incarnation = process_random_u64();
-    if (ps_client_join(&s->pservers, s->token, &s->tls, s->opt.connect_timeout, p->incarnation,
-                       &t->id, err) != PS_ERR_OK) {
-      free(p);
-      return err->code;
-    }
+  if (pserver_replica_take_id(p, err) != PS_ERR_OK) {
+    free(p);
+    return err->code;
   }
   *out = &p->base;
   return PS_ERR_OK;

@@ -17,6 +17,7 @@ typedef struct pserver_replica {
   int connected;          /* c holds channels: ps_client_close frees them */
   uint64_t incarnation;   /* elastic: the one pserver 0 keeps this trainer's id for; 0: any */
   int parts;              /* the update may take a step's push in parts (sync) */
+  int leaves;             /* handed-out data: without data it leaves (ssp) */
   long step;              /* the step the next backward pass belongs to */
   uint64_t bytes_counted; /* of c's sent + received, already in comm_bytes */
   long steps;             /* pushed */
@@ -29,6 +30,11 @@ typedef struct pserver_replica {
   long ahead_split;       /* sp.next holds this step's keys, prefetched (-1: none) */
   int prefetch_failed;    /* a prefetch failed once: later failures are not warned of */
   long version;           /* the parameters' step after the last reply */
+  /* Handed-out data, sync and ssp: whether it trains in the steps now (it
+   * leaves while it has no data); sync: the job's step it pushes next
+   * (its own steps, which the loop counts, differ once it joined late). */
+  int member;
+  long job_step;
   /* --update geo: */
   float *at_exchange;     /* (total) the parameters the last exchange gave */
   float *change;          /* (total) what the next exchange sends */
@@ -37,6 +43,9 @@ typedef struct pserver_replica {
   struct geo_rows *rows;  /* models with tables: the rows touched since it */
 } pserver_replica;
 
+/* Sets t->id and t->trainers from the flags; elastic jobs take the id
+ * from pserver 0 (p->incarnation keeps it). */
+ps_err pserver_replica_take_id(pserver_replica *p, ps_error *err);
 /* Registers with the pservers (trainer_job) and sets t->start_step to
  * their step. */
 ps_err pserver_replica_connect(pserver_replica *p, ps_error *err);

@@ -15,7 +15,7 @@ ps_err replica_create(trainer *t, replica **out, ps_error *err) {
     update_mode u = t->settings.update;
     const char *label = u == UPDATE_ASYNC ? "pserver-async"
                         : u == UPDATE_SSP ? "pserver-ssp" : "pserver-sync";
-    return replica_pserver_create(t, label, u == UPDATE_SYNC, out, err);
+    return replica_pserver_create(t, label, u == UPDATE_SYNC, u == UPDATE_SSP, out, err);
   }
   if (t->settings.collective_mode) {
 #ifdef PSTRAIN_HAVE_MPI

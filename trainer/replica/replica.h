@@ -86,9 +86,11 @@ ps_err replica_create(struct trainer *t, replica **out, ps_error *err);
 /* The implementations replica_create chooses between. */
 ps_err replica_local_create(struct trainer *t, replica **out, ps_error *err);
 /* label: "pserver-sync", ... for metrics; parts: backward may push the
- * dense gradients in parts (--overlap; the sync update applies them so). */
-ps_err replica_pserver_create(struct trainer *t, const char *label, int parts, replica **out,
-                              ps_error *err);
+ * dense gradients in parts (--overlap; the sync update applies them so);
+ * leaves: with handed-out data a trainer without data tells the pservers
+ * so (ssp: it holds no one back). */
+ps_err replica_pserver_create(struct trainer *t, const char *label, int parts, int leaves,
+                              replica **out, ps_error *err);
 ps_err replica_geo_create(struct trainer *t, replica **out, ps_error *err);
 #ifdef PSTRAIN_HAVE_MPI
 ps_err replica_mpi_create(struct trainer *t, replica **out, ps_error *err);
