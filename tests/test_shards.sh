@@ -6,7 +6,7 @@
 # epoch's examples are counted exactly once, by pserver 0 from applied pushes
 # and by the trainers' metrics rows ("examples_applied") plus what the killed
 # process had applied (pserver 0's log); the model trains as a fixed split's
-# does. Flags outside async are refused.
+# does. --shard-steps outside pserver mode is refused.
 . "$(dirname "$0")/lib.sh"
 require_data
 metric() { "$PY" -c 'import json,sys; print(json.loads(open(sys.argv[1]).readlines()[-1])[sys.argv[2]])' "$1" "$2"; }
@@ -114,8 +114,8 @@ for e in 1 2; do
 done
 
 # 4. Refusals: handed-out data is async's (so far), and whole epochs.
-expect_exit 2 "--shard-steps is for --mode pserver with --update async" -- \
-  "$BIN/trainer" --mode pserver --update sync --pservers 127.0.0.1:1 --shard-steps 4
+expect_exit 2 "--shard-steps is for --mode pserver (here: --mode local)" -- \
+  "$BIN/trainer" --mode local --shard-steps 4
 expect_exit 2 "--shard-steps hands out whole epochs: not with --max-steps" -- \
   "$BIN/trainer" --mode pserver --update async --pservers 127.0.0.1:1 --shard-steps 4 --max-steps 9
 

@@ -13,6 +13,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "server/shard_queue.h"
 
 /* A trainer's push held until the slowest is near. */
 typedef struct ssp_trainer {
@@ -208,6 +209,12 @@ static void drop(pserver *ps, int trainer, ps_err code, const char *why) {
  * trainers it waits for. */
 static void poll(pserver *ps, double now) {
   if (ps->status != PSERVER_RUNNING) return; /* finished by this poll */
+  /* Elastic: a member whose lease passed holds no one back any more. */
+  if (ps->job.elastic_min > 0) release_allowed(ps);
+  /* A trainer waiting here for the slowest keeps its shard (handed-out data). */
+  for (int i = 0; i < ps->cfg.trainers && ps->shards != NULL; i++) {
+    if (state_of(ps)->trainers[i].held != NULL) shard_queue_renew(ps->shards, i, now);
+  }
   const ssp_trainer *held = state_of(ps)->trainers;
   /* The push held longest, and whether it waited past --step-timeout. */
   int oldest = -1;

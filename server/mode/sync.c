@@ -375,8 +375,8 @@ static void fail_step(pserver *ps, int pull) {
 }
 
 /* Handed-out data: members that went silent within the step leave it
- * (their shards go back at once); a member's shard is not taken from it
- * while it waits in a step (for this pserver or another). */
+ * (their shards go back at once); a member's or joiner's shard is not
+ * taken from it while it waits in a step (for this pserver or another). */
 static void poll_members(pserver *ps, double now) {
   const sync_state *st = state_of(ps);
   int was[PSTRAIN_MAX_TRAINERS];
@@ -391,7 +391,9 @@ static void poll_members(pserver *ps, double now) {
     st->step->try_complete(ps);
   }
   for (int i = 0; i < ps->cfg.trainers && ps->shards != NULL; i++) {
-    if (sync_members_expected(ps, st->members, i)) shard_queue_renew(ps->shards, i, now);
+    if (sync_members_expected(ps, st->members, i) || sync_members_waiting(st->members, i)) {
+      shard_queue_renew(ps->shards, i, now);
+    }
   }
 }
 

@@ -64,6 +64,8 @@ void sync_members_drop(pserver *ps, sync_members *sm, int trainer, ps_err code, 
  * waited for under it any more; returns whether the step named it so. */
 int sync_members_leave(pserver *ps, sync_members *sm, int trainer, uint32_t number,
                        const char *why);
+/* Whether trainer has a join or a pull held here. */
+int sync_members_waiting(const sync_members *sm, int trainer);
 /* Trainer's latest membership number (0: none). */
 uint32_t sync_members_number(const sync_members *sm, int trainer);
 /* Members that did not push within --trainer-lease of the step's first

@@ -276,6 +276,10 @@ int sync_members_leave(pserver *ps, sync_members *sm, int trainer, uint32_t numb
   return was;
 }
 
+int sync_members_waiting(const sync_members *sm, int trainer) {
+  return sm->joins[trainer] != NULL || sm->pulls[trainer] != NULL;
+}
+
 uint32_t sync_members_number(const sync_members *sm, int trainer) {
   return sm->in[trainer] > sm->next[trainer] ? sm->in[trainer] : sm->next[trainer];
 }
