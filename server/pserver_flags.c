@@ -59,7 +59,8 @@ const option_def pserver_option_table[] = {
     {"trainer-lease", NULL, OPT_DOUBLE, OFF(trainer_lease), "10",
      "jobs whose data is handed out in shards (trainer --shard-steps): seconds a trainer may "
      "hold a shard without a push before pserver 0 hands it to another (a trainer that "
-     "registers again gives its shard back at once)", NULL, .min = 0.1, .max = 1e7},
+     "registers again gives its shard back at once); sync: seconds a step waits for a member "
+     "after its first push", NULL, .min = 0.1, .max = 1e7},
     {"token-file", NULL, OPT_STRING, OFF(token_file), "",
      "file whose first line is the job's shared secret: calls without it get UNAUTHENTICATED",
      NULL, .min = 1, .max = 0},

@@ -41,14 +41,15 @@ static const option_def trainer_option_table[] = {
      "TensorFlow do (whole: a recipe ported from them converges here as there)",
      "mean|whole", ANY},
     {"shard-steps", NULL, OPT_INT, OFF(shard_steps), "0",
-     "--update async: pserver 0 hands the data out in shards of this many batches, each "
+     "pserver mode: pserver 0 hands the data out in shards of this many batches, each "
      "trained exactly once by whichever trainer takes it (a faster trainer takes more; a "
-     "killed trainer's shard goes on from where the pservers applied it); 0: each trainer "
-     "takes a fixed 1/--trainers share", NULL, NUM(0, PSTRAIN_MAX_SHARD_STEPS)},
+     "killed trainer's shard goes on from where the pservers applied it; sync: a trainer "
+     "joins the steps while it has data); 0: each trainer takes a fixed 1/--trainers share",
+     NULL, NUM(0, PSTRAIN_MAX_SHARD_STEPS)},
     {"elastic", NULL, OPT_STRING, OFF(elastic), "",
-     "MIN:MAX: trainers may join and leave the running job (async with --shard-steps): each "
-     "asks pserver 0 for an id below MAX (no --id, --trainers; pservers take --trainers MAX); "
-     "below MIN the job waits", NULL, ANY},
+     "MIN:MAX: trainers may join and leave the running job (pserver mode with --shard-steps): "
+     "each asks pserver 0 for an id below MAX (no --id, --trainers; pservers take --trainers "
+     "MAX); below MIN the job waits", NULL, ANY},
     {"slowdown", NULL, OPT_DOUBLE, OFF(slowdown), "1",
      "make each step take this many times as long (sleeps after the step's compute; a "
      "straggler for tests and benchmarks)", NULL, NUM(1, 1000)},

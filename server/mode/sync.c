@@ -473,7 +473,8 @@ const pserver_mode_ops pserver_mode_sync = {
 
 int pserver_sync_members_pull(pserver *ps, rpc_call *call, const wire_blocks_msg *m) {
   if (ps->mode != &pserver_mode_sync || state_of(ps)->members == NULL) return 0;
-  if (m->kind != PSTRAIN__PULL_KIND__PULL_JOIN && m->kind != PSTRAIN__PULL_KIND__PULL_STEP) return 0;
+  int joins = m->kind == PSTRAIN__PULL_KIND__PULL_JOIN;
+  if (!joins && m->kind != PSTRAIN__PULL_KIND__PULL_STEP) return 0;
   pull_step(ps, call, m);
   return 1;
 }
