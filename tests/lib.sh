@@ -272,3 +272,25 @@ shards_counted() {
   "$PY" "$(dirname "${BASH_SOURCE[0]}")/shard_counts.py" "$log" "$examples" "$epochs" "$@" ||
     fail "$what: the trainers' examples_applied plus the gone processes' do not add up per epoch"
 }
+
+# fixed_two METRIC NAME TRAINER_FLAGS...: a fixed job of 2 pservers and 2
+# trainers (--id 0 and 1 added); prints trainer 0's last METRIC (the
+# baseline an elastic job is held to), or fails.
+fixed_two() {
+  local metric=$1 name=$2 pid status
+  shift 2
+  start_pservers "$name" 2 --trainers 2 || return 1
+  start "$name-t0" "$BIN/trainer" --pservers "$PS" --trainers 2 --id 0 "$@" \
+    --metrics "$SCRATCH/$name.jsonl"
+  local t0=$LAST_PID
+  start "$name-t1" "$BIN/trainer" --pservers "$PS" --trainers 2 --id 1 "$@"
+  for pid in "$t0" "$LAST_PID" "${SPIDS[@]}"; do
+    status=0; wait_for "$pid" 240 || status=$?
+    [ "$status" -eq 0 ] || { fail "$name: process $pid exited $status"; return 1; }
+  done
+  "$PY" -c 'import json,sys; print(json.loads(open(sys.argv[1]).readlines()[-1])[sys.argv[2]])' \
+    "$SCRATCH/$name.jsonl" "$metric"
+}
+
+# within A B BOUND: |A - B| <= BOUND.
+within() { "$PY" -c 'import sys; a, b, d = map(float, sys.argv[1:]); sys.exit(abs(a - b) > d)' "$@"; }

@@ -69,7 +69,8 @@ int sync_members_waiting(const sync_members *sm, int trainer);
 /* Trainer's latest membership number (0: none). */
 uint32_t sync_members_number(const sync_members *sm, int trainer);
 /* Members that did not push within --trainer-lease of the step's first
- * push here (step_started: there was one) leave; returns how many. */
+ * push here (step_started: there was one), or within two of its start
+ * (none), leave; returns how many. */
 int sync_members_poll(pserver *ps, sync_members *sm, double now, int step_started);
 /* Pserver 0: the members of the step a reply begins (ParamsReply.members). */
 ps_err sync_members_write(const pserver *ps, const sync_members *sm, wire_writer *w);

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "server/mode/sync.h"
 #include "server/pserver_internal.h"
@@ -41,6 +42,7 @@ struct sync_members {
   long *pull_at;
   unsigned char *pull_keys; /* (n) the held pull's keys wait in the store */
   long pushes;        /* members' pushes applied since the pserver started: the schedule */
+  double began;       /* when the current step began here */
 };
 
 void sync_members_free(pserver *ps, sync_members *sm) {
@@ -84,6 +86,7 @@ ps_err sync_members_create(pserver *ps, sync_members **out, ps_error *err) {
     return ps_error_set(err, PS_ERR_NO_MEMORY, "pserver: out of memory for members");
   }
   sm->known = ps->cfg.id == 0;
+  sm->began = now_s();
   *out = sm;
   return PS_ERR_OK;
 }
@@ -191,6 +194,7 @@ static void answer_pull(pserver *ps, int id, rpc_call *call, int keys_kept) {
 }
 
 void sync_members_begin_step(pserver *ps, sync_members *sm) {
+  sm->began = now_s();
   if (ps->cfg.id == 0) {
     if (sm->decided) memcpy(sm->in, sm->next, (size_t)sm->n * sizeof *sm->in);
     sm->decided = 0;
@@ -285,18 +289,22 @@ uint32_t sync_members_number(const sync_members *sm, int trainer) {
 }
 
 int sync_members_poll(pserver *ps, sync_members *sm, double now, int step_started) {
-  /* The lease runs from the step's first push here: before it every
-   * member may be waiting for another pserver's answer, silent here. */
-  if (!step_started) return 0;
+  /* The lease runs from the step's first push here: before it every member
+   * may be waiting for another pserver's answer, silent here, for up to a
+   * lease (that pserver's wait for a dead member). A step nobody pushed
+   * (its members dead) waits two leases from its start. */
+  double from = step_started ? ps->step_started : sm->began;
+  double lease = step_started ? ps->cfg.trainer_lease : 2 * ps->cfg.trainer_lease;
   int left = 0;
   for (int i = 0; i < sm->n; i++) {
     const trainer_state *tr = &ps->trainers[i];
     if (!sync_members_expected(ps, sm, i) || tr->pushed) continue;
-    double since = tr->last_seen > ps->step_started ? tr->last_seen : ps->step_started;
-    if (now - since <= ps->cfg.trainer_lease) continue;
-    char why[128];
-    snprintf(why, sizeof why, "silent for %.1f s after the step's first push, past "
-             "--trainer-lease %.0f s", now - since, ps->cfg.trainer_lease);
+    double since = tr->last_seen > from ? tr->last_seen : from;
+    if (now - since <= lease) continue;
+    char why[160];
+    snprintf(why, sizeof why, "silent for %.1f s after the step's %s, past %s--trainer-lease "
+             "%.0f s", now - since, step_started ? "first push" : "start",
+             step_started ? "" : "twice ", ps->cfg.trainer_lease);
     left += sync_members_leave(ps, sm, i, sm->in[i], why);
   }
   return left;
