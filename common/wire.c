@@ -55,7 +55,7 @@ ps_err wire_pack(const ProtobufCMessage *m, uint8_t **out, size_t *len, ps_error
 
 /* --- writing block messages ------------------------------------------------- */
 
-static size_t put_varint(uint8_t *p, uint64_t v) {
+size_t wire_put_varint(uint8_t *p, uint64_t v) {
   size_t n = 0;
   while (v >= 0x80) {
     p[n++] = (uint8_t)(v | 0x80);
@@ -175,17 +175,17 @@ ps_err wire_writer_push_header(wire_writer *w, const wire_key *key, uint64_t con
   uint8_t sub[32], buf[MESSAGE_HEADER_MAX];
   size_t s = 0, n = 0;
   sub[s++] = tag(1, WT_VARINT);
-  s += put_varint(sub + s, key->trainer_id);
+  s += wire_put_varint(sub + s, key->trainer_id);
   sub[s++] = tag(2, WT_VARINT);
-  s += put_varint(sub + s, key->incarnation);
+  s += wire_put_varint(sub + s, key->incarnation);
   sub[s++] = tag(3, WT_VARINT);
-  s += put_varint(sub + s, key->step);
+  s += wire_put_varint(sub + s, key->step);
   buf[n++] = tag(1, WT_LEN);
-  n += put_varint(buf + n, s);
+  n += wire_put_varint(buf + n, s);
   memcpy(buf + n, sub, s);
   n += s;
   buf[n++] = tag(2, WT_VARINT);
-  n += put_varint(buf + n, config_hash);
+  n += wire_put_varint(buf + n, config_hash);
   return add_bytes(w, buf, n);
 }
 
@@ -194,9 +194,9 @@ ps_err wire_writer_params_header(wire_writer *w, uint64_t incarnation, uint64_t 
   uint8_t buf[MESSAGE_HEADER_MAX];
   size_t n = 0;
   buf[n++] = tag(1, WT_VARINT);
-  n += put_varint(buf + n, incarnation);
+  n += wire_put_varint(buf + n, incarnation);
   buf[n++] = tag(2, WT_VARINT);
-  n += put_varint(buf + n, step);
+  n += wire_put_varint(buf + n, step);
   return add_bytes(w, buf, n);
 }
 
@@ -205,7 +205,7 @@ ps_err wire_writer_dtype(wire_writer *w, wire_dtype dtype) {
   uint8_t buf[1 + 5];
   size_t n = 0;
   buf[n++] = tag(WIRE_FIELD_DTYPE, WT_VARINT);
-  n += put_varint(buf + n, (uint32_t)dtype);
+  n += wire_put_varint(buf + n, (uint32_t)dtype);
   return add_bytes(w, buf, n);
 }
 
@@ -213,13 +213,13 @@ ps_err wire_writer_position(wire_writer *w, const wire_position *p) {
   uint8_t sub[3 * 11], buf[2 + 1 + sizeof sub];
   size_t s = 0, n = 0;
   sub[s++] = tag(1, WT_VARINT);
-  s += put_varint(sub + s, p->epoch);
+  s += wire_put_varint(sub + s, p->epoch);
   sub[s++] = tag(2, WT_VARINT);
-  s += put_varint(sub + s, p->shard);
+  s += wire_put_varint(sub + s, p->shard);
   sub[s++] = tag(3, WT_VARINT);
-  s += put_varint(sub + s, p->offset);
+  s += wire_put_varint(sub + s, p->offset);
   buf[n++] = tag(WIRE_FIELD_POSITION, WT_LEN);
-  n += put_varint(buf + n, s);
+  n += wire_put_varint(buf + n, s);
   memcpy(buf + n, sub, s);
   return add_bytes(w, buf, n + s);
 }
@@ -228,60 +228,9 @@ ps_err wire_writer_members(wire_writer *w, const uint8_t *list, size_t len) {
   uint8_t head[1 + 10];
   size_t n = 0;
   head[n++] = tag(WIRE_FIELD_MEMBERS, WT_LEN);
-  n += put_varint(head + n, len);
+  n += wire_put_varint(head + n, len);
   if (add_bytes(w, head, n) != PS_ERR_OK) return w->status;
   return len > 0 ? add_bytes(w, list, len) : w->status;
-}
-
-size_t wire_members_encode(const uint32_t *seq, int n, uint8_t *out) {
-  size_t len = 0;
-  for (int i = 0; i < n; i++) {
-    if (seq[i] == 0) continue;
-    len += put_varint(out + len, (uint64_t)i);
-    len += put_varint(out + len, seq[i]);
-  }
-  return len;
-}
-
-/* One varint of data[*at..len) that fits in 32 bits; 0 when malformed. */
-static int take_u32(const uint8_t *data, size_t len, size_t *at, uint32_t *v) {
-  uint64_t x = 0;
-  for (int shift = 0; shift < 35 && *at < len; shift += 7) {
-    uint8_t b = data[(*at)++];
-    x |= (uint64_t)(b & 0x7f) << shift;
-    if (!(b & 0x80)) {
-      if (x > UINT32_MAX) return 0;
-      *v = (uint32_t)x;
-      return 1;
-    }
-  }
-  return 0;
-}
-
-ps_err wire_members_decode(const uint8_t *data, size_t len, uint32_t *seq, int n, ps_error *err) {
-  size_t at = 0;
-  long last = -1;
-  while (at < len) {
-    uint32_t id, number;
-    if (!take_u32(data, len, &at, &id) || !take_u32(data, len, &at, &number)) {
-      return ps_error_set(err, PS_ERR_INVALID_ARGUMENT, "members: malformed at byte %zu of %zu",
-                          at, len);
-    }
-    if ((long)id <= last || id >= (uint32_t)n || number == 0) {
-      return ps_error_set(err, PS_ERR_INVALID_ARGUMENT,
-                          "members: trainer %u (number %u) after trainer %ld, in a job of %d",
-                          id, number, last, n);
-    }
-    last = id;
-  }
-  memset(seq, 0, (size_t)n * sizeof *seq);
-  for (at = 0; at < len;) {
-    uint32_t id = 0, number = 0; /* checked above */
-    (void)take_u32(data, len, &at, &id);
-    (void)take_u32(data, len, &at, &number);
-    seq[id] = number;
-  }
-  return PS_ERR_OK;
 }
 
 ps_err wire_writer_deltas(wire_writer *w) {
@@ -310,11 +259,11 @@ ps_err wire_writer_block_bytes(wire_writer *w, uint32_t id, const void *data, si
   uint8_t buf[BLOCK_HEADER_MAX];
   size_t n = 0;
   buf[n++] = tag(3, WT_LEN);
-  n += put_varint(buf + n, inner);
+  n += wire_put_varint(buf + n, inner);
   buf[n++] = tag(1, WT_VARINT);
-  n += put_varint(buf + n, id);
+  n += wire_put_varint(buf + n, id);
   buf[n++] = tag(2, WT_LEN);
-  n += put_varint(buf + n, data_len);
+  n += wire_put_varint(buf + n, data_len);
   /* Room for the data's part too, so a block is written whole or not at all. */
   if (data_len > 0 && w->part_count >= w->part_cap - 1) {
     return refuse(w, "more parts than wire_writer_begin made room for");
@@ -329,7 +278,7 @@ ps_err wire_writer_block_bytes(wire_writer *w, uint32_t id, const void *data, si
 static size_t len_header(uint8_t *buf, unsigned field, size_t len) {
   size_t n = 0;
   buf[n++] = tag(field, WT_LEN);
-  n += put_varint(buf + n, len);
+  n += wire_put_varint(buf + n, len);
   return n;
 }
 
@@ -351,7 +300,7 @@ ps_err wire_writer_sparse(wire_writer *w, unsigned field, uint32_t table, const 
   uint8_t buf[SPARSE_HEADER_MAX];
   size_t h = len_header(buf, field, inner);
   buf[h++] = tag(1, WT_VARINT);
-  h += put_varint(buf + h, table);
+  h += wire_put_varint(buf + h, table);
   if (add_bytes(w, buf, h) != PS_ERR_OK) return w->status;
   for (int i = 0; i < 3; i++) {
     if (data[i] == NULL) continue;
@@ -369,7 +318,7 @@ ps_err wire_writer_pull_kind(wire_writer *w, uint32_t kind) {
   uint8_t buf[1 + 5];
   size_t n = 0;
   buf[n++] = tag(6, WT_VARINT);
-  n += put_varint(buf + n, kind);
+  n += wire_put_varint(buf + n, kind);
   return add_bytes(w, buf, n);
 }
 

@@ -127,6 +127,8 @@ ps_err wire_writer_members(wire_writer *w, const uint8_t *list, size_t len);
  * id, membership number) in ascending id; seq[i] is trainer i's number (0:
  * not a member). The most bytes n trainers take: */
 #define WIRE_MEMBERS_MAX(n) ((size_t)(n) * 10)
+/* A protobuf varint of v at p (up to 10 bytes); returns its length. */
+size_t wire_put_varint(uint8_t *p, uint64_t v);
 /* Encodes seq[0..n) into out (WIRE_MEMBERS_MAX(n) bytes of room); returns the length. */
 size_t wire_members_encode(const uint32_t *seq, int n, uint8_t *out);
 /* Decodes len bytes into seq[0..n) (zeroed first); refuses ids not below n,

@@ -591,6 +591,59 @@ static void case_data_position(void) {
   wire_writer_free(&w);
 }
 
+/* A sync step's members (handed-out data): encoded, carried by a push
+ * that protobuf-c reads as bytes, parsed back however split and decoded;
+ * bad lists are refused and change nothing. */
+static void case_members(void) {
+  ps_error err;
+  uint32_t seq[300] = {0}, back[300];
+  seq[0] = 7;
+  seq[3] = 1;
+  seq[299] = 1u << 30;
+  uint8_t list[WIRE_MEMBERS_MAX(300)];
+  size_t len = wire_members_encode(seq, 300, list);
+  CHECK_EQ_INT(len, 2 + 2 + 2 + 5);
+  wire_writer w = {0};
+  rpc_segment segs[4096];
+  wire_block_ref refs[4];
+  REQUIRE(wire_writer_begin(&w, 1, &err) == PS_ERR_OK);
+  wire_writer_push_header(&w, &push_key, 77);
+  wire_writer_members(&w, list, len);
+  wire_writer_block(&w, 1, data_a, 5, NULL);
+  REQUIRE(wire_writer_check(&w, &err) == PS_ERR_OK);
+  size_t total;
+  uint8_t *buf = flatten(&w, &total);
+  Pstrain__PushRequest *r = pstrain__push_request__unpack(NULL, total, buf);
+  REQUIRE(r != NULL);
+  CHECK(r->members.len == len && memcmp(r->members.data, list, len) == 0);
+  pstrain__push_request__free_unpacked(r, NULL);
+  for (size_t k = 0; k < sizeof piece_sizes / sizeof piece_sizes[0]; k++) {
+    rpc_message msg = split(buf, total, piece_sizes[k] ? piece_sizes[k] : total, segs);
+    wire_blocks_msg m = {.blocks = refs, .block_cap = 4};
+    REQUIRE(wire_parse_blocks(&msg, &m, &err) == PS_ERR_OK);
+    REQUIRE(m.members.len == len);
+    uint8_t copy[sizeof list];
+    wire_copy_block(&msg, &m.members, copy);
+    REQUIRE(wire_members_decode(copy, len, back, 300, &err) == PS_ERR_OK);
+    CHECK(memcmp(back, seq, sizeof seq) == 0);
+  }
+  free(buf);
+  wire_writer_free(&w);
+  /* Refused, back[] untouched: an id past the job's trainers, ids out of
+   * order, a zero number, a cut varint. */
+  const uint8_t past[] = {0x80, 0x02, 1}, order[] = {3, 1, 0, 1}, zero[] = {2, 0}, cut[] = {2, 0x81};
+  CHECK_EQ_INT(wire_members_decode(past, sizeof past, back, 256, &err), PS_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(err.msg, "trainer 256 (number 1) after trainer -1, in a job of 256");
+  CHECK_EQ_INT(wire_members_decode(order, sizeof order, back, 300, &err), PS_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(err.msg, "trainer 0 (number 1) after trainer 3");
+  CHECK_EQ_INT(wire_members_decode(zero, sizeof zero, back, 300, &err), PS_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(wire_members_decode(cut, sizeof cut, back, 300, &err), PS_ERR_INVALID_ARGUMENT);
+  CHECK_CONTAINS(err.msg, "malformed");
+  CHECK(memcmp(back, seq, sizeof seq) == 0);
+  CHECK_EQ_INT(wire_members_decode(list, 0, back, 300, &err), PS_ERR_OK);
+  CHECK(back[0] == 0 && back[299] == 0);
+}
+
 /* A PullRequest's kind; more SparseRows than a message may hold. */
 static void case_pull_kind_and_sparse_limit(void) {
   ps_error err;
@@ -709,6 +762,7 @@ int main(void) {
   RUN_CASE(case_sparse_rows_round_trip);
   RUN_CASE(case_pull_kind_and_sparse_limit);
   RUN_CASE(case_data_position);
+  RUN_CASE(case_members);
   RUN_CASE(case_job_round_trip_hash_and_diff);
   RUN_CASE(case_small_message_prefixes);
   RUN_CASE(case_writer_limits);
