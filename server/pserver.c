@@ -481,7 +481,7 @@ pserver_status pserver_poll(pserver *ps) {
       if (done == ps->cfg.trainers) ps->status = PSERVER_FINISHED;
     }
     if (ps->mode->poll != NULL) ps->mode->poll(ps, now);
-    if (ps->shards != NULL) shard_queue_expire(ps->shards, now);
+    pserver_shards_poll(ps, now);
   }
   pserver_status status = ps->status;
   pthread_mutex_unlock(&ps->lock);

@@ -66,6 +66,9 @@ int pserver_live_trainers(const pserver *ps, double now);
  * is present any more; pserver 0 fails the job when fewer than MIN were
  * members for --step-timeout. */
 void pserver_elastic_poll(pserver *ps, double now);
+/* Pserver 0 (pserver_poll): shards whose holder's lease passed go back;
+ * a process silent three leases holding none is counted as gone. */
+void pserver_shards_poll(pserver *ps, double now);
 /* A NextShard request: answered from the queue, or refused. */
 void pserver_handle_next_shard(pserver *ps, rpc_call *call, const rpc_message *msg);
 /* A push's data position against the job: present exactly when its data is

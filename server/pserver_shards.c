@@ -134,6 +134,22 @@ void pserver_elastic_poll(pserver *ps, double now) {
   }
 }
 
+void pserver_shards_poll(pserver *ps, double now) {
+  shard_queue *q = ps->shards;
+  if (q == NULL) return;
+  shard_queue_expire(q, now);
+  /* A process gone while it held no shard (killed while it waited for
+   * one, or had left a sync job's steps): what it applied this epoch is
+   * counted for it once it has been silent three leases. A live trainer
+   * without a shard asks for one every 50 ms. */
+  for (int i = 0; i < q->trainers; i++) {
+    const trainer_state *tr = &ps->trainers[i];
+    if (q->held[i] >= 0 || q->by_process[i] == 0 || tr->done) continue;
+    if (now - tr->last_seen <= 3 * ps->cfg.trainer_lease) continue;
+    shard_queue_gone(q, i, "silent three leases holding no shard");
+  }
+}
+
 /* --- NextShard ---------------------------------------------------------------------- */
 
 /* Answers a NextShard of a checked sender from the queue. */

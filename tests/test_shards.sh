@@ -113,7 +113,7 @@ for e in 1 2; do
     fail "ck: epoch $e not counted once after the restart: $(grep -F "epoch $e trained" "$SCRATCH/ck-s0b.log")"
 done
 
-# 4. Refusals: handed-out data is async's (so far), and whole epochs.
+# 4. Refusals: handed-out data outside pserver mode, and with --max-steps.
 expect_exit 2 "--shard-steps is for --mode pserver (here: --mode local)" -- \
   "$BIN/trainer" --mode local --shard-steps 4
 expect_exit 2 "--shard-steps hands out whole epochs: not with --max-steps" -- \

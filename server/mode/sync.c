@@ -51,10 +51,13 @@ int sync_in_step(const pserver *ps, int i) {
   return sm != NULL ? sync_members_expected(ps, sm, i) : !ps->trainers[i].lost;
 }
 
-/* With handed-out data the trainers waited for are the step's members present. */
+/* With handed-out data the trainers waited for are the step's members
+ * present; a step left without any takes the joiners waiting (pserver 0). */
 static void recount(pserver *ps) {
-  const sync_members *sm = state_of(ps)->members;
-  if (sm != NULL) ps->active = sync_members_count(ps, sm);
+  sync_state *st = state_of(ps);
+  if (st->members == NULL) return;
+  sync_members_admit_waiting(ps, st->members, st->step->started(ps));
+  ps->active = sync_members_count(ps, st->members);
 }
 
 void sync_step_replying(pserver *ps, int count) {

@@ -58,6 +58,10 @@ void sync_members_begin_step(pserver *ps, sync_members *sm);
  * (step_started: some push of the current step is in). */
 void sync_members_pull(pserver *ps, sync_members *sm, rpc_call *call, const wire_blocks_msg *m,
                        int step_started);
+/* Pserver 0: when nobody trains the current step any more (its members
+ * left or went silent before any push of it), the joiners waiting for the
+ * next step are its members now, answered. */
+void sync_members_admit_waiting(pserver *ps, sync_members *sm, int step_started);
 /* Answers trainer's held join and pull (-1: all) with code. */
 void sync_members_drop(pserver *ps, sync_members *sm, int trainer, ps_err code, const char *why);
 /* Trainer's membership `number` (and any before it) ended here: it is not

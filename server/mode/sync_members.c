@@ -232,6 +232,23 @@ static void join(pserver *ps, sync_members *sm, rpc_call *call, int id, int step
   sm->join_number[id] = number;
 }
 
+void sync_members_admit_waiting(pserver *ps, sync_members *sm, int step_started) {
+  if (ps->cfg.id != 0 || step_started || sync_members_count(ps, sm) > 0) return;
+  int admitted = 0;
+  for (int i = 0; i < sm->n; i++) {
+    if (sm->joins[i] == NULL) continue;
+    sm->in[i] = sm->join_number[i];
+    admitted = 1;
+  }
+  if (!admitted) return;
+  log_members(ps, sm);
+  for (int i = 0; i < sm->n; i++) {
+    if (sm->joins[i] == NULL) continue;
+    pserver_reply_params(ps, &sm->joins[i], 1);
+    sm->joins[i] = NULL;
+  }
+}
+
 void sync_members_pull(pserver *ps, sync_members *sm, rpc_call *call, const wire_blocks_msg *m,
                        int step_started) {
   int id = (int)m->key.trainer_id;
