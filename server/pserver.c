@@ -400,23 +400,31 @@ static void handle_rollback(pserver *ps, rpc_call *call, const rpc_message *msg)
   }
   wire_key key = key_of(req->key);
   long step = (long)req->step;
+  uint64_t generation = req->generation;
   pthread_mutex_lock(&ps->lock);
+  /* A reset of handed-out sync reloads even at the step, once per
+   * generation (run_rollback checks again when it answers). */
+  int seen = generation != 0 && generation == ps->reset_generation;
+  int reload = !seen && (step != ps->updates || generation != 0);
   if (pserver_check_sender(ps, call, "Rollback", req->key != NULL, &key, req->config_hash) != PS_ERR_OK) {
     /* answered */
   } else if (ps->stopping) {
     pserver_refuse(call, "Rollback", ps->stop_code, "%s", ps->stop_reason);
   } else if (ps->mode->rolled_back == NULL) {
     pserver_refuse(call, "Rollback", PS_ERR_FAILED_PRECONDITION, "only sync jobs roll back");
-  } else if (req->step > (uint64_t)ps->updates) {
+  } else if (generation != 0 && ps->job.shard_steps == 0) {
+    pserver_refuse(call, "Rollback", PS_ERR_INVALID_ARGUMENT,
+                   "a rollback names a generation, but this job's data is not handed out");
+  } else if (!seen && req->step > (uint64_t)ps->updates) {
     pserver_refuse(call, "Rollback", PS_ERR_FAILED_PRECONDITION,
                    "cannot roll forward from step %ld to %llu", ps->updates,
                    (unsigned long long)req->step);
-  } else if (step != ps->updates && ps->cfg.checkpoint_dir[0] == '\0') {
+  } else if (reload && ps->cfg.checkpoint_dir[0] == '\0') {
     pserver_refuse(call, "Rollback", PS_ERR_FAILED_PRECONDITION,
                    "pserver %d cannot roll back from step %ld to %ld: it has no --checkpoint-dir",
                    ps->cfg.id, ps->updates, step);
-  } else if (step != ps->updates) {
-    pserver_rollback_queue(ps, call, step, key.trainer_id, req->restarted_pserver);
+  } else if (reload) {
+    pserver_rollback_queue(ps, call, step, key.trainer_id, req->restarted_pserver, generation);
   } else {
     /* At the step already (another trainer asked first): the step's pushes stay. */
     Pstrain__RollbackReply reply = PSTRAIN__ROLLBACK_REPLY__INIT;

@@ -92,6 +92,7 @@ typedef struct pserver_rollback {
   rpc_call *call;
   long step;
   uint32_t trainer, restarted_pserver;
+  uint64_t generation; /* nonzero: a reset of handed-out sync (RollbackRequest.generation) */
   uint64_t after; /* the checkpoints queued before it, written first */
   struct pserver_rollback *next;
 } pserver_rollback;
@@ -129,6 +130,7 @@ typedef struct pserver_checkpointer {
   int tables;               /* of pending_rows and writing_rows in use */
   long pending_step;
   char *pending_queue, *writing_queue; /* pserver 0's shard queue as text (NULL: none) */
+  char pending_members[64], writing_members[64]; /* sync members' counters ("": none) */
   int has_pending, busy, reading;
   uint64_t queued, written; /* checkpoints handed over / finished */
   ps_err last_rc;           /* of the newest finished write */
@@ -154,6 +156,7 @@ typedef struct pserver {
   /* Updates applied: sync, steps; async and ssp, pushes (the job's step is
    * updates / trainers); geo, trainer steps merged (the same division). */
   long updates;
+  double made_steps;   /* elastic async: the steps the pushes made, each 1/(members) of one */
   int pushed_count;    /* sync: trainers that pushed the current step */
   int step_torn;       /* a step in parts was cut off half applied: no checkpoint of it */
   int active;          /* trainers not lost */
@@ -180,6 +183,7 @@ typedef struct pserver {
   int tensorboard_failed; /* a --tensorboard write failed (logged once; no more written) */
   pserver_checkpointer ckpt; /* the disk threads: checkpoints written, rollbacks read */
   struct shard_queue *shards; /* pserver 0 of a job with handed-out shards; else NULL */
+  uint64_t reset_generation; /* the last reset of handed-out sync applied here (0: none) */
 } pserver;
 
 ps_err pserver_init(pserver *ps, const pserver_config *cfg, ps_error *err);

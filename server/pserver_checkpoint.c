@@ -46,13 +46,22 @@ int pserver_has_checkpoint(const pserver *ps) {
  * job and layout do not change while the pserver serves). */
 static ps_err write_checkpoint(pserver *ps, long step, const float *data,
                                const pserver_rows *rows, int tables, const char *queue,
-                               ps_error *err) {
+                               const char *members, ps_error *err) {
   char prefix[64], id[16], count[16];
   shard_prefix(ps, prefix, sizeof prefix);
   snprintf(id, sizeof id, "%d", ps->cfg.id);
   snprintf(count, sizeof count, "%d", ps->cfg.pservers);
-  const char *extra[] = {"pserver", id, "pservers", count,
-                         queue != NULL ? PSERVER_SHARD_QUEUE_KEY : NULL, queue, NULL};
+  const char *extra[9] = {"pserver", id, "pservers", count};
+  int n_extra = 4;
+  if (queue != NULL) {
+    extra[n_extra++] = PSERVER_SHARD_QUEUE_KEY;
+    extra[n_extra++] = queue;
+  }
+  if (members[0] != '\0') {
+    extra[n_extra++] = PSERVER_MEMBERS_KEY;
+    extra[n_extra++] = members;
+  }
+  extra[n_extra] = NULL;
   safetensors_tensor tensors[PSERVER_SHARD_TENSORS_MAX];
   pserver_shard_fill fills[PSERVER_SHARD_TENSORS_MAX];
   int n = pserver_shard_tensors(&ps->checkpoint_layout, data, rows, tables, tensors, fills);
@@ -78,6 +87,7 @@ static void write_pending(pserver *ps) {
   char *queue = d->writing_queue;
   d->writing_queue = d->pending_queue;
   d->pending_queue = queue;
+  memcpy(d->writing_members, d->pending_members, sizeof d->writing_members);
   long step = d->pending_step;
   int tables = d->tables;
   d->has_pending = 0;
@@ -93,7 +103,8 @@ static void write_pending(pserver *ps) {
     if (r->snap != NULL) rc = store_tier_snapshot_count(r->snap, &r->rows, &err);
   }
   if (rc == PS_ERR_OK) {
-    rc = write_checkpoint(ps, step, d->writing, d->writing_rows, tables, d->writing_queue, &err);
+    rc = write_checkpoint(ps, step, d->writing, d->writing_rows, tables, d->writing_queue,
+                          d->writing_members, &err);
   }
   pserver_metrics_checkpoint(ps->cfg.metrics, now_s() - started, rc == PS_ERR_OK);
   if (rc != PS_ERR_OK) LOG_ERROR("checkpoint at step %ld: %s", step, err.msg);
@@ -261,6 +272,9 @@ uint64_t pserver_checkpoint_due(pserver *ps) {
     rc = pserver_rows_checkpoint(ps, i, &d->pending_rows[i], &err);
   }
   if (rc == PS_ERR_OK && ps->shards != NULL) rc = pserver_shards_save(ps, &d->pending_queue, &err);
+  if (!pserver_sync_members_save(ps, d->pending_members, sizeof d->pending_members)) {
+    d->pending_members[0] = '\0';
+  }
   int buffered = rc == PS_ERR_OK && disk_buffers(d, floats);
   if (rc != PS_ERR_OK) {
     LOG_ERROR("checkpoint at step %ld: %s", ps->updates, err.msg);
@@ -425,10 +439,13 @@ ps_err pserver_resume(pserver *ps, long resume_step, ps_error *err) {
   ps_err rc = pserver_configure(ps, &job, -1, err);
   if (rc == PS_ERR_OK) {
     rc = load_file(ps, path, err);
-    if (rc == PS_ERR_OK) rc = pserver_shards_resume(ps, ps->cfg.pservers, step, err);
     if (rc == PS_ERR_OK) {
       ps->updates = step;
-    } else {
+      /* Elastic async: the steps made are not kept; a full job's as many. */
+      ps->made_steps = (double)step / ps->cfg.trainers;
+      rc = pserver_shards_resume(ps, ps->cfg.pservers, step, err);
+    }
+    if (rc != PS_ERR_OK) {
       ps_error_set(err, rc, "--resume: %s", err->msg);
       pserver_deconfigure(ps);
     }
@@ -441,7 +458,7 @@ ps_err pserver_resume(pserver *ps, long resume_step, ps_error *err) {
 /* --- rollback ------------------------------------------------------------------------ */
 
 void pserver_rollback_queue(pserver *ps, rpc_call *call, long step, uint32_t trainer,
-                            uint32_t restarted_pserver) {
+                            uint32_t restarted_pserver, uint64_t generation) {
   pserver_rollback *r = malloc(sizeof *r);
   if (r == NULL) {
     pserver_refuse(call, "Rollback", PS_ERR_NO_MEMORY, "pserver %d: out of memory", ps->cfg.id);
@@ -449,7 +466,7 @@ void pserver_rollback_queue(pserver *ps, rpc_call *call, long step, uint32_t tra
   }
   pserver_checkpointer *d = &ps->ckpt;
   pthread_mutex_lock(&d->lock);
-  *r = (pserver_rollback){call, step, trainer, restarted_pserver, d->queued, NULL};
+  *r = (pserver_rollback){call, step, trainer, restarted_pserver, generation, d->queued, NULL};
   *d->rollbacks_tail = r;
   d->rollbacks_tail = &r->next;
   pthread_cond_broadcast(&d->wake);
@@ -460,11 +477,13 @@ void pserver_rollback_queue(pserver *ps, rpc_call *call, long step, uint32_t tra
 typedef struct rollback_read {
   pserver_shard_file file;
   sparse_table *tables[CTR_TABLES_MAX];
+  pserver_handed_state handed; /* handed-out data: the queue, the members' counters */
 } rollback_read;
 
 static void rollback_read_free(rollback_read *rr) {
   for (int i = 0; i < CTR_TABLES_MAX; i++) sparse_table_destroy(rr->tables[i]);
   pserver_shard_file_free(&rr->file);
+  pserver_handed_free(&rr->handed);
 }
 
 /* Reads this pserver's checkpoint of `step` whole, checks it and builds its
@@ -483,6 +502,10 @@ static ps_err read_rollback(pserver *ps, long step, rollback_read *rr, ps_error 
   }
   if (pserver_shard_file_read(path, shard_floats(ps), ps->store.tables, ps->store.table_count,
                               ps->cfg.id, ps->cfg.pservers, &rr->file, err) != PS_ERR_OK) {
+    return err->code;
+  }
+  if (ps->job.shard_steps > 0 &&
+      pserver_handed_read(path, ps->shards != NULL, &rr->handed, err) != PS_ERR_OK) {
     return err->code;
   }
   /* With a disk tier the rows are spread over memory and disk under the lock. */
@@ -517,12 +540,20 @@ static void apply_rollback(pserver *ps, const pserver_rollback *r, rollback_read
   }
   ps->mode->rolled_back(ps); /* new tables: what the mode kept of steps goes */
   ps->updates = r->step;
+  ps_error err;
+  if (pserver_handed_apply(ps, &rr->handed, &err) != PS_ERR_OK) {
+    snprintf(ps->failure, sizeof ps->failure, "rolling back to step %ld: %.400s", r->step,
+             err.msg);
+    ps->status = PSERVER_FAILED; /* main logs it */
+  }
+  if (r->generation != 0) ps->reset_generation = r->generation;
   char why[128];
   snprintf(why, sizeof why, "pserver %d rolled back to step %ld", ps->cfg.id, r->step);
   pserver_abort_waiting_locked(ps, PS_ERR_ABORTED, why);
   ps->step_torn = 0; /* the checkpoint just loaded is whole */
   LOG_WARN("rolled back from step %ld to %ld, loading its checkpoint: pserver %u restarted "
-           "from there (asked by trainer %u)", from, r->step, r->restarted_pserver, r->trainer);
+           "from there (asked by trainer %u)%s", from, r->step, r->restarted_pserver, r->trainer,
+           r->generation != 0 ? "; every trainer joins the steps again" : "");
 }
 
 /* Disk thread: reads the file, then answers under the pserver's lock. */
@@ -532,18 +563,22 @@ static void run_rollback(pserver *ps, pserver_rollback *r) {
   ps_err rc = rr != NULL ? read_rollback(ps, r->step, rr, &err)
                          : ps_error_set(&err, PS_ERR_NO_MEMORY, "out of memory");
   pthread_mutex_lock(&ps->lock);
+  /* A reset of handed-out sync (generation) reloads even at the step, once
+   * per generation: another trainer's ask of the same one changes nothing. */
+  int seen = r->generation != 0 && r->generation == ps->reset_generation;
+  int reload = !seen && (r->step != ps->updates || r->generation != 0);
   if (ps->stopping) {
     pserver_refuse(r->call, "Rollback", ps->stop_code, "%s", ps->stop_reason);
-  } else if (r->step > ps->updates) {
+  } else if (!seen && r->step > ps->updates) {
     pserver_refuse(r->call, "Rollback", PS_ERR_FAILED_PRECONDITION,
                    "cannot roll forward from step %ld to %ld", ps->updates, r->step);
-  } else if (r->step != ps->updates && rc != PS_ERR_OK) {
+  } else if (reload && rc != PS_ERR_OK) {
     pserver_refuse(r->call, "Rollback", PS_ERR_FAILED_PRECONDITION,
                    "pserver %d cannot roll back from step %ld to %ld: %s", ps->cfg.id,
                    ps->updates, r->step, err.msg);
   } else {
     /* At the step already (another trainer asked first): the step's pushes stay. */
-    if (r->step != ps->updates) apply_rollback(ps, r, rr);
+    if (reload) apply_rollback(ps, r, rr);
     Pstrain__RollbackReply reply = PSTRAIN__ROLLBACK_REPLY__INIT;
     reply.pserver_incarnation = ps->incarnation;
     reply.step = (uint64_t)ps->updates;

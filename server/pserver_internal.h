@@ -47,9 +47,26 @@ void pserver_shards_deconfigure(pserver *ps);
 #define PSERVER_SHARD_QUEUE_KEY "shard_queue"
 /* The queue as a checkpoint saves it, into *text (malloc'd, replacing it). */
 ps_err pserver_shards_save(pserver *ps, char **text, ps_error *err);
+/* The metadata key of a sync job's checkpoints (handed-out data) that
+ * holds the members' counters. */
+#define PSERVER_MEMBERS_KEY "sync_members"
+/* What a checkpoint keeps of the handed-out data, copied out of its
+ * metadata: pserver 0's queue, a sync job's members' counters (NULL: not
+ * there). */
+typedef struct pserver_handed_state {
+  char *queue, *members;
+} pserver_handed_state;
+/* Reads them from path (want_queue: it must hold a queue). */
+ps_err pserver_handed_read(const char *path, int want_queue, pserver_handed_state *out,
+                           ps_error *err);
+void pserver_handed_free(pserver_handed_state *h);
+/* Puts them in place (lock held, or not serving yet): the queue as it was,
+ * holders keeping their shards; no sync step has members. */
+ps_err pserver_handed_apply(pserver *ps, const pserver_handed_state *h, ps_error *err);
 /* After --resume loaded step's checkpoint written by `count` pservers
  * (before serving: the lock is not needed): pserver 0's queue as pserver
- * 0's file of it holds it. */
+ * 0's file of it holds it, the members' counters as this pserver's does
+ * (not when re-sharded: they start again). */
 ps_err pserver_shards_resume(pserver *ps, int count, long step, ps_error *err);
 /* Elastic jobs: seconds pserver 0 keeps an id for a joining trainer that
  * has not registered yet (it opens its data first). */
@@ -125,6 +142,6 @@ uint64_t pserver_checkpoint_due(pserver *ps);
 /* Hands a checked rollback to ps->updates from `from` to the disk thread,
  * which reads the file and answers call. */
 void pserver_rollback_queue(pserver *ps, rpc_call *call, long step, uint32_t trainer,
-                            uint32_t restarted_pserver);
+                            uint32_t restarted_pserver, uint64_t generation);
 
 #endif

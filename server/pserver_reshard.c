@@ -212,7 +212,10 @@ ps_err pserver_reshard_resume(pserver *ps, int old_count, long step, ps_error *e
   ps_err rc = pserver_configure(ps, &job, -1, err);
   if (rc == PS_ERR_OK) {
     rc = rebuild(ps, old_count, step, &rs, err);
-    if (rc == PS_ERR_OK) ps->updates = step;
+    if (rc == PS_ERR_OK) {
+      ps->updates = step;
+      ps->made_steps = (double)step / ps->cfg.trainers; /* as pserver_resume */
+    }
     else pserver_deconfigure(ps);
   }
   pthread_mutex_unlock(&ps->lock);

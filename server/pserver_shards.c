@@ -6,6 +6,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/checkpoint.h"
 #include "common/clock.h"
@@ -40,24 +41,58 @@ ps_err pserver_shards_save(pserver *ps, char **text, ps_error *err) {
   return shard_queue_save(ps->shards, *text, SAFETENSORS_META_VALUE_MAX, err);
 }
 
-ps_err pserver_shards_resume(pserver *ps, int count, long step, ps_error *err) {
-  if (ps->shards == NULL) return PS_ERR_OK;
-  char prefix[64], path[4096];
-  snprintf(prefix, sizeof prefix, "pserver-0-of-%d-step-", count);
-  checkpoint_path(ps->cfg.checkpoint_dir, prefix, step, path, sizeof path);
+ps_err pserver_handed_read(const char *path, int want_queue, pserver_handed_state *out,
+                           ps_error *err) {
+  *out = (pserver_handed_state){NULL, NULL};
   safetensors_meta *meta = malloc(sizeof *meta);
   if (meta == NULL) return ps_error_set(err, PS_ERR_NO_MEMORY, "out of memory reading %s", path);
   ps_err rc = safetensors_read(path, NULL, NULL, meta, err);
-  const char *text = rc == PS_ERR_OK ? safetensors_meta_get(meta, PSERVER_SHARD_QUEUE_KEY) : NULL;
-  if (rc == PS_ERR_OK && text == NULL) {
-    rc = ps_error_set(err, PS_ERR_CORRUPT_DATA,
-                      "--resume: %s holds no shard queue, but the job's data is handed out in "
-                      "shards", path);
-  } else if (rc == PS_ERR_OK) {
-    rc = shard_queue_load(ps->shards, text, now_s(), err); /* not serving yet */
-    if (rc != PS_ERR_OK) ps_error_set(err, rc, "--resume: %s: %s", path, err->msg);
+  const char *queue = rc == PS_ERR_OK ? safetensors_meta_get(meta, PSERVER_SHARD_QUEUE_KEY) : NULL;
+  const char *members = rc == PS_ERR_OK ? safetensors_meta_get(meta, PSERVER_MEMBERS_KEY) : NULL;
+  if (rc == PS_ERR_OK && want_queue && queue == NULL) {
+    rc = ps_error_set(err, PS_ERR_CORRUPT_DATA, "%s holds no shard queue, but the job's data is "
+                      "handed out in shards", path);
+  }
+  if (rc == PS_ERR_OK && want_queue && (out->queue = strdup(queue)) == NULL) {
+    rc = ps_error_set(err, PS_ERR_NO_MEMORY, "out of memory reading %s", path);
+  }
+  if (rc == PS_ERR_OK && members != NULL && (out->members = strdup(members)) == NULL) {
+    rc = ps_error_set(err, PS_ERR_NO_MEMORY, "out of memory reading %s", path);
   }
   free(meta);
+  if (rc != PS_ERR_OK) pserver_handed_free(out);
+  return rc;
+}
+
+void pserver_handed_free(pserver_handed_state *h) {
+  free(h->queue);
+  free(h->members);
+  *h = (pserver_handed_state){NULL, NULL};
+}
+
+ps_err pserver_handed_apply(pserver *ps, const pserver_handed_state *h, ps_error *err) {
+  if (ps->shards != NULL && h->queue != NULL) {
+    PS_TRY(shard_queue_load(ps->shards, h->queue, now_s(), err));
+  }
+  return pserver_sync_members_restore(ps, h->members, err);
+}
+
+ps_err pserver_shards_resume(pserver *ps, int count, long step, ps_error *err) {
+  if (ps->job.shard_steps == 0) return PS_ERR_OK;
+  int own = count == ps->cfg.pservers; /* not re-sharded: this pserver's own file */
+  if (ps->shards == NULL && !own) return PS_ERR_OK;
+  char prefix[64], path[4096];
+  snprintf(prefix, sizeof prefix, "pserver-%d-of-%d-step-", own ? ps->cfg.id : 0, count);
+  checkpoint_path(ps->cfg.checkpoint_dir, prefix, step, path, sizeof path);
+  pserver_handed_state h;
+  ps_err rc = pserver_handed_read(path, ps->shards != NULL, &h, err);
+  if (rc == PS_ERR_OK && !own) {
+    free(h.members); /* pserver 0's old counters are not this pserver's */
+    h.members = NULL;
+  }
+  if (rc == PS_ERR_OK) rc = pserver_handed_apply(ps, &h, err); /* not serving yet */
+  if (rc != PS_ERR_OK) ps_error_set(err, rc, "%s: %s", path, err->msg);
+  pserver_handed_free(&h);
   return rc;
 }
 
@@ -144,7 +179,7 @@ void pserver_shards_poll(pserver *ps, double now) {
    * without a shard asks for one every 50 ms. */
   for (int i = 0; i < q->trainers; i++) {
     const trainer_state *tr = &ps->trainers[i];
-    if (q->held[i] >= 0 || q->by_process[i] == 0 || tr->done) continue;
+    if (q->held[i] >= 0 || (q->by_process[i] == 0 && q->unreported[i] == 0) || tr->done) continue;
     if (now - tr->last_seen <= 3 * ps->cfg.trainer_lease) continue;
     shard_queue_gone(q, i, "silent three leases holding no shard");
   }
@@ -158,7 +193,9 @@ static void answer(pserver *ps, rpc_call *call, const Pstrain__NextShardRequest 
   shard_grant g;
   /* An elastic job below its minimum: shards wait for more trainers. */
   int may_grant = ps->below_min_since == 0;
-  if (shard_queue_next(ps->shards, (int)req->key->trainer_id, (long)req->epoch, req->finished,
+  long epoch = (long)req->epoch;
+  if (req->went_back && epoch > ps->shards->epoch) epoch = ps->shards->epoch;
+  if (shard_queue_next(ps->shards, (int)req->key->trainer_id, epoch, req->finished,
                        (long)req->finished_shard, may_grant, now_s(), &g, &err) != PS_ERR_OK) {
     pserver_refuse(call, "NextShard", err.code, "%s", err.msg);
     return;

@@ -45,9 +45,11 @@ ps_err shard_queue_init(shard_queue *q, const job_config *job, double lease_s, p
   q->deadline = calloc((size_t)q->trainers, sizeof *q->deadline);
   q->trained_by = calloc((size_t)q->trainers, sizeof *q->trained_by);
   q->by_process = calloc((size_t)q->trainers, sizeof *q->by_process);
+  q->unreported = calloc((size_t)q->trainers, sizeof *q->unreported);
+  q->unreported_epoch = calloc((size_t)q->trainers, sizeof *q->unreported_epoch);
   if (q->offset == NULL || q->owner == NULL || q->returned_at == NULL || q->held == NULL ||
-      q->deadline == NULL ||
-      q->trained_by == NULL || q->by_process == NULL) {
+      q->deadline == NULL || q->trained_by == NULL || q->by_process == NULL ||
+      q->unreported == NULL || q->unreported_epoch == NULL) {
     shard_queue_free(q);
     return ps_error_set(err, PS_ERR_NO_MEMORY, "the shard queue: out of memory for %ld shards",
                         q->shards);
@@ -66,6 +68,8 @@ void shard_queue_free(shard_queue *q) {
   free(q->deadline);
   free(q->trained_by);
   free(q->by_process);
+  free(q->unreported);
+  free(q->unreported_epoch);
   memset(q, 0, sizeof *q);
 }
 
@@ -91,6 +95,14 @@ static void end_epoch(shard_queue *q) {
   LOG_INFO("shards: epoch %ld trained: %ld examples of %ld (%ld shards, %ld returned to the "
            "queue; by trainer %s)",
            q->epoch + 1, q->trained, q->epoch_examples, q->shards, q->returned, by);
+  /* Each trainer reports this epoch once it hears it ended (EPOCH_DONE);
+   * until then a process gone is counted for it. A trainer that applied
+   * nothing of it keeps what it had not reported of an earlier one. */
+  for (int t = 0; t < q->trainers; t++) {
+    if (q->by_process[t] == 0) continue;
+    q->unreported[t] = q->by_process[t];
+    q->unreported_epoch[t] = q->epoch;
+  }
   q->epoch++;
   if (q->epoch < q->epochs) start_epoch(q);
 }
@@ -108,6 +120,11 @@ void shard_queue_release(shard_queue *q, int trainer, const char *why) {
 
 void shard_queue_gone(shard_queue *q, int trainer, const char *why) {
   shard_queue_release(q, trainer, why);
+  if (q->unreported[trainer] > 0) {
+    LOG_INFO("shards: trainer %d's process applied %ld examples of epoch %ld (counted)", trainer,
+             q->unreported[trainer], q->unreported_epoch[trainer] + 1);
+    q->unreported[trainer] = 0;
+  }
   if (q->epoch < q->epochs) {
     LOG_INFO("shards: trainer %d's process applied %ld examples of epoch %ld (counted)",
              trainer, q->by_process[trainer], q->epoch + 1);
@@ -207,12 +224,10 @@ ps_err shard_queue_next(shard_queue *q, int trainer, long trainer_epoch, int fin
     if (held >= 0) shard_queue_release(q, trainer, "asked for another shard");
   }
   out->epoch = q->epoch;
-  if (q->epoch >= q->epochs) {
-    out->answer = SHARD_ANSWER_JOB_DONE;
-    return PS_ERR_OK;
-  }
-  if (trainer_epoch < q->epoch) {
-    out->answer = SHARD_ANSWER_EPOCH_DONE;
+  if (q->epoch >= q->epochs || trainer_epoch < q->epoch) {
+    /* The trainer ends its epoch: its own row says what it applied. */
+    if (q->unreported_epoch[trainer] <= trainer_epoch) q->unreported[trainer] = 0;
+    out->answer = q->epoch >= q->epochs ? SHARD_ANSWER_JOB_DONE : SHARD_ANSWER_EPOCH_DONE;
     return PS_ERR_OK;
   }
   long s = may_grant ? free_shard(q) : -1;
@@ -295,6 +310,7 @@ ps_err shard_queue_load(shard_queue *q, const char *text, double now, ps_error *
     return bad_text(err, "the done shards are not one bit per shard of this job");
   }
   start_epoch(q);
+  for (int t = 0; t < q->trainers; t++) q->unreported[t] = 0;
   q->epoch = epoch;
   q->returned = returned;
   for (long s = 0; s < q->shards; s++) {

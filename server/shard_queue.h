@@ -27,6 +27,10 @@ typedef struct shard_queue {
   double *deadline;   /* (trainers) when its lease ends */
   long *trained_by;   /* (trainers) examples recorded this epoch */
   long *by_process;   /* (trainers) ... of them from the trainer's current process */
+  /* (trainers) what the current process applied of an epoch that ended
+   * before the trainer heard so (its metrics row will not say it if the
+   * process is gone), and that epoch */
+  long *unreported, *unreported_epoch;
   long trained;       /* examples recorded this epoch */
   long done;          /* shards trained to their end this epoch */
   long returned;      /* shards returned to the queue this epoch (their trainer gone) */

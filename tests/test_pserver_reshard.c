@@ -290,7 +290,7 @@ static void check_rollback(pserver *ps) {
   rpc_call *call = rpc_call_local_create("rollback");
   REQUIRE(call != NULL);
   pthread_mutex_lock(&ps->lock);
-  pserver_rollback_queue(ps, call, STEP, 0, 1);
+  pserver_rollback_queue(ps, call, STEP, 0, 1, 0);
   pthread_mutex_unlock(&ps->lock);
   pserver_checkpoint_wait(ps);
   const rpc_local_result *r = rpc_call_local_result(call);

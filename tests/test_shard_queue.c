@@ -4,7 +4,8 @@
  * reports not counted, "wait" while others hold the epoch's last shards,
  * the epoch's count exact, then the next epoch, then the job's end; the
  * queue saved for a checkpoint and loaded again, a trainer taking up the
- * shard it pushes from when nobody holds it. */
+ * shard it pushes from when nobody holds it; a process gone after its
+ * epoch ended counted for that epoch. */
 #include <string.h>
 
 #include "server/shard_queue.h"
@@ -198,9 +199,39 @@ static void test_refusals(void) {
   shard_queue_free(&q);
 }
 
+/* A process gone after the epoch it trained in ended, before it heard so:
+ * what it applied of that epoch is counted for it (its row never came); a
+ * trainer told the epoch ended reports its own. */
+static void test_gone_after_epoch(void) {
+  shard_queue q;
+  init(&q, 2, 2);
+  shard_grant a = next(&q, 0, 0, -1, 0);
+  shard_grant b = next(&q, 0, 0, a.shard, 0); /* trainer 0 trained shard 0, holds shard 1 */
+  CHECK_EQ_INT(q.by_process[0], 256);
+  shard_queue_release(&q, 0, "sent nothing for its lease");
+  for (long s = -1, k = 0; k < 4; k++) { /* trainer 1 trains shards 1 to 3 */
+    shard_grant g = next(&q, 1, 0, s, 0);
+    if (k == 3) {
+      CHECK_EQ_INT(g.answer, SHARD_ANSWER_EPOCH_DONE);
+      break;
+    }
+    CHECK_EQ_INT(g.shard, b.shard + k);
+    s = g.shard;
+  }
+  CHECK_EQ_INT(q.epoch, 1);
+  CHECK_EQ_INT(q.unreported[0], 256);
+  CHECK_EQ_INT(q.unreported_epoch[0], 0);
+  CHECK_EQ_INT(q.unreported[1], 0); /* told: its row says it */
+  shard_queue_gone(&q, 0, "silent three leases holding no shard");
+  CHECK_EQ_INT(q.unreported[0], 0);
+  CHECK_EQ_INT(q.by_process[0], 0);
+  shard_queue_free(&q);
+}
+
 int main(void) {
   test_order_and_end();
   test_given_back();
+  test_gone_after_epoch();
   test_saved_and_loaded();
   test_refusals();
   return check_report("test_shard_queue");

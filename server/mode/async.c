@@ -26,6 +26,7 @@ int pserver_async_apply(pserver *ps, rpc_call *call, const rpc_message *msg,
   }
   timeline_span_arg(ps->cfg.timeline, "apply", ps->updates / n, t0, "trainer", tr - ps->trainers);
   ps->updates++;
+  ps->made_steps += 1.0 / scale_n; /* elastic: Adam's steps (store_optimizer_at) */
   tr->last_step = step;
   pserver_metrics_after_step(ps->cfg.metrics, ps, (const int[]){(int)m->key.trainer_id}, 1,
                              ps->updates / n);

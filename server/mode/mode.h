@@ -68,6 +68,12 @@ void pserver_sync_write_members(const struct pserver *ps, wire_writer *w);
 /* A PULL_JOIN or PULL_STEP of a sync job with handed-out data: answered or
  * held, returning 1; 0 for any other pull or job. */
 int pserver_sync_members_pull(struct pserver *ps, rpc_call *call, const wire_blocks_msg *m);
+/* A sync job with handed-out data: its members' counters as a checkpoint
+ * keeps them, into buf (returns 1), or 0 for any other job. */
+int pserver_sync_members_save(const struct pserver *ps, char *buf, size_t len);
+/* ... and back at a checkpoint holding text (NULL: none): see
+ * sync_members_restore; nothing for any other job. */
+ps_err pserver_sync_members_restore(struct pserver *ps, const char *text, ps_error *err);
 /* The optimizer's step of a sync job: the step, or with handed-out data the
  * members' pushes applied / trainers (a step's size follows its members). */
 long sync_schedule_step(const struct pserver *ps);

@@ -72,6 +72,19 @@ void sync_step_begun(pserver *ps) {
   recount(ps);
 }
 
+int pserver_sync_members_save(const pserver *ps, char *buf, size_t len) {
+  if (ps->mode != &pserver_mode_sync || state_of(ps)->members == NULL) return 0;
+  sync_members_save(state_of(ps)->members, buf, len);
+  return 1;
+}
+
+ps_err pserver_sync_members_restore(pserver *ps, const char *text, ps_error *err) {
+  if (ps->mode != &pserver_mode_sync || state_of(ps)->members == NULL) return PS_ERR_OK;
+  PS_TRY(sync_members_restore(ps, state_of(ps)->members, text, err));
+  recount(ps);
+  return PS_ERR_OK;
+}
+
 long sync_schedule_step(const pserver *ps) {
   const sync_members *sm = state_of(ps)->members;
   return sm != NULL ? sync_members_schedule_step(sm, ps->cfg.trainers) : ps->updates;
@@ -279,6 +292,15 @@ static void push(pserver *ps, rpc_call *call, const rpc_message *msg, const wire
                    "trainer %u was dropped for missing a step (--on-trainer-loss continue)", id);
     return;
   }
+  sync_members *sm = state_of(ps)->members;
+  if (step < ps->updates && sm != NULL) {
+    /* The step completed without this trainer (silent past its lease, or
+     * before a reset): ABORTED, so it joins the steps again. */
+    pserver_refuse(call, "PushPull", PS_ERR_ABORTED,
+                   "trainer %u pushed step %ld, which this pserver completed without it (it was "
+                   "not heard from within --trainer-lease): it joins the steps again", id, step);
+    return;
+  }
   if (step < ps->updates) {
     /* Behind: a resend of a push already applied (its reply was lost), or one
      * from before a rollback. Answered with the parameters, not applied: the
@@ -293,7 +315,6 @@ static void push(pserver *ps, rpc_call *call, const rpc_message *msg, const wire
                    ps->updates);
     return;
   }
-  sync_members *sm = state_of(ps)->members;
   if (sm != NULL) {
     if (sync_members_check_push(ps, sm, call, msg, m) != PS_ERR_OK) return;
     recount(ps); /* the first push of a step names its members here */

@@ -79,5 +79,12 @@ int sync_members_poll(pserver *ps, sync_members *sm, double now, int step_starte
 /* Pserver 0: the members of the step a reply begins (ParamsReply.members). */
 ps_err sync_members_write(const pserver *ps, const sync_members *sm, wire_writer *w);
 long sync_members_schedule_step(const sync_members *sm, int trainers);
+/* The counters a checkpoint keeps ("pushes=N number=M"): the schedule's
+ * pushes and the membership numbers given. */
+void sync_members_save(const sync_members *sm, char *buf, size_t len);
+/* Back at a checkpoint (text: its counters; NULL: none kept): no step has
+ * members, held joins and pulls are answered ABORTED, every trainer joins
+ * again; numbers given from here are above any given before. */
+ps_err sync_members_restore(pserver *ps, sync_members *sm, const char *text, ps_error *err);
 
 #endif

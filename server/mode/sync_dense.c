@@ -258,7 +258,9 @@ static void dense_try_apply(pserver *ps) {
   int count = active_slots(ps, slots);
   if (count == 0) return;
   const dense_shard *t = &ps->store.dense;
-  long step = ps->updates, schedule = sync_schedule_step(ps);
+  long step = ps->updates;
+  optimizer_config opt;
+  long at = store_optimizer_at(ps, sync_schedule_step(ps), &opt);
   double t0 = now_s();
   size_t newly = 0;
   /* Apply every block each active trainer has delivered, in runs of
@@ -270,8 +272,8 @@ static void dense_try_apply(pserver *ps) {
       ready = pp->delivered[(size_t)slots[s] * pp->blocks + b];
     }
     if (ready && run_floats > 0 && t->map.blocks[b].shard_offset != run_start + run_floats) {
-      dense_shard_apply_range(&ps->store.dense, &ps->job.optimizer, slots, count,
-                              1.0f / (float)count, schedule, run_start, run_floats);
+      dense_shard_apply_range(&ps->store.dense, &opt, slots, count, 1.0f / (float)count, at,
+                              run_start, run_floats);
       run_floats = 0;
     }
     if (ready) {
@@ -280,8 +282,8 @@ static void dense_try_apply(pserver *ps) {
       pp->applied[b] = 1;
       newly++;
     } else if (run_floats > 0) {
-      dense_shard_apply_range(&ps->store.dense, &ps->job.optimizer, slots, count,
-                              1.0f / (float)count, schedule, run_start, run_floats);
+      dense_shard_apply_range(&ps->store.dense, &opt, slots, count, 1.0f / (float)count, at,
+                              run_start, run_floats);
       run_floats = 0;
     }
   }

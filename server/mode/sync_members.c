@@ -158,16 +158,18 @@ ps_err sync_members_check_push(pserver *ps, sync_members *sm, rpc_call *call,
     char mine[256], theirs[256];
     list_ids(sm->in, NULL, sm->n, mine, sizeof mine);
     list_ids(sm->scratch, NULL, sm->n, theirs, sizeof theirs);
-    pserver_refuse(call, "PushPull", PS_ERR_FAILED_PRECONDITION,
+    pserver_refuse(call, "PushPull", PS_ERR_ABORTED,
                    "trainer %u's push of step %ld names members %s; this pserver's step has %s "
-                   "(or other membership numbers)", id, ps->updates, theirs, mine);
-    return PS_ERR_FAILED_PRECONDITION;
+                   "(or other membership numbers): it joins the steps again", id, ps->updates,
+                   theirs, mine);
+    return PS_ERR_ABORTED;
   }
   if (!named(sm, (int)id)) {
-    pserver_refuse(call, "PushPull", PS_ERR_FAILED_PRECONDITION,
+    /* ABORTED: the trainer joins again (it may have stalled past its lease). */
+    pserver_refuse(call, "PushPull", PS_ERR_ABORTED,
                    "trainer %u is not a member of step %ld (it never joined, left, or was "
-                   "silent past --trainer-lease): it joins again first", id, ps->updates);
-    return PS_ERR_FAILED_PRECONDITION;
+                   "silent past --trainer-lease): it joins the steps again", id, ps->updates);
+    return PS_ERR_ABORTED;
   }
   return PS_ERR_OK;
 }
@@ -335,4 +337,39 @@ ps_err sync_members_write(const pserver *ps, const sync_members *sm, wire_writer
 
 long sync_members_schedule_step(const sync_members *sm, int trainers) {
   return sm->pushes / trainers;
+}
+
+/* Numbers given after the checkpoint a pserver 0 comes back from are not
+ * in it: the restored count skips this many so none is given twice. */
+#define NUMBERS_SKIPPED 65536u
+
+void sync_members_save(const sync_members *sm, char *buf, size_t len) {
+  snprintf(buf, len, "pushes=%ld number=%u", sm->pushes, sm->number);
+}
+
+ps_err sync_members_restore(pserver *ps, sync_members *sm, const char *text, ps_error *err) {
+  long pushes = 0;
+  unsigned number = 0;
+  int used = 0;
+  if (text != NULL && (sscanf(text, "pushes=%ld number=%u%n", &pushes, &number, &used) != 2 ||
+                       text[used] != '\0' || pushes < 0 || number > UINT32_MAX - NUMBERS_SKIPPED)) {
+    return ps_error_set(err, PS_ERR_CORRUPT_DATA, "the checkpoint's sync members \"%.40s\" are "
+                        "not pushes=N number=M", text);
+  }
+  sync_members_drop(ps, sm, -1, PS_ERR_ABORTED, "the pserver went back to a checkpoint");
+  size_t size = (size_t)sm->n * sizeof *sm->in;
+  memset(sm->in, 0, size);
+  memset(sm->next, 0, size);
+  memset(sm->logged, 0, size);
+  memset(sm->left, 0, size);
+  sm->decided = 0;
+  sm->known = ps->cfg.id == 0;
+  sm->began = now_s();
+  sm->pushes = pushes;
+  /* A pserver 0 that kept running gave its numbers: they stay unique. */
+  uint32_t restored = text != NULL ? (uint32_t)number + NUMBERS_SKIPPED : 0;
+  if (restored > sm->number) sm->number = restored;
+  LOG_INFO("step %ld: no members (every trainer joins the steps again); %ld members' pushes "
+           "applied so far", ps->updates, sm->pushes);
+  return PS_ERR_OK;
 }

@@ -62,6 +62,16 @@ static void decode_blocks(pserver *ps, int slot, const rpc_message *msg,
   }
 }
 
+long store_optimizer_at(const pserver *ps, long schedule, optimizer_config *opt) {
+  *opt = ps->job.optimizer;
+  if (ps->job.elastic_min == 0) return schedule;
+  /* The rate pinned at the schedule's step; Adam's bias correction at the
+   * steps made. */
+  opt->lr = optimizer_lr_at(&ps->job.optimizer, schedule);
+  opt->schedule = LR_CONSTANT;
+  return ps->job.update == UPDATE_SYNC ? ps->updates : (long)ps->made_steps;
+}
+
 /* --- sync ---------------------------------------------------------------------- */
 
 void store_keep_push(pserver *ps, int trainer, const rpc_message *msg,
@@ -75,8 +85,9 @@ ps_err store_apply_step(pserver *ps, const int *slots, int count, ps_error *err)
     return err->code;
   }
   /* Sum in trainer-id order, average, apply. */
-  dense_shard_apply_sum(&ps->store.dense, &ps->job.optimizer, slots, count, 1.0f / (float)count,
-                        sync_schedule_step(ps));
+  optimizer_config opt;
+  long step = store_optimizer_at(ps, sync_schedule_step(ps), &opt);
+  dense_shard_apply_sum(&ps->store.dense, &opt, slots, count, 1.0f / (float)count, step);
   return PS_ERR_OK;
 }
 
@@ -99,7 +110,9 @@ ps_err store_apply_push(pserver *ps, const rpc_message *msg, const wire_blocks_m
   }
   decode_blocks(ps, 0, msg, m);
   const int slot0 = 0;
-  dense_shard_apply_sum(&ps->store.dense, &ps->job.optimizer, &slot0, 1, 1.0f / (float)n, step);
+  optimizer_config opt;
+  long at = store_optimizer_at(ps, step, &opt);
+  dense_shard_apply_sum(&ps->store.dense, &opt, &slot0, 1, 1.0f / (float)n, at);
   return PS_ERR_OK;
 }
 

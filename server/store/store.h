@@ -60,6 +60,15 @@ void store_pull(struct pserver *ps, rpc_call *call, const wire_blocks_msg *m);
  * row merge needs every trainer's whole push, so only without tables. */
 int store_applies_parts(const pserver_store *s);
 
+/* The dense optimizer of one apply at schedule step `schedule` (examples
+ * applied: the learning rate) into *opt, returning the step to apply it at.
+ * An elastic job's Adam counts the steps its members made instead (sync:
+ * the steps applied; async: each push 1/(members) of one, ps->made_steps):
+ * what a fixed job of that many trainers counts, so a job running below
+ * MAX trains as one of its size. Other jobs: the job's optimizer at
+ * `schedule`. */
+long store_optimizer_at(const struct pserver *ps, long schedule, optimizer_config *opt);
+
 /* Sync: keeps trainer's checked push for the step: its dense blocks in its
  * gradient slot, its rows (gradients, next keys) swapped in. */
 void store_keep_push(struct pserver *ps, int trainer, const rpc_message *msg,

@@ -10,13 +10,14 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/process.h"
+#include "trainer/client/ps_client_internal.h"
 #include "trainer/client/ps_client_parts.h"
 
 /* Replies carry the whole shard: allow a generous multiple of it. */
 #define MESSAGE_LIMIT ((size_t)2047 << 20)
 #define RECONNECT_MS 500
 
-static void fill_key(const ps_client *c, long step, Pstrain__RequestKey *key) {
+void ps_client_fill_key(const ps_client *c, long step, Pstrain__RequestKey *key) {
   pstrain__request_key__init(key);
   key->trainer_id = (uint32_t)c->trainer_id;
   key->incarnation = c->incarnation;
@@ -46,20 +47,17 @@ static ps_err batch_error(ps_client *c, const char *what, ps_err code, ps_error 
   return ps_error_set(err, code, "%s failed", what);
 }
 
-static void free_replies(ps_client *c) {
+void ps_client_free_replies(ps_client *c) {
   for (int p = 0; p < c->job.pservers; p++) rpc_reply_free(&c->ops[p].reply);
 }
 
-/* Registers with every pserver at once, each call waiting up to timeout
- * seconds for its pserver to come up. Records each pserver's incarnation and
- * puts its step (async: pushes / trainers) in steps[p]. */
-static ps_err register_all(ps_client *c, double timeout, long *steps, ps_error *err) {
+ps_err ps_client_register_all(ps_client *c, double timeout, long *steps, ps_error *err) {
   int n = c->job.pservers;
   Pstrain__RequestKey key;
   Pstrain__JobConfig job_msg;
   wire_job_parts opt_msg;
   char model_text[MODEL_TEXT_MAX];
-  fill_key(c, 0, &key);
+  ps_client_fill_key(c, 0, &key);
   wire_job_to_proto(&c->job, &job_msg, &opt_msg, model_text, sizeof model_text);
   uint8_t **bufs = calloc((size_t)n, sizeof *bufs);
   rpc_part *parts = calloc((size_t)n, sizeof *parts);
@@ -104,7 +102,7 @@ static ps_err register_all(ps_client *c, double timeout, long *steps, ps_error *
     if (c->job.update != UPDATE_SYNC) steps[p] /= c->job.trainers;
   }
   for (int p = 0; p < n; p++) c->ops[p].wait_for_ready = 0;
-  free_replies(c);
+  ps_client_free_replies(c);
   for (int p = 0; p < n; p++) free(bufs[p]);
   free(bufs);
   free(parts);
@@ -179,7 +177,7 @@ ps_err ps_client_connect(ps_client *c, const endpoint_list *pservers, const job_
     ps_client_close(c);
     return ps_error_set(err, PS_ERR_NO_MEMORY, "ps client: out of memory");
   }
-  ps_err rc = register_all(c, connect_timeout, steps, err);
+  ps_err rc = ps_client_register_all(c, connect_timeout, steps, err);
   /* With handed-out data a sync trainer joins a step later (the pservers may be a step apart). */
   int joins = job->update == UPDATE_SYNC && job->shard_steps > 0;
   for (int p = 1; p < n && rc == PS_ERR_OK && !joins; p++) {
@@ -210,7 +208,7 @@ void ps_client_close(ps_client *c) {
              "the buffer is left allocated");
     c->wire_grads = NULL;
   }
-  if (c->ops != NULL) free_replies(c);
+  if (c->ops != NULL) ps_client_free_replies(c);
   ps_client_parts_free(c);
   if (c->prefetch_rpc != NULL) ps_client_prefetch_abort(c);
   rpc_client_destroy(c->prefetch_rpc); /* before c->rpc: its calls use c->rpc's channels */
@@ -312,9 +310,7 @@ static ps_err apply_replies(ps_client *c, const char *what, long want_version, f
   return PS_ERR_OK;
 }
 
-/* Sends one small message to every pserver at once; on success the replies
- * wait in c->ops for the caller (who frees them with free_replies). */
-static ps_err send_to_all(ps_client *c, const char *method, const ProtobufCMessage *m,
+ps_err ps_client_send_to_all(ps_client *c, const char *method, const ProtobufCMessage *m,
                           const char *what, ps_error *err) {
   uint8_t *buf;
   size_t len;
@@ -332,14 +328,14 @@ static ps_err send_to_all(ps_client *c, const char *method, const ProtobufCMessa
 
 ps_err ps_client_pull(ps_client *c, float *params, ps_error *err) {
   Pstrain__RequestKey key;
-  fill_key(c, 0, &key);
+  ps_client_fill_key(c, 0, &key);
   Pstrain__PullRequest req = PSTRAIN__PULL_REQUEST__INIT;
   req.key = &key;
   req.config_hash = c->hash;
   const char *what = "pulling the parameters";
-  ps_err rc = send_to_all(c, WIRE_METHOD_PULL, &req.base, what, err);
+  ps_err rc = ps_client_send_to_all(c, WIRE_METHOD_PULL, &req.base, what, err);
   if (rc == PS_ERR_OK) rc = apply_replies(c, what, -1, params, err);
-  free_replies(c);
+  ps_client_free_replies(c);
   return rc;
 }
 
@@ -366,7 +362,7 @@ ps_err ps_client_pull_kind(ps_client *c, long step, uint32_t kind, float *params
   if (rc != PS_ERR_OK) rc = batch_error(c, what, rc, err);
   long want = c->job.update == UPDATE_SYNC && kind == PSTRAIN__PULL_KIND__PULL_STEP ? step : -1;
   if (rc == PS_ERR_OK) rc = apply_replies(c, what, want, params, err);
-  free_replies(c);
+  ps_client_free_replies(c);
   c->comm_seconds += now_s() - start;
   return rc;
 }
@@ -413,7 +409,7 @@ ps_err ps_client_push_pull(ps_client *c, long step, const float *grads, float *p
   if (rc != PS_ERR_OK) rc = batch_error(c, what, rc, err);
   long want = c->job.update == UPDATE_SYNC ? step + 1 : -1;
   if (rc == PS_ERR_OK) rc = apply_replies(c, what, want, params, err);
-  free_replies(c);
+  ps_client_free_replies(c);
   /* The gradients are overwritten next step: gRPC must be done with them. */
   if (rpc_lease_wait(&c->lease) != PS_ERR_OK && rc == PS_ERR_OK) {
     rc = ps_error_set(err, PS_ERR_INTERNAL, "%s: gRPC kept the gradient buffer for 30 s", what);
@@ -425,13 +421,13 @@ ps_err ps_client_push_pull(ps_client *c, long step, const float *grads, float *p
 
 static ps_err say_done(ps_client *c, long step, int leave, ps_error *err) {
   Pstrain__RequestKey key;
-  fill_key(c, step, &key);
+  ps_client_fill_key(c, step, &key);
   Pstrain__DoneRequest req = PSTRAIN__DONE_REQUEST__INIT;
   req.key = &key;
   req.config_hash = c->hash;
   req.leave = leave;
-  ps_err rc = send_to_all(c, WIRE_METHOD_DONE, &req.base, leave ? "leaving" : "saying done", err);
-  free_replies(c);
+  ps_err rc = ps_client_send_to_all(c, WIRE_METHOD_DONE, &req.base, leave ? "leaving" : "saying done", err);
+  ps_client_free_replies(c);
   return rc;
 }
 
@@ -439,159 +435,4 @@ ps_err ps_client_done(ps_client *c, long step, ps_error *err) { return say_done(
 
 ps_err ps_client_leave(ps_client *c, ps_error *err) {
   return say_done(c, (long)c->member_number, 1, err); /* the membership that ends */
-}
-
-int ps_client_recoverable(ps_err code) {
-  return code == PS_ERR_UNAVAILABLE || code == PS_ERR_ABORTED;
-}
-
-/* Asks every pserver to roll back to step (a no-op where it is there). */
-static ps_err roll_back_all(ps_client *c, long step, int restarted, ps_error *err) {
-  Pstrain__RequestKey key;
-  fill_key(c, step, &key);
-  Pstrain__RollbackRequest req = PSTRAIN__ROLLBACK_REQUEST__INIT;
-  req.key = &key;
-  req.config_hash = c->hash;
-  req.step = (uint64_t)step;
-  req.restarted_pserver = (uint32_t)restarted;
-  char what[64];
-  snprintf(what, sizeof what, "rolling back to step %ld", step);
-  ps_err rc = send_to_all(c, WIRE_METHOD_ROLLBACK, &req.base, what, err);
-  for (int p = 0; p < c->job.pservers && rc == PS_ERR_OK; p++) {
-    Pstrain__RollbackReply *reply = (Pstrain__RollbackReply *)wire_unpack(
-        &pstrain__rollback_reply__descriptor, &c->ops[p].reply.message, err);
-    if (reply == NULL) {
-      rc = ps_error_set(err, PS_ERR_CORRUPT_DATA, "%s: pserver %d sent a bad reply", what, p);
-      break;
-    }
-    if (reply->pserver_incarnation != c->pserver_incarnation[p] || reply->step != (uint64_t)step) {
-      rc = ps_error_set(err, PS_ERR_ABORTED, "%s: pserver %d is at step %llu (incarnation %016llx)",
-                        what, p, (unsigned long long)reply->step,
-                        (unsigned long long)reply->pserver_incarnation);
-    }
-    protobuf_c_message_free_unpacked(&reply->base, NULL);
-  }
-  free_replies(c);
-  return rc;
-}
-
-/* One ps_client_recover call, across its attempts. */
-typedef struct {
-  ps_client *c;
-  long step;        /* the step whose call failed */
-  double start;     /* when recovery began, for the log */
-  int attempt;      /* one-based */
-  long *steps;      /* each pserver's step, from the latest registration */
-  uint64_t *before; /* each pserver's incarnation as this trainer last saw it */
-} recovery;
-
-/* Logs each pserver that restarted since it was last seen and returns the
- * last of them (-1: none), which a roll back names. */
-static int note_restarts(recovery *r) {
-  ps_client *c = r->c;
-  int restarted = -1;
-  for (int p = 0; p < c->job.pservers; p++) {
-    if (c->pserver_incarnation[p] != r->before[p]) {
-      restarted = p;
-      LOG_WARN("pserver %d at %s restarted (new incarnation %016llx) at step %ld", p,
-               c->targets.items[p], (unsigned long long)c->pserver_incarnation[p], r->steps[p]);
-      r->before[p] = c->pserver_incarnation[p];
-    }
-  }
-  return restarted;
-}
-
-/* Every pserver has step's state or the next: a read is simply taken again
- * by the caller; a push is resent, and applied once (a pserver past it
- * answers with its parameters). */
-static ps_err resume_at_step(recovery *r, const float *grads, float *params, long *resume_at,
-                             ps_error *err) {
-  if (grads == NULL) {
-    *resume_at = r->step;
-    LOG_INFO("step %ld: recovered in %.2f s (%d attempt(s)): every pserver is at the step",
-             r->step, now_s() - r->start, r->attempt);
-    return PS_ERR_OK;
-  }
-  ps_err rc = ps_client_push_pull(r->c, r->step, grads, params, err);
-  if (rc == PS_ERR_OK) {
-    *resume_at = r->step + 1;
-    LOG_INFO("step %ld: recovered in %.2f s (%d attempt(s)): push resent", r->step,
-             now_s() - r->start, r->attempt);
-  }
-  return rc;
-}
-
-/* A pserver came back from an older checkpoint: all go back to its step. */
-static ps_err roll_back_to(recovery *r, long lo, int restarted, float *params, long *resume_at,
-                           ps_error *err) {
-  ps_err rc = roll_back_all(r->c, lo, restarted, err);
-  /* A CTR job's pull needs the keys of step lo: the caller's. */
-  if (rc == PS_ERR_OK && r->c->sparse == NULL) rc = ps_client_pull(r->c, params, err);
-  if (rc == PS_ERR_OK) {
-    *resume_at = lo;
-    LOG_WARN("step %ld: recovered in %.2f s (%d attempt(s)): every pserver rolled back to "
-             "step %ld; steps %ld to %ld are taken again",
-             r->step, now_s() - r->start, r->attempt, lo, lo, r->step);
-  }
-  return rc;
-}
-
-/* One attempt: registers again (waiting up to left seconds), then picks the
- * step to go on from by where the pservers are. */
-static ps_err recover_once(recovery *r, double left, const float *grads, float *params,
-                           long *resume_at, ps_error *err) {
-  ps_client *c = r->c;
-  ps_err rc = register_all(c, left, r->steps, err);
-  if (rc != PS_ERR_OK) return rc;
-  int restarted = note_restarts(r);
-  long lo = r->steps[0], hi = r->steps[0];
-  for (int p = 1; p < c->job.pservers; p++) {
-    if (r->steps[p] < lo) lo = r->steps[p];
-    if (r->steps[p] > hi) hi = r->steps[p];
-  }
-  int sync = c->job.update == UPDATE_SYNC;
-  if (sync && (hi > r->step + 1 || lo > r->step)) {
-    return ps_error_set(err, PS_ERR_FAILED_PRECONDITION,
-                        "step %ld: the pservers are at steps %ld to %ld, ahead of this trainer",
-                        r->step, lo, hi);
-  }
-  if (!sync || lo >= r->step) return resume_at_step(r, grads, params, resume_at, err);
-  return roll_back_to(r, lo, restarted, params, resume_at, err);
-}
-
-ps_err ps_client_recover(ps_client *c, long step, const float *grads, float *params,
-                         double timeout, long *resume_at, ps_error *err) {
-  int n = c->job.pservers;
-  recovery r = {.c = c, .step = step, .start = now_s()};
-  double deadline = r.start + timeout;
-  r.steps = malloc((size_t)n * sizeof *r.steps);
-  r.before = malloc((size_t)n * sizeof *r.before);
-  if (r.steps == NULL || r.before == NULL) {
-    free(r.steps);
-    free(r.before);
-    return ps_error_set(err, PS_ERR_NO_MEMORY, "ps client: out of memory");
-  }
-  memcpy(r.before, c->pserver_incarnation, (size_t)n * sizeof *r.before);
-  ps_err rc;
-  char last[sizeof err->msg];
-  snprintf(last, sizeof last, "%s", err->msg);
-  for (r.attempt = 1;; r.attempt++) {
-    double left = deadline - now_s();
-    if (left <= 0) {
-      rc = ps_error_set(err, PS_ERR_UNAVAILABLE,
-                        "step %ld: gave up after %.0f s (--recover-timeout) and %d attempt(s); "
-                        "last error: %s",
-                        step, timeout, r.attempt - 1, last);
-      break;
-    }
-    rc = recover_once(&r, left, grads, params, resume_at, err);
-    /* success is not recoverable either: it ends the loop too */
-    if (!ps_client_recoverable(rc)) break;
-    snprintf(last, sizeof last, "%s", err->msg);
-    struct timespec pause = {0, 100 * 1000 * 1000};
-    nanosleep(&pause, NULL);
-  }
-  free(r.steps);
-  free(r.before);
-  return rc;
 }

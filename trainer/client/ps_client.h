@@ -72,6 +72,9 @@ typedef struct ps_client {
   uint8_t *members;
   size_t members_len, members_cap;
   uint32_t member_number;
+  /* A reset took the job back to a checkpoint: the next NextShard takes the
+   * queue's epoch, even an earlier one. */
+  int went_back;
   /* Fault injection for tests (PSTRAIN_TEST_KILL_MID_PUSH=N): the N-th push
    * of this process goes to pserver 0 alone, is answered, and the process
    * kills itself (a trainer dying in the middle of a push); -1: never. */
@@ -146,6 +149,15 @@ int ps_client_recoverable(ps_err code);
  * step (the caller reads again), else the step the job went back to. */
 ps_err ps_client_recover(ps_client *c, long step, const float *grads, float *params,
                          double timeout, long *resume_at, ps_error *err);
+
+/* A sync job with handed-out data, after a recoverable failure: registers
+ * again within timeout seconds; where a pserver restarted, every pserver
+ * goes back to the oldest step among them, reloading its checkpoint (a
+ * reset named by the pservers' incarnations, done once whichever trainer
+ * asks: the step's members and pushes go, pserver 0's queue is as the
+ * checkpoint kept it); else the trainer leaves its membership. Either way
+ * it is no member now: it joins the steps again with its next shard. */
+ps_err ps_client_recover_member(ps_client *c, double timeout, ps_error *err);
 
 /* Jobs whose data is handed out (--shard-steps): asks pserver 0 for the
  * next shard (ps_client_shards.c); see data_shard_fn. */

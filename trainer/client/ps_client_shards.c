@@ -19,6 +19,7 @@ ps_err ps_client_next_shard(ps_client *c, long epoch, long finished, data_shard 
   req.epoch = (uint64_t)epoch;
   req.finished = finished >= 0;
   req.finished_shard = finished >= 0 ? (uint64_t)finished : 0;
+  req.went_back = c->went_back != 0;
   uint8_t *buf;
   size_t len;
   PS_TRY(wire_pack(&req.base, &buf, &len, err));
@@ -46,6 +47,7 @@ ps_err ps_client_next_shard(ps_client *c, long epoch, long finished, data_shard 
                         "asking pserver 0 for data: it restarted (new incarnation): register "
                         "again");
   }
+  c->went_back = 0; /* pserver 0 took it in */
   *out = (data_shard){.answer = (data_shard_answer)reply->answer, .epoch = (long)reply->epoch,
                       .shard = (long)reply->shard, .offset = (long)reply->offset,
                       .end = (long)reply->end, .first = (long)reply->first,
@@ -86,47 +88,38 @@ static ps_err take_members(ps_client *c, const rpc_message *msg, const wire_bloc
   return rc;
 }
 
-/* PULL_JOIN to pservers first..last-1 at once; pserver 0's reply names the
- * step the trainer is a member of (*step) and its members. */
-static ps_err send_join(ps_client *c, int first, int last, long *step, ps_error *err) {
-  wire_key key = {(uint32_t)c->trainer_id, c->incarnation, 0};
-  for (int p = first; p < last; p++) {
-    wire_writer *w = &c->writers[p];
-    PS_TRY(wire_writer_begin(w, 0, err));
-    wire_writer_push_header(w, &key, c->hash);
-    wire_writer_pull_kind(w, PSTRAIN__PULL_KIND__PULL_JOIN);
-    PS_TRY(wire_writer_check(w, err));
-    c->ops[p] = (rpc_op){.channel = c->channels[p], .method = WIRE_METHOD_PULL,
-                         .parts = w->parts, .part_count = w->part_count,
-                         .timeout_s = c->rpc_timeout};
-  }
-  ps_err rc = rpc_client_call_all(c->rpc, c->ops + first, last - first, err);
-  for (int p = first; p < last; p++) {
-    const rpc_op *op = &c->ops[p];
-    wire_blocks_msg m = {.blocks = c->refs, .block_cap = c->refs_cap};
-    if (rc != PS_ERR_OK && op->code != PS_ERR_OK) {
-      rc = ps_error_set(err, op->code, "joining the steps: pserver %d at %s: %s (%s)", p,
-                        c->targets.items[p], op->message, ps_err_name(op->code));
-    } else if (rc == PS_ERR_OK && wire_parse_blocks(&op->reply.message, &m, err) != PS_ERR_OK) {
-      rc = ps_error_set(err, PS_ERR_CORRUPT_DATA, "joining the steps: pserver %d's reply: %s", p,
-                        err->msg);
-    } else if (rc == PS_ERR_OK && m.pserver_incarnation != c->pserver_incarnation[p]) {
-      rc = ps_error_set(err, PS_ERR_ABORTED, "joining the steps: pserver %d restarted", p);
-    } else if (rc == PS_ERR_OK && p == 0) {
-      rc = take_members(c, &op->reply.message, &m, err);
-      *step = (long)m.step;
-    }
-  }
-  for (int p = first; p < last; p++) rpc_reply_free(&c->ops[p].reply);
-  return rc;
-}
-
 ps_err ps_client_sync_join(ps_client *c, long *step, ps_error *err) {
   if (c->members == NULL) {
     return ps_error_set(err, PS_ERR_INTERNAL, "joining the steps: not a sync job with "
                         "handed-out data");
   }
-  return send_join(c, 0, 1, step, err);
+  /* PULL_JOIN to pserver 0, which admits: its reply names the step the
+   * trainer is a member of and its members. */
+  wire_key key = {(uint32_t)c->trainer_id, c->incarnation, 0};
+  wire_writer *w = &c->writers[0];
+  PS_TRY(wire_writer_begin(w, 0, err));
+  wire_writer_push_header(w, &key, c->hash);
+  wire_writer_pull_kind(w, PSTRAIN__PULL_KIND__PULL_JOIN);
+  PS_TRY(wire_writer_check(w, err));
+  rpc_op *op = &c->ops[0];
+  *op = (rpc_op){.channel = c->channels[0], .method = WIRE_METHOD_PULL, .parts = w->parts,
+                 .part_count = w->part_count, .timeout_s = c->rpc_timeout};
+  ps_err rc = rpc_client_call_all(c->rpc, op, 1, err);
+  wire_blocks_msg m = {.blocks = c->refs, .block_cap = c->refs_cap};
+  if (rc != PS_ERR_OK && op->code != PS_ERR_OK) {
+    rc = ps_error_set(err, op->code, "joining the steps: pserver 0 at %s: %s (%s)",
+                      c->targets.items[0], op->message, ps_err_name(op->code));
+  } else if (rc == PS_ERR_OK && wire_parse_blocks(&op->reply.message, &m, err) != PS_ERR_OK) {
+    rc = ps_error_set(err, PS_ERR_CORRUPT_DATA, "joining the steps: pserver 0's reply: %s",
+                      err->msg);
+  } else if (rc == PS_ERR_OK && m.pserver_incarnation != c->pserver_incarnation[0]) {
+    rc = ps_error_set(err, PS_ERR_ABORTED, "joining the steps: pserver 0 restarted");
+  } else if (rc == PS_ERR_OK) {
+    rc = take_members(c, &op->reply.message, &m, err);
+    *step = (long)m.step;
+  }
+  rpc_reply_free(&op->reply);
+  return rc;
 }
 
 long ps_client_kill_at_push(void) {

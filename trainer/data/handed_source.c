@@ -44,6 +44,14 @@ static ps_err ask(handed_source *s, int *over, ps_error *err) {
       s->holds = 1;
       s->next = a.offset;
       *over = DATA_MORE;
+      if (a.epoch < s->epoch) {
+        /* A pserver restarted from a checkpoint of the epoch before: this
+         * one ends, that one is trained on from the shard held. */
+        LOG_WARN("handed-out data: the job went back to epoch %ld (a pserver restarted from a "
+                 "checkpoint of it): epoch %ld ends here", a.epoch + 1, s->epoch + 1);
+        s->epoch = a.epoch;
+        *over = DATA_EPOCH_OVER;
+      }
       return PS_ERR_OK;
     }
     if (a.answer == DATA_SHARD_EPOCH_DONE || a.answer == DATA_SHARD_JOB_DONE) {
@@ -75,7 +83,7 @@ static ps_err handed_batch(data_source *d, long step, data_batch *out, ps_error 
                         step, s->step);
   }
   if (!s->holds || s->next >= s->shard.end) {
-    int over;
+    int over = DATA_MORE;
     PS_TRY(ask(s, &over, err));
     if (over != DATA_MORE) {
       *out = (data_batch){.over = over};
@@ -144,3 +152,9 @@ ps_err handed_source_create(data_source **out, data_source *inner, data_shard_fn
 }
 
 long handed_source_epoch(const data_source *d) { return ((const handed_source *)d)->epoch; }
+
+void handed_source_give_up(data_source *d) {
+  handed_source *s = (handed_source *)d;
+  s->holds = 0; /* not said finished: pserver 0 hands its rest out again */
+  s->step = -1;
+}

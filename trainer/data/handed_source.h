@@ -21,4 +21,8 @@ ps_err handed_source_create(data_source **out, data_source *inner, data_shard_fn
 /* The epoch the trainer is in (where the last answer put it). */
 long handed_source_epoch(const data_source *d);
 
+/* The trainer gave its shard up (its sync membership ended with a pserver
+ * restart): the next batch comes from a shard asked for anew. */
+void handed_source_give_up(data_source *d);
+
 #endif

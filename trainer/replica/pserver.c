@@ -21,6 +21,7 @@
 #include "trainer/client/ps_client.h"
 #include "trainer/client/ps_client_parts.h"
 #include "trainer/client/ps_client_sparse.h"
+#include "trainer/data/handed_source.h"
 #include "trainer/replica/pserver_replica.h"
 #include "trainer/train.h"
 
@@ -32,10 +33,25 @@ static long key_step(const pserver_replica *p, long step) {
   return joins_steps(p) ? p->job_step : step;
 }
 
-/* Recovery re-registers and may roll the job back: not for a trainer that
- * joined the steps (it would have to join again). */
+/* Recovery re-registers and may roll the job back (pushes, evaluation's
+ * lookups, the export's pull): a trainer that joins the steps recovers its
+ * own way (rejoined). */
 static double recover_timeout(const pserver_replica *p) {
   return joins_steps(p) ? 0.0 : p->base.t->settings.opt.recover_timeout;
+}
+
+/* A trainer that joins the steps, after a recoverable failure: recovers
+ * (ps_client_recover_member: a pserver that restarted resets the steps),
+ * gives its shard up and joins again with its next one. 1 when it did. */
+static int rejoined(pserver_replica *p, ps_err rc, ps_error *err) {
+  double timeout = p->base.t->settings.opt.recover_timeout;
+  if (!joins_steps(p) || !ps_client_recoverable(rc) || timeout <= 0) return 0;
+  LOG_WARN("%s: recovering (--recover-timeout %.0f s)", err->msg, timeout);
+  if (ps_client_recover_member(&p->c, timeout, err) != PS_ERR_OK) return 0;
+  p->member = 0;
+  p->need_pull = p->sparse;
+  handed_source_give_up(p->base.t->data);
+  return 1;
 }
 
 /* Backward's report: tensors first..last have final gradients; their blocks go out now. */
@@ -173,10 +189,17 @@ static ps_err pserver_pull(replica *r, long step, const data_batch *b, ps_error 
   } else {
     const sparse_dedup *d = b->dedup;
     p->ahead_split = -1;
-    if (ps_sparse_split(&p->sp, &p->sp.next, d->unique, d->counts, n, err) != PS_ERR_OK ||
-        ps_sparse_pull_step(&p->sp, key_step(p, step), p->params, err) != PS_ERR_OK) {
-      return err->code;
+    PS_TRY(ps_sparse_split(&p->sp, &p->sp.next, d->unique, d->counts, n, err));
+    ps_err rc = ps_sparse_pull_step(&p->sp, key_step(p, step), p->params, err);
+    if (rc != PS_ERR_OK && rejoined(p, rc, err)) {
+      /* The batch goes with the shard given up: computed on zero rows, not pushed. */
+      for (int i = 0; i < p->sp.tables; i++) {
+        memset(t->rows[i], 0, n * (size_t)p->sp.dim[i] * sizeof(float));
+      }
+      p->skip_push = 1;
+      return PS_ERR_OK;
     }
+    PS_TRY(rc);
     ps_sparse_scatter(&p->sp, &p->sp.next, t->rows);
     p->need_pull = 0;
     p->version = key_step(p, step);
@@ -234,8 +257,13 @@ static ps_err push_sparse(pserver_replica *p, long step, const data_batch *b, lo
   p->ahead_split = -1;
   double start = now_s();
   long resume_at, at = key_step(p, step);
-  PS_TRY(ps_sparse_push_pull(&p->sp, at, p->grads, t->row_grads, p->params, recover_timeout(p),
-                             &resume_at, err));
+  ps_err rc = ps_sparse_push_pull(&p->sp, at, p->grads, t->row_grads, p->params,
+                                  recover_timeout(p), &resume_at, err);
+  if (rc != PS_ERR_OK && rejoined(p, rc, err)) {
+    *next = step + 1; /* the batch went with the shard given up */
+    return PS_ERR_OK;
+  }
+  PS_TRY(rc);
   timeline_span(t->tl, "push", step, start); /* push-pull, the pservers' wait included */
   p->base.comm_seconds += now_s() - start;
   p->base.comm_bytes += ps_client_bytes_since(&p->c, &p->bytes_counted);
@@ -268,6 +296,10 @@ static ps_err push_dense(pserver_replica *p, long step, long *next, ps_error *er
                   : ps_client_push_pull(&p->c, key_step(p, step), t->host_grads, t->host_params,
                                         err);
   if (rc == PS_ERR_OK && joins_steps(p)) p->job_step++;
+  if (rc != PS_ERR_OK && rejoined(p, rc, err)) {
+    *next = p->step = step + 1; /* the batch went with the shard given up */
+    return PS_ERR_OK;
+  }
   if (rc != PS_ERR_OK) {
     double timeout = recover_timeout(p);
     if (!ps_client_recoverable(err->code) || timeout <= 0) return err->code;
@@ -296,6 +328,11 @@ static ps_err push_dense(pserver_replica *p, long step, long *next, ps_error *er
 static ps_err pserver_push(replica *r, long step, const data_batch *b, long *next,
                            ps_error *err) {
   pserver_replica *p = (pserver_replica *)r;
+  if (p->skip_push) { /* its pull failed and the trainer joined again */
+    p->skip_push = 0;
+    *next = step + 1;
+    return PS_ERR_OK;
+  }
   /* Handed-out data: the push tells pserver 0 where its batch begins. */
   data_position at = data_source_position(r->t->data, step);
   p->c.position = (wire_position){(uint64_t)at.epoch, (uint64_t)at.shard, (uint64_t)at.offset};
@@ -306,6 +343,7 @@ static ps_err pserver_push(replica *r, long step, const data_batch *b, long *nex
  * may be back (restarted, or not reached), registers again within
  * --recover-timeout, nothing resent; 1 when the read may be tried again. */
 static int recovered(pserver_replica *p, ps_err rc, ps_error *err) {
+  if (joins_steps(p)) return rejoined(p, rc, err);
   double timeout = recover_timeout(p);
   if (!ps_client_recoverable(rc) || timeout <= 0) return 0;
   LOG_WARN("%s: recovering (--recover-timeout %.0f s)", err->msg, timeout);
@@ -360,7 +398,8 @@ static ps_err follow_data(pserver_replica *p, const data_shard *a, ps_error *err
     if (joins_steps(p)) PS_TRY(join_steps(p, err));
     p->member = 1;
   } else if (!has_data && p->member) {
-    PS_TRY(ps_client_leave(&p->c, err));
+    ps_err rc = ps_client_leave(&p->c, err);
+    if (rc != PS_ERR_OK && !rejoined(p, rc, err)) return rc; /* rejoined: no member either */
     p->member = 0;
   }
   return PS_ERR_OK;
@@ -371,10 +410,13 @@ static ps_err pserver_next_shard(replica *r, long epoch, long finished, data_sha
   pserver_replica *p = (pserver_replica *)r;
   double start = now_s();
   ps_err rc = ps_client_next_shard(&p->c, epoch, finished, out, err);
-  if (rc != PS_ERR_OK && recovered(p, rc, err)) {
-    rc = ps_client_next_shard(&p->c, epoch, finished, out, err);
-  }
   if (rc == PS_ERR_OK) rc = follow_data(p, out, err);
+  if (rc != PS_ERR_OK && recovered(p, rc, err)) {
+    /* A reset may have taken the finished shard's last batches back. */
+    if (joins_steps(p)) finished = -1;
+    rc = ps_client_next_shard(&p->c, epoch, finished, out, err);
+    if (rc == PS_ERR_OK) rc = follow_data(p, out, err);
+  }
   r->comm_seconds += now_s() - start;
   return rc;
 }
@@ -384,8 +426,13 @@ ps_err pserver_lookup(replica *r, const sparse_dedup *d, ps_error *err) {
   trainer *t = r->t;
   /* The dense parameters that come along are not used: the model has its own. */
   long resume_at;
-  PS_TRY(ps_sparse_lookup(&p->sp, p->version, d->unique, d->counts, d->n_unique, t->rows,
-                          p->params, t->settings.opt.recover_timeout, &resume_at, err));
+  ps_err rc = ps_sparse_lookup(&p->sp, p->version, d->unique, d->counts, d->n_unique, t->rows,
+                               p->params, recover_timeout(p), &resume_at, err);
+  if (rc != PS_ERR_OK && rejoined(p, rc, err)) {
+    rc = ps_sparse_lookup(&p->sp, p->version, d->unique, d->counts, d->n_unique, t->rows,
+                          p->params, 0, &resume_at, err);
+  }
+  PS_TRY(rc);
   if (resume_at < p->version) {
     /* A pserver came back from an older checkpoint: the job goes back there. */
     t->rewind_to = resume_at;
@@ -400,9 +447,11 @@ ps_err pserver_gather(replica *r, ps_error *err) {
   pserver_replica *p = (pserver_replica *)r;
   trainer *t = r->t;
   if (!p->sparse) return PS_ERR_OK; /* the last reply's parameters are the model's */
-  if (ps_sparse_pull_all(&p->sp, p->version, p->params, t->settings.opt.recover_timeout, err) !=
-          PS_ERR_OK ||
-      model_set_params(t->model, p->params, err) != PS_ERR_OK) {
+  ps_err rc = ps_sparse_pull_all(&p->sp, p->version, p->params, recover_timeout(p), err);
+  if (rc != PS_ERR_OK && rejoined(p, rc, err)) {
+    rc = ps_sparse_pull_all(&p->sp, p->version, p->params, 0, err);
+  }
+  if (rc != PS_ERR_OK || model_set_params(t->model, p->params, err) != PS_ERR_OK) {
     return ps_error_set(err, err->code, "--export: %s", err->msg);
   }
   for (int i = 0; i < p->sp.tables; i++) {

@@ -35,6 +35,7 @@ typedef struct pserver_replica {
    * (its own steps, which the loop counts, differ once it joined late). */
   int member;
   long job_step;
+  int skip_push;          /* sync: the step's pull failed and it joined again: no push */
   /* --update geo: */
   float *at_exchange;     /* (total) the parameters the last exchange gave */
   float *change;          /* (total) what the next exchange sends */
