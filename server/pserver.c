@@ -374,6 +374,14 @@ static void handle_done(pserver *ps, rpc_call *call, const rpc_message *msg) {
     if (req->leave) {
       /* No data for now: back when it joins (sync) or pushes (ssp) again. */
       if (ps->mode->leave != NULL) ps->mode->leave(ps, (int)key.trainer_id, key.step);
+    } else if (req->stopped) {
+      /* Gone before the data is trained: no step waits for it, its id is
+       * free, pserver 0 counts what its process applied. */
+      LOG_INFO("trainer %u stops at its step %llu (asked to)", key.trainer_id,
+               (unsigned long long)key.step);
+      tr->registered = 0;
+      if (ps->mode->done != NULL) ps->mode->done(ps, (int)key.trainer_id);
+      if (ps->shards != NULL) shard_queue_gone(ps->shards, (int)key.trainer_id, "stopped");
     } else {
       if (!tr->done) LOG_INFO("trainer %u is done at step %llu", key.trainer_id, (unsigned long long)key.step);
       tr->done = 1;

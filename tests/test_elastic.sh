@@ -9,7 +9,7 @@
 # done. Pserver 0 killed and resumed from its checkpoint mid-epoch: the
 # queue comes back and it counts each epoch once. Below MIN the job waits
 # for a trainer; scripts/launch --elastic adds and removes trainers through
-# its control FIFO. Bad flags are refused.
+# its control FIFO (a removed one says it stops). Bad flags are refused.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/elastic_lib.sh"
 require_data
@@ -90,6 +90,9 @@ wait_log "$SCRATCH/launch.log" "trainer 2 stopped" "$l" 30 || fail "launch: no t
 status=0; wait_for "$l" 240 || status=$?
 [ "$status" -eq 0 ] || fail "launch exited $status: $(tail -3 "$SCRATCH/launch.log")"
 grep -q "trainer id 2 given to a joining trainer" "$SCRATCH/l/pserver0.log" || fail "launch: no third id"
+# SIGTERM: the removed trainer ended its step and said it stops.
+grep -qE "trainer [0-9]+ stops at its step [0-9]+ \(asked to\)" "$SCRATCH/l/pserver0.log" ||
+  fail "launch: the removed trainer did not say it stops: $(grep -F stopped "$SCRATCH/launch.log")"
 shards_counted launch "$SCRATCH/l/pserver0.log" 20000 2 "$SCRATCH/l.jsonl"*
 
 # 6. Refusals.

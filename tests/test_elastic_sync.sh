@@ -9,7 +9,10 @@
 # the gone processes' counts; the MLP's accuracy is within 0.01 of a fixed
 # 2-trainer sync job's (bench-elastic measures it closer, over runs), the
 # CTR model's AUC within 0.005 (elastic_lib.sh). scripts/launch --mode sync
-# --elastic adds and removes a trainer.
+# --elastic adds and removes a trainer (SIGTERM: it says it stops, and no
+# step waits its lease). A pserver killed and resumed: the trainers reset
+# the steps to its checkpoint and join again. A member stopped past its
+# lease joins again.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/elastic_lib.sh"
 require_data
@@ -48,6 +51,14 @@ wait_log "$SCRATCH/launch.log" "trainer 1 stopped" "$l" 30 || fail "launch: no t
 status=0; wait_for "$l" 240 || status=$?
 [ "$status" -eq 0 ] || fail "launch exited $status: $(tail -3 "$SCRATCH/launch.log")"
 shards_counted "sync launch" "$SCRATCH/l/pserver0.log" 12000 2 "$SCRATCH/l.jsonl"*
+# SIGTERM: the removed trainer ended its step and said it stops; no step
+# waited its lease for it.
+for s in 0 1; do
+  grep -qE "trainer 1 stops at its step [0-9]+ \(asked to\)" "$SCRATCH/l/pserver$s.log" ||
+    fail "launch: pserver $s did not hear the removed trainer stop"
+  ! grep -q "leaves (silent" "$SCRATCH/l/pserver$s.log" ||
+    fail "launch: pserver $s waited a lease: $(grep -F "leaves (silent" "$SCRATCH/l/pserver$s.log")"
+done
 
 # 4. A pserver killed mid-epoch and started again from its checkpoint: the
 # trainers reset the steps (every pserver reloads its checkpoint of the

@@ -3,6 +3,7 @@
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +66,9 @@ static int train(const trainer_settings *settings, trainer_metrics *tm) {
     LOG_ERROR("training failed: %s", err.msg);
     /* The other ranks may wait for this one's next step: end them all. */
     replica_abort(t.rep, 1);
+  } else if (t.stopped) {
+    LOG_INFO("stopped: left the job after %ld steps; peak RSS %ld KiB", summary.steps,
+             process_peak_rss_kib());
   } else {
     log_done(&t, &summary);
   }
@@ -124,8 +128,16 @@ int main(int argc, char **argv) {
   }
   LOG_INFO("starting: %s", effective);
 
-  /* The trainer keeps the default signal actions: Ctrl-C stops it at once,
-   * and its pservers notice the missing trainer. */
+  /* The trainer keeps the default signal actions (Ctrl-C stops it at once,
+   * and its pservers notice the missing trainer), but an elastic one leaves
+   * on SIGTERM at the end of its step: nobody waits its lease for it. */
+  if (settings.elastic_min > 0) {
+    struct sigaction stop = {.sa_handler = trainer_ask_stop, .sa_flags = SA_RESTART};
+    if (sigemptyset(&stop.sa_mask) != 0 || sigaction(SIGTERM, &stop, NULL) != 0) {
+      LOG_ERROR("--elastic: handling SIGTERM: %s", strerror(errno));
+      return 1;
+    }
+  }
   process_tune_malloc();
   trainer_metrics *tm = NULL;
   if (trainer_metrics_start(&tm, &settings, &err) != PS_ERR_OK) {

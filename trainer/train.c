@@ -4,6 +4,7 @@
 #include "trainer/train.h"
 
 #include <math.h>
+#include <signal.h>
 #include <string.h>
 
 #include "common/clock.h"
@@ -40,6 +41,13 @@ static ps_err train_step(trainer *t, long step, double *loss, long *next, ps_err
   /* The whole compute (data, rows, forward, backward), as a slower machine's. */
   PS_TRY(slowdown_sleep(t->settings.opt.slowdown, now_s() - started, err));
   return replica_push(t->rep, step, b, next, err);
+}
+
+static volatile sig_atomic_t stop_asked;
+
+void trainer_ask_stop(int signum) {
+  (void)signum;
+  stop_asked = 1;
 }
 
 /* Whether pserver 0 hands the data out (--shard-steps): epochs end when
@@ -143,6 +151,13 @@ static ps_err train_epoch(trainer *t, long epoch, long *global_step, double run_
                          t->rep->comm_seconds - comm_before);
     PS_TRY(after_step(t, &e, step, *global_step, run_start, &next_progress, err));
     if (t->rewind_to >= 0) return PS_ERR_OK;
+    if (stop_asked) {
+      /* Its pushes so far are applied; pserver 0 counts them for its process. */
+      LOG_WARN("asked to stop (SIGTERM): leaving the job after step %ld, %ld examples of epoch "
+               "%ld applied", *global_step, e.seen, epoch + 1);
+      t->stopped = 1;
+      return PS_ERR_OK;
+    }
   }
   if (handed(t)) {
     LOG_INFO("epoch %ld: this trainer's pushes applied %ld examples of the handed-out data",
@@ -190,6 +205,7 @@ static ps_err run_handed(trainer *t, long *global_step, double run_start, train_
                          ps_error *err) {
   for (long epoch = 0;; epoch = handed_source_epoch(t->data)) {
     PS_TRY(train_epoch(t, epoch, global_step, run_start, summary, err));
+    if (t->stopped) return PS_ERR_OK;
     summary->epochs = epoch + 1;
     if (t->batch.over == DATA_JOB_OVER) return PS_ERR_OK;
   }
@@ -206,6 +222,8 @@ ps_err trainer_run(trainer *t, train_summary *summary, ps_error *err) {
              o->shard_steps, o->batch, t->id, t->trainers, t->be->name, t->be->description);
     PS_TRY(run_handed(t, &global_step, run_start, summary, err));
     summary->steps = global_step;
+    /* Stopped: no checkpoint or export of a job others go on with. */
+    if (t->stopped) return replica_finish(t->rep, global_step, err);
     return finish_run(t, global_step, err);
   }
   LOG_INFO("training %s on %ld examples per epoch (trainer %d of %d; %ld steps of %ld), "

@@ -38,6 +38,7 @@ typedef struct trainer {
   long start_step;        /* where training resumes (a checkpoint's or the pservers' step) */
   long rewind_to;         /* >= 0: the pservers went back to this step; take it again */
   long replay_until;      /* the highest step taken before the job went back (metrics_repeat.h) */
+  int stopped;            /* an elastic trainer asked to stop (SIGTERM) left the job */
   FILE *metrics;          /* NULL without --metrics (trainer 0 writes it) */
   timeline *tl;           /* --timeline; NULL without */
   struct tb_writer *tb;   /* --tensorboard's run of this trainer; NULL without */
@@ -73,6 +74,10 @@ ps_err trainer_init(trainer *t, const trainer_settings *settings, ps_error *err)
 
 /* Trains for the configured epochs; the summary is filled on success. */
 ps_err trainer_run(trainer *t, train_summary *summary, ps_error *err);
+
+/* A signal handler (async-signal-safe): an elastic trainer stops at the end
+ * of its step and leaves the job (trainer_run returns with t->stopped). */
+void trainer_ask_stop(int signum);
 
 void trainer_free(trainer *t);
 

@@ -419,20 +419,28 @@ ps_err ps_client_push_pull(ps_client *c, long step, const float *grads, float *p
   return rc;
 }
 
-static ps_err say_done(ps_client *c, long step, int leave, ps_error *err) {
+static ps_err say_done(ps_client *c, long step, int leave, int stopped, const char *what,
+                       ps_error *err) {
   Pstrain__RequestKey key;
   ps_client_fill_key(c, step, &key);
   Pstrain__DoneRequest req = PSTRAIN__DONE_REQUEST__INIT;
   req.key = &key;
   req.config_hash = c->hash;
   req.leave = leave;
-  ps_err rc = ps_client_send_to_all(c, WIRE_METHOD_DONE, &req.base, leave ? "leaving" : "saying done", err);
+  req.stopped = stopped;
+  ps_err rc = ps_client_send_to_all(c, WIRE_METHOD_DONE, &req.base, what, err);
   ps_client_free_replies(c);
   return rc;
 }
 
-ps_err ps_client_done(ps_client *c, long step, ps_error *err) { return say_done(c, step, 0, err); }
+ps_err ps_client_done(ps_client *c, long step, ps_error *err) {
+  return say_done(c, step, 0, 0, "saying done", err);
+}
+
+ps_err ps_client_stop(ps_client *c, long step, ps_error *err) {
+  return say_done(c, step, 0, 1, "saying it stops", err);
+}
 
 ps_err ps_client_leave(ps_client *c, ps_error *err) {
-  return say_done(c, (long)c->member_number, 1, err); /* the membership that ends */
+  return say_done(c, (long)c->member_number, 1, 0, "leaving", err); /* the membership that ends */
 }

@@ -178,6 +178,9 @@ void ps_client_die_mid_push(ps_client *c);
 
 /* Tells every pserver this trainer is finished. */
 ps_err ps_client_done(ps_client *c, long step, ps_error *err);
+/* An elastic trainer asked to stop: tells every pserver it is gone before
+ * the job's data is trained (its shard goes back, nobody waits for it). */
+ps_err ps_client_stop(ps_client *c, long step, ps_error *err);
 /* Handed-out data, sync and ssp: tells every pserver this trainer has no
  * data for now (not done): nobody waits for it until it joins (sync) or
  * pushes (ssp) again. */

@@ -505,6 +505,7 @@ static ps_err pserver_finish(replica *r, long steps, ps_error *err) {
            "+ received per step (%ld steps)",
            (double)p->c.bytes_sent / 1e6, (double)p->c.bytes_received / 1e6, p->c.comm_seconds,
            p->steps > 0 ? bytes / (double)p->steps : 0.0, p->steps);
+  if (r->t->stopped) return ps_client_stop(&p->c, steps, err);
   return ps_client_done(&p->c, steps, err);
 }
 
