@@ -152,9 +152,10 @@ static ps_err train_epoch(trainer *t, long epoch, long *global_step, double run_
     PS_TRY(after_step(t, &e, step, *global_step, run_start, &next_progress, err));
     if (t->rewind_to >= 0) return PS_ERR_OK;
     if (stop_asked) {
-      /* Its pushes so far are applied; pserver 0 counts them for its process. */
-      LOG_WARN("asked to stop (SIGTERM): leaving the job after step %ld, %ld examples of epoch "
-               "%ld applied", *global_step, e.seen, epoch + 1);
+      /* Pserver 0 counts what its pushes applied for its process (no row). */
+      LOG_WARN("asked to stop (SIGTERM): leaving the job after step %ld (%ld examples of epoch "
+               "%ld trained here; pserver 0 counts those applied)", *global_step, e.seen,
+               epoch + 1);
       t->stopped = 1;
       return PS_ERR_OK;
     }

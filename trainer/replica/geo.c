@@ -134,6 +134,8 @@ static ps_err geo_finish(replica *r, long steps, ps_error *err) {
            g->exchanges, r->t->settings.geo_steps, (double)g->c.bytes_sent / 1e6,
            (double)g->c.bytes_received / 1e6, g->c.comm_seconds,
            g->steps > 0 ? bytes / (double)g->steps : 0.0, g->steps);
+  /* Stopped: the steps since the last exchange go with the shard, given back. */
+  if (r->t->stopped) return ps_client_stop(&g->c, steps, err);
   return ps_client_done(&g->c, steps, err);
 }
 
