@@ -27,7 +27,7 @@ PY
 # 1. The MLP: trainer 1 dies in its 13th push (the 5th batch of its second
 # shard), stays dead past its lease, then comes back.
 start_pservers mlp 2 --trainers 2 --trainer-lease 4
-MLP=(--mode pserver --update async --trainers 2 --train-samples 6000 --test-samples 2000 --epochs 2
+MLP=(--mode pserver --update async --trainers 2 --train-samples 12000 --test-samples 10000 --epochs 2
      --progress-interval 0 --seed 4 --pservers)
 MLP_HANDED=("${MLP[@]}" "$PS" --shard-steps 8)
 start mlp-t0 "$BIN/trainer" "${MLP_HANDED[@]}" --id 0 --metrics "$SCRATCH/mlp.jsonl"; t0=$LAST_PID
@@ -48,7 +48,7 @@ for pid in "$t0" "$t1" "${SPIDS[@]}"; do
   status=0; wait_for "$pid" 120 || status=$?
   [ "$status" -eq 0 ] || fail "mlp: process $pid exited $status"
 done
-shards_counted mlp "$SCRATCH/mlp-s0.log" 6000 2 "$SCRATCH/mlp.jsonl"*
+shards_counted mlp "$SCRATCH/mlp-s0.log" 12000 2 "$SCRATCH/mlp.jsonl"*
 # The same job with each trainer's fixed half, no one killed: the accuracy is alike.
 start_pservers fixed 2 --trainers 2
 start fixed-t0 "$BIN/trainer" "${MLP[@]}" "$PS" --id 0 --metrics "$SCRATCH/fixed.jsonl"; f0=$LAST_PID
