@@ -162,7 +162,7 @@ done
 # Back in a step after it left: its stale push refused, it joined again
 # (or, stopped between shards with none free, it had left the steps and
 # joined with its next shard).
-awk '/trainer 1 leaves \(silent/ { left = 1 } left && /members 0,1 \(joined: 1;/ { back = 1 }
+awk '/trainer 1 leaves \(silent/ { left = 1 } left && /\(joined: ([0-9]+,)*1[,;]/ { back = 1 }
      END { exit !back }' "$SCRATCH/st-s0.log" ||
   fail "st: the continued trainer never stepped again: pserver 0: $(grep -E "trainer 1 |members" "$SCRATCH/st-s0.log" | tail -4); the trainer: $(tail -3 "$SCRATCH/st-b.log")"
 for e in 1 2; do
