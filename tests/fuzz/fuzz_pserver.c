@@ -5,7 +5,8 @@
  * sync pushes at the end, by pserver_abort_waiting); a refused request
  * leaves the parameters, optimizer state, step and registrations
  * byte-identical; an accepted Pull is answered with exactly this pserver's
- * blocks at their sizes, an accepted PushPull with some of them (a sync
+ * blocks at their sizes (a PULL_PREFETCH with none: an acknowledgement),
+ * an accepted PushPull with some of them (a sync
  * push in parts gets the blocks it pushed), each once; an accepted
  * registration gets a
  * RegisterReply. With FUZZ_MODE_CTR the job has sparse tables: their rows
@@ -102,10 +103,23 @@ static int same(const pserver *ps, const state_copy *s) {
   return equal;
 }
 
+/* What an accepted parameter reply holds of this pserver's blocks. */
+typedef enum { BLOCKS_SOME, BLOCKS_ALL, BLOCKS_NONE } blocks_wanted;
+
+/* A PULL_PREFETCH is acknowledged at once with no blocks (its rows are read
+ * in after the answer). */
+static int is_prefetch(const rpc_message *request) {
+  wire_block_ref none[1];
+  wire_blocks_msg m = {.blocks = none, .block_cap = 0};
+  ps_error err;
+  return wire_parse_blocks(request, &m, &err) == PS_ERR_OK &&
+         m.kind == PSTRAIN__PULL_KIND__PULL_PREFETCH;
+}
+
 /* An accepted PushPull or Pull reply: this pserver's blocks (all of them
- * for a Pull, some for a PushPull), each once, at size. */
+ * for a Pull, some for a PushPull, none for a prefetch), each once, at size. */
 static void check_params_reply(const pserver *ps, const rpc_local_result *r, int request,
-                               int whole) {
+                               blocks_wanted wanted) {
   const shard_map *map = &ps->store.dense.map;
   wire_block_ref refs[64];
   unsigned char seen[64] = {0};
@@ -116,7 +130,9 @@ static void check_params_reply(const pserver *ps, const rpc_local_result *r, int
   if (wire_parse_blocks(&msg, &m, &err) != PS_ERR_OK) finding("an unreadable parameter reply", request);
   size_t want = map->shard_blocks[0];
   if (m.pserver_incarnation != ps->incarnation ||
-      (whole ? m.block_count != want : m.block_count < 1 || m.block_count > want)) {
+      (wanted == BLOCKS_ALL    ? m.block_count != want
+       : wanted == BLOCKS_NONE ? m.block_count != 0
+                               : m.block_count < 1 || m.block_count > want)) {
     finding("a parameter reply with the wrong incarnation or block count", request);
   }
   for (size_t i = 0; i < m.block_count; i++) {
@@ -202,7 +218,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       finding("a refused request changed the pserver", request);
     }
     if (r->replies == 1 && r->code == PS_ERR_OK) {
-      if (method == 1 || method == 2) check_params_reply(&ps, r, request, method == 2);
+      if (method == 1) check_params_reply(&ps, r, request, BLOCKS_SOME);
+      if (method == 2) {
+        check_params_reply(&ps, r, request, is_prefetch(&msg) ? BLOCKS_NONE : BLOCKS_ALL);
+      }
       if (method == 0) {
         Pstrain__RegisterReply *reply = pstrain__register_reply__unpack(NULL, r->len, r->bytes);
         if (reply == NULL || reply->pserver_incarnation != ps.incarnation) {
