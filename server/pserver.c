@@ -369,7 +369,13 @@ static void handle_done(pserver *ps, rpc_call *call, const rpc_message *msg) {
   }
   wire_key key = key_of(req->key);
   pthread_mutex_lock(&ps->lock);
-  if (pserver_check_sender(ps, call, "Done", req->key != NULL, &key, req->config_hash) == PS_ERR_OK) {
+  if (pserver_check_sender(ps, call, "Done", req->key != NULL, &key, req->config_hash) != PS_ERR_OK) {
+    /* answered */
+  } else if (req->stopped && ps->job.elastic_min == 0) {
+    pserver_refuse(call, "Done", PS_ERR_FAILED_PRECONDITION,
+                   "trainer %u says it stops before the job's end, but the job is not elastic "
+                   "(--elastic): its trainers are fixed", key.trainer_id);
+  } else {
     trainer_state *tr = &ps->trainers[key.trainer_id];
     if (req->leave) {
       /* No data for now: back when it joins (sync) or pushes (ssp) again. */
